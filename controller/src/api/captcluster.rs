@@ -1,0 +1,109 @@
+//! `CAPTCluster`: the Cluster API infrastructure cluster, backed by a VPC Workspace.
+
+use super::common::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Finalizer the controller keeps on a CAPTCluster until its VPC is gone (or retained).
+pub const CAPT_CLUSTER_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/captcluster";
+
+/// Desired state of a CAPTCluster: where its VPC comes from.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "CAPTCluster",
+    plural = "captclusters",
+    shortname = "captc",
+    category = "cluster-api",
+    namespaced,
+    doc = "A Cluster API infrastructure cluster whose VPC is built by a Terraform Workspace.",
+    status = "CAPTClusterStatus",
+    printcolumn = r#"{"name":"VPC-ID","type":"string","jsonPath":".status.vpcId","description":"ID of the VPC"}"#,
+    printcolumn = r#"{"name":"READY","type":"boolean","jsonPath":".status.ready","description":"Infrastructure is ready"}"#,
+    printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".spec.controlPlaneEndpoint.host","description":"Control plane endpoint"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("has(self.vpcTemplateRef) != has(self.existingVpcId)").message("exactly one of spec.vpcTemplateRef and spec.existingVpcId must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct CAPTClusterSpec {
+    /// AWS region of the VPC, e.g. `ap-northeast-1`.
+    #[schemars(regex(pattern = REGION_PATTERN))]
+    pub region: String,
+    /// WorkspaceTemplate that creates the VPC. Exactly one of this and `existingVpcId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_template_ref: Option<ObjectRef>,
+    /// ID of a VPC that already exists. Exactly one of this and `vpcTemplateRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_vpc_id: Option<String>,
+    /// Keep the VPC's WorkspaceTemplateApply when the CAPTCluster is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain_vpc_on_delete: Option<bool>,
+    /// VPC settings passed to the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_config: Option<VpcConfig>,
+    /// Name of the VPC WorkspaceTemplateApply; recorded by the controller when it creates or
+    /// adopts one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_template_apply_name: Option<String>,
+    /// Control plane endpoint (Cluster API infrastructure contract); informational here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+}
+
+/// VPC settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VpcConfig {
+    /// Name of the VPC.
+    pub name: String,
+}
+
+/// Observed state of a CAPTCluster, written only through the status-applier.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CAPTClusterStatus {
+    /// True when the VPC exists and its ID is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// ID of the VPC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_id: Option<String>,
+    /// Name of the VPC Workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_workspace_name: Option<String>,
+    /// Programmatic token of a terminal failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// Human-readable message of a terminal failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
+    /// Failure domains available for machine placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<BTreeMap<String, FailureDomain>>,
+    /// What the controller observed of the VPC WorkspaceTemplateApply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_template_status: Option<WorkspaceTemplateStatus>,
+    /// Conditions (VPCReady, VPCFailed, WaitingForCluster, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Option<Vec<Condition>>,
+    /// The generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A Cluster API failure domain.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomain {
+    /// Whether control plane machines may be placed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+    /// Free-form attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<BTreeMap<String, String>>,
+}

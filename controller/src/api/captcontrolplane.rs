@@ -1,0 +1,194 @@
+//! `CAPTControlPlane`: the Cluster API control plane, an EKS cluster built by a Workspace.
+
+use super::common::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Finalizer the controller keeps on a CAPTControlPlane until its Workspace is gone.
+pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/captcontrolplane";
+
+/// Desired state of a CAPTControlPlane.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "controlplane.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "CAPTControlPlane",
+    plural = "captcontrolplanes",
+    shortname = "captcp",
+    category = "cluster-api",
+    namespaced,
+    doc = "A Cluster API control plane: an EKS cluster built by a Terraform Workspace.",
+    status = "CAPTControlPlaneStatus",
+    printcolumn = r#"{"name":"READY","type":"boolean","jsonPath":".status.ready","description":"Control plane is ready"}"#,
+    printcolumn = r#"{"name":"PHASE","type":"string","jsonPath":".status.phase","description":"Creating, Ready or Failed"}"#,
+    printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".spec.version","description":"Kubernetes version"}"#,
+    printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".spec.controlPlaneEndpoint.host","description":"API server endpoint"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CAPTControlPlaneSpec {
+    /// Kubernetes version of the control plane, e.g. `1.31`.
+    pub version: String,
+    /// WorkspaceTemplate that creates the EKS cluster.
+    pub workspace_template_ref: ObjectRef,
+    /// EKS settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_config: Option<ControlPlaneConfig>,
+    /// Tags added to every AWS resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_tags: Option<BTreeMap<String, String>>,
+    /// API server endpoint, applied by the controller (field manager `capt-captcontrolplane`)
+    /// from the `cluster_endpoint` output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// Name of the control plane's WorkspaceTemplateApply; recorded by the controller when it
+    /// creates or adopts one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_template_apply_name: Option<String>,
+}
+
+/// EKS settings of a control plane.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneConfig {
+    /// AWS region, e.g. `ap-northeast-1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = REGION_PATTERN))]
+    pub region: Option<String>,
+    /// Who can reach the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_access: Option<EndpointAccess>,
+    /// EKS add-ons to install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addons: Option<Vec<Addon>>,
+    /// How long to wait before a wait turns into a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<Timeouts>,
+}
+
+/// API server reachability.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointAccess {
+    /// Public endpoint enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public: Option<bool>,
+    /// Private endpoint enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<bool>,
+    /// CIDRs allowed to reach the public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_cidrs: Option<Vec<String>>,
+}
+
+/// An EKS add-on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Addon {
+    /// Add-on name, e.g. `vpc-cni`.
+    pub name: String,
+    /// Add-on version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// Timeouts, as Go durations (`30m`, `1h`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeouts {
+    /// How long the control plane may take to become ready.
+    #[serde(default = "default_control_plane_timeout")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub control_plane_timeout: String,
+    /// How long to wait for the VPC before failing.
+    #[serde(default = "default_vpc_ready_timeout")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub vpc_ready_timeout: String,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            control_plane_timeout: default_control_plane_timeout(),
+            vpc_ready_timeout: default_vpc_ready_timeout(),
+        }
+    }
+}
+
+fn default_control_plane_timeout() -> String {
+    "30m".into()
+}
+
+fn default_vpc_ready_timeout() -> String {
+    "15m".into()
+}
+
+/// A Go-style duration of hours, minutes and seconds (`1h30m`, `45s`).
+pub const DURATION_PATTERN: &str = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$";
+
+/// Phase of a control plane.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ControlPlanePhase {
+    /// The Workspace is being applied, or the endpoint is not known yet.
+    Creating,
+    /// The Workspace is applied and the endpoint is known.
+    Ready,
+    /// The apply failed or timed out.
+    Failed,
+}
+
+/// Observed state of a CAPTControlPlane, written only through the status-applier.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CAPTControlPlaneStatus {
+    /// True when the control plane is ready and its endpoint is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// True once the control plane has been ready at least once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialized: Option<bool>,
+    /// Creating, Ready or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ControlPlanePhase>,
+    /// Kubernetes version that is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Programmatic token of a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// Human-readable message of a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
+    /// What the controller observed of the WorkspaceTemplateApply, with outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_template_status: Option<WorkspaceTemplateStatus>,
+    /// What the controller observed of the Workspace, with `atProvider` verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_status: Option<WorkspaceStatus>,
+    /// Conditions (Ready, Initialized, Failed, Creating, DeletionFailed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Option<Vec<Condition>>,
+    /// The generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A mirror of the Workspace's state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceStatus {
+    /// True when the Workspace is synced and ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// The Workspace's `Ready` reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The Workspace's `status.atProvider`, verbatim (checksum, outputs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json_schema")]
+    pub at_provider: Option<serde_json::Value>,
+}

@@ -1,0 +1,84 @@
+//! Types shared by several CAPT kinds.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A reference to a namespaced object; the namespace defaults to the referrer's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// Name of the referenced object.
+    pub name: String,
+    /// Namespace of the referenced object; the referrer's namespace when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A reference to a Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Name of the Secret.
+    pub name: String,
+    /// Namespace of the Secret.
+    pub namespace: String,
+}
+
+/// The address of a Kubernetes API server (the Cluster API `APIEndpoint`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiEndpoint {
+    /// Host name or IP address, without scheme.
+    pub host: String,
+    /// Port; 443 unless the source names another.
+    pub port: i32,
+}
+
+/// What the controller observed of a WorkspaceTemplateApply and its Workspace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceTemplateStatus {
+    /// True when the Workspace is synced and ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// The Workspace's `Ready` reason (Available, Creating, Unavailable, Deleting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The last `atProvider.checksum` seen applied successfully.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    /// The last checksum whose apply failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_revision: Option<String>,
+    /// The provider's message for the last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_message: Option<String>,
+    /// Non-sensitive Terraform outputs, rendered as strings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<BTreeMap<String, String>>,
+}
+
+/// Schema of a `metav1.Condition` list that several field managers can share under
+/// server-side apply: a list-type map keyed by `type`.
+pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
+    schema
+}
+
+/// Schema of a field holding arbitrary JSON (kept verbatim by the API server).
+pub fn any_json_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// An AWS region name such as `ap-northeast-1` or `us-gov-west-1`.
+pub const REGION_PATTERN: &str = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+$";

@@ -1,0 +1,6 @@
+//! CAPT controller: observes CAPT objects, their Workspaces and the Cluster API `Cluster`,
+//! computes each object's desired status as a pure function of what it observed, and publishes
+//! it to the status-applier as intents. It never writes status itself.
+#![forbid(unsafe_code)]
+
+pub mod api;
