@@ -1,1 +1,12 @@
+//! status-applier: a generic server-side-apply field-manager sidecar.
+//!
+//! The data flows one way: an [`intent::Intent`] is validated, its fragment is merged into
+//! the field manager's desired document ([`merge`]), and the engine applies the whole
+//! document with server-side apply when it differs from what the manager owns on the live
+//! object.
+#![forbid(unsafe_code)]
 
+pub mod config;
+pub mod fieldsv1;
+pub mod intent;
+pub mod merge;

@@ -1,1 +1,166 @@
+//! Support for integration tests against the real API server of `hack/testenv.sh`.
+//!
+//! [`env`] starts the environment once per test process, or reuses one that is running
+//! (`hack/test.sh` starts it before the tests and stops it after). Each test works in a
+//! [`TestNamespace`] of its own, deleted when the test ends, pass or fail.
+#![forbid(unsafe_code)]
 
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A running test environment.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// The kubeconfig that reaches the API server as an administrator.
+    pub kubeconfig: PathBuf,
+    /// Where `kubectl`, `kube-apiserver` and `etcd` were built.
+    pub bin_dir: PathBuf,
+}
+
+/// The repository's root directory.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+}
+
+/// The environment, started by `hack/testenv.sh start` on first use in this process.
+pub fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| start_env().unwrap_or_else(|e| panic!("test environment: {e:#}")))
+}
+
+fn start_env() -> Result<Env> {
+    let script = repo_root().join("hack/testenv.sh");
+    let out = Command::new(&script)
+        .arg("start")
+        .output()
+        .context("running hack/testenv.sh start")?;
+    if !out.status.success() {
+        bail!(
+            "hack/testenv.sh start failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let export = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+            .map(|v| v.split(':').next().unwrap_or(v).to_owned())
+            .with_context(|| format!("hack/testenv.sh printed no {name}: {stdout}"))
+    };
+    Ok(Env {
+        kubeconfig: export("KUBECONFIG")?.into(),
+        bin_dir: export("PATH")?.into(),
+    })
+}
+
+impl Env {
+    /// A client for the API server.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// The real `kubectl`, pointed at the environment.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join("kubectl"));
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
+    }
+
+    /// Runs kubectl with `args` and `stdin`, returning its output whatever the exit status.
+    pub fn kubectl_run(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+        use std::io::Write;
+        let mut cmd = self.kubectl();
+        cmd.args(args).stdin(std::process::Stdio::piped());
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().context("starting kubectl")?;
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        pipe.write_all(stdin.unwrap_or_default().as_bytes())?;
+        drop(pipe);
+        Ok(child.wait_with_output()?)
+    }
+
+    /// Runs kubectl and returns its stdout, failing with its stderr when it fails.
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
+        let out = self.kubectl_run(args, stdin)?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+}
+
+/// A namespace of one test's own, deleted when dropped.
+#[derive(Debug)]
+pub struct TestNamespace {
+    /// The namespace's name.
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates a namespace named after `prefix`, unique in this run.
+    pub async fn create(client: &kube::Client, prefix: &str) -> Result<Self> {
+        let name = unique_name(prefix);
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(Self { name })
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Dropping cannot await: kubectl deletes it, and the namespace controller of
+        // hack/testenv.sh finalizes it in the background.
+        let _ = env()
+            .kubectl()
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
+/// A name unique within this test run: `prefix-<pid>-<n>`.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id() % 100_000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Deletes a cluster-scoped or namespaced object if it exists, ignoring "not found".
+pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

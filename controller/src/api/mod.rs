@@ -37,3 +37,52 @@ pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml::Error> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// `manifests/crds/` must hold exactly what the types generate: run
+    /// `cargo run -p capt-controller --bin crdgen -- manifests/crds` after changing a type.
+    #[test]
+    fn committed_crd_yaml_matches_the_rust_types() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/crds");
+        let generated = crd_files().unwrap();
+        for (file, yaml) in &generated {
+            let committed = std::fs::read_to_string(dir.join(file))
+                .unwrap_or_else(|e| panic!("manifests/crds/{file}: {e}; regenerate with crdgen"));
+            assert!(
+                committed == *yaml,
+                "manifests/crds/{file} differs from the types; regenerate with crdgen"
+            );
+        }
+        let committed: BTreeSet<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let expected: BTreeSet<String> = generated.into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            committed, expected,
+            "manifests/crds/ holds files the types do not generate"
+        );
+    }
+
+    #[test]
+    fn conditions_are_list_maps_keyed_by_type_in_every_crd() {
+        for (file, yaml) in crd_files().unwrap() {
+            let lists = yaml.matches("x-kubernetes-list-type: map").count();
+            let conditions = yaml.matches("conditions:").count();
+            assert_eq!(
+                lists, conditions,
+                "{file}: every conditions list is a list-type map"
+            );
+            assert!(
+                yaml.contains("x-kubernetes-list-map-keys:\n                - type")
+                    || conditions == 0,
+                "{file}"
+            );
+        }
+    }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, and integration tests against the real kube-apiserver
+# of hack/testenv.sh, which this script starts and always stops (also when a test fails).
+# Extra arguments go to `cargo test` (e.g. `hack/test.sh -p capt-tests`).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+trap 'hack/testenv.sh stop' EXIT
+eval "$(hack/testenv.sh start)"
+echo "== cargo test (API server: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}'))"
+cargo test --workspace "$@"

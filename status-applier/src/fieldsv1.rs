@@ -1,0 +1,1399 @@
+//! Decoding, encoding and querying of Kubernetes `managedFields[].fieldsV1` sets.
+//!
+//! Kubernetes records which field manager owns which fields as a "FieldsV1" JSON tree. Every
+//! key of that tree is prefixed:
+//!
+//! * `f:<name>`: a field of a map or struct,
+//! * `k:<json object>`: an element of an associative list (list-type map), identified by its
+//!   key fields, e.g. `k:{"type":"Ready"}`,
+//! * `v:<json value>`: an element of a set list, identified by its value, e.g. `v:"foo"`,
+//! * `i:<n>`: a list element identified by its index,
+//! * `.`: the node itself (it is owned even though it also has children).
+//!
+//! A leaf is an empty object `{}`. [`FieldSet`] is the decoded tree. It answers ownership
+//! questions ([`FieldSet::owns`], [`FieldSet::touches`]), projects live objects onto the owned
+//! fields ([`FieldSet::project`]), predicts what an apply would claim
+//! ([`FieldSet::from_apply_document`]) and finds conflicting paths
+//! ([`FieldSet::intersection`]).
+//!
+//! # Ownership semantics
+//!
+//! A node without children (a leaf) owns its whole subtree: owning `.spec.controlPlaneEndpoint`
+//! owns `.spec.controlPlaneEndpoint.host`. A node marked `.` that also has children owns only
+//! itself and the listed children, as in server-side apply: `.status` marked `.` does not make
+//! its manager own `.status.anythingElse`. A set decoded from `{".":{}}` alone and one decoded
+//! from `{}` are the same leaf.
+//!
+//! # Limits
+//!
+//! Decoding rejects trees nested deeper than [`MAX_DEPTH`] path elements, so every `FieldSet`
+//! is at most that deep and the recursive helpers here (and `Drop`) stay within a small,
+//! bounded stack whatever the input.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+/// The deepest path (in path elements from the root) a [`FieldSet`] may contain.
+pub const MAX_DEPTH: usize = 64;
+
+/// One step of a path into an object.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PathElement {
+    /// A field of a map or struct (`f:<name>`).
+    Field(String),
+    /// An associative-list element identified by its key fields (`k:{...}`).
+    Key(Map<String, Value>),
+    /// A set-list element identified by its value (`v:<json>`).
+    Value(Value),
+    /// A list element identified by its index (`i:<n>`).
+    Index(usize),
+}
+
+impl fmt::Display for PathElement {
+    /// Renders `.name`, `[type=Ready]` (keys comma-joined, strings unquoted), `[=json]` or `[3]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathElement::Field(name) => write!(f, ".{name}"),
+            PathElement::Key(keys) => {
+                f.write_str("[")?;
+                for (i, (name, value)) in sorted_entries(keys).into_iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "," };
+                    match value {
+                        Value::String(s) => write!(f, "{sep}{name}={s}")?,
+                        other => write!(f, "{sep}{name}={other}")?,
+                    }
+                }
+                f.write_str("]")
+            }
+            PathElement::Value(value) => write!(f, "[={value}]"),
+            PathElement::Index(index) => write!(f, "[{index}]"),
+        }
+    }
+}
+
+impl PathElement {
+    /// The canonical fieldsV1 key of this element (JSON object keys sorted).
+    fn encode(&self) -> String {
+        match self {
+            PathElement::Field(name) => format!("f:{name}"),
+            PathElement::Key(keys) => format!("k:{}", canonical(&Value::Object(keys.clone()))),
+            PathElement::Value(value) => format!("v:{}", canonical(value)),
+            PathElement::Index(index) => format!("i:{index}"),
+        }
+    }
+
+    /// Parses one fieldsV1 key (other than `.`) found at `path`.
+    fn decode(key: &str, path: &[PathElement]) -> Result<Self, FieldsV1Error> {
+        if let Some(name) = key.strip_prefix("f:") {
+            Ok(PathElement::Field(name.to_owned()))
+        } else if let Some(text) = key.strip_prefix("k:") {
+            decode_key_object(key, text, path)
+        } else if let Some(text) = key.strip_prefix("v:") {
+            let value: Value =
+                serde_json::from_str(text).map_err(|source| FieldsV1Error::InvalidJson {
+                    key: key.to_owned(),
+                    path: path_to_string(path),
+                    prefix: "v:",
+                    expected: "a JSON value",
+                    source,
+                })?;
+            Ok(PathElement::Value(canonical(&value)))
+        } else if let Some(text) = key.strip_prefix("i:") {
+            decode_index(key, text, path)
+        } else {
+            Err(FieldsV1Error::UnknownPrefix {
+                key: key.to_owned(),
+                path: path_to_string(path),
+            })
+        }
+    }
+
+    /// True when this list-element identifier selects `item`, the element at `index`.
+    fn selects(&self, index: usize, item: &Value) -> bool {
+        match self {
+            PathElement::Field(_) => false,
+            PathElement::Key(keys) => key_matches(keys, item),
+            PathElement::Value(value) => value == item,
+            PathElement::Index(n) => *n == index,
+        }
+    }
+}
+
+/// Decodes the text after `k:`, which must be a JSON object.
+fn decode_key_object(
+    key: &str,
+    text: &str,
+    path: &[PathElement],
+) -> Result<PathElement, FieldsV1Error> {
+    let value: Value = serde_json::from_str(text).map_err(|source| FieldsV1Error::InvalidJson {
+        key: key.to_owned(),
+        path: path_to_string(path),
+        prefix: "k:",
+        expected: "a JSON object",
+        source,
+    })?;
+    match canonical(&value) {
+        Value::Object(keys) => Ok(PathElement::Key(keys)),
+        other => Err(FieldsV1Error::KeyNotObject {
+            key: key.to_owned(),
+            path: path_to_string(path),
+            found: json_kind(&other),
+        }),
+    }
+}
+
+/// Decodes the text after `i:`, which must be a non-negative decimal integer.
+fn decode_index(key: &str, text: &str, path: &[PathElement]) -> Result<PathElement, FieldsV1Error> {
+    let all_digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    match text.parse::<usize>() {
+        Ok(index) if all_digits => Ok(PathElement::Index(index)),
+        _ => Err(FieldsV1Error::InvalidIndex {
+            key: key.to_owned(),
+            path: path_to_string(path),
+        }),
+    }
+}
+
+/// An error decoding a fieldsV1 tree or parsing a field path.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldsV1Error {
+    /// The fieldsV1 value itself is not a JSON object.
+    #[error("invalid fieldsV1 root: expected a JSON object, found {found}")]
+    RootNotObject {
+        /// What was found instead (e.g. "an array").
+        found: &'static str,
+    },
+    /// The value under a key is not a JSON object.
+    #[error("invalid value for key `{key}` at {path}: expected a JSON object, found {found}")]
+    NotAnObject {
+        /// The key whose value is not an object.
+        key: String,
+        /// The path of the node holding the key.
+        path: String,
+        /// What was found instead (e.g. "a string").
+        found: &'static str,
+    },
+    /// The value under `.` is an object with members; it must be `{}`.
+    #[error("invalid value for key `.` at {path}: expected an empty object")]
+    NonEmptySelf {
+        /// The path of the node holding the `.` key.
+        path: String,
+    },
+    /// A key does not start with `f:`, `k:`, `v:`, `i:` and is not `.`.
+    #[error("unknown prefix in key `{key}` at {path}: expected `f:`, `k:`, `v:`, `i:` or `.`")]
+    UnknownPrefix {
+        /// The offending key.
+        key: String,
+        /// The path of the node holding the key.
+        path: String,
+    },
+    /// The text after `k:` or `v:` is not valid JSON.
+    #[error("invalid key `{key}` at {path}: expected {expected} after `{prefix}`: {source}")]
+    InvalidJson {
+        /// The offending key.
+        key: String,
+        /// The path of the node holding the key.
+        path: String,
+        /// The key's prefix, `k:` or `v:`.
+        prefix: &'static str,
+        /// What the prefix must be followed by.
+        expected: &'static str,
+        /// The JSON parse error.
+        source: serde_json::Error,
+    },
+    /// The text after `k:` is valid JSON but not an object.
+    #[error("invalid key `{key}` at {path}: expected a JSON object after `k:`, found {found}")]
+    KeyNotObject {
+        /// The offending key.
+        key: String,
+        /// The path of the node holding the key.
+        path: String,
+        /// What was found instead (e.g. "an array").
+        found: &'static str,
+    },
+    /// The text after `i:` is not a non-negative decimal integer that fits a `usize`.
+    #[error("invalid key `{key}` at {path}: expected a non-negative integer after `i:`")]
+    InvalidIndex {
+        /// The offending key.
+        key: String,
+        /// The path of the node holding the key.
+        path: String,
+    },
+    /// The tree nests deeper than [`MAX_DEPTH`] path elements.
+    #[error("key `{key}` at {path} nests deeper than {max} levels")]
+    TooDeep {
+        /// The key that would exceed the limit.
+        key: String,
+        /// The path of the node holding the key.
+        path: String,
+        /// The limit, [`MAX_DEPTH`].
+        max: usize,
+    },
+    /// A dotted field path has an empty segment (e.g. `status..phase`, `` or `status.`).
+    #[error("invalid field path `{path}`: segment {segment} is empty")]
+    EmptyPathSegment {
+        /// The whole path as given.
+        path: String,
+        /// The 1-based position of the empty segment.
+        segment: usize,
+    },
+}
+
+/// A child of a [`FieldSet`] node: its path element and subtree.
+#[derive(Clone, Debug, PartialEq)]
+struct Child {
+    element: PathElement,
+    set: FieldSet,
+}
+
+/// A decoded fieldsV1 tree.
+///
+/// Invariant: every non-root node either has children or is marked as owned itself, so every
+/// non-root node owns at least one path; a node owned itself without children is a leaf and
+/// owns its whole subtree.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FieldSet {
+    /// The node itself is owned (`.`, or a leaf).
+    self_owned: bool,
+    /// Children by canonical fieldsV1 key, which gives a deterministic order.
+    children: BTreeMap<String, Child>,
+}
+
+/// What [`FieldSet::from_apply_document`] threads through its recursion.
+struct ApplyContext<'a> {
+    list_map_keys: &'a dyn Fn(&[PathElement]) -> Option<Vec<String>>,
+    /// The schema path so far: field names only, list elements are not recorded.
+    schema_path: Vec<PathElement>,
+}
+
+impl FieldSet {
+    /// Decodes a fieldsV1 value.
+    ///
+    /// Rejects non-object nodes, unknown prefixes, invalid JSON after `k:`/`v:`, `k:` that is
+    /// not a JSON object, `i:` that is not a non-negative integer, a non-empty `.` and nesting
+    /// deeper than [`MAX_DEPTH`] path elements. Never panics and never recurses deeper than
+    /// [`MAX_DEPTH`], whatever the input. Keys that denote the same element (e.g. `k:` objects
+    /// with their keys in a different order) are merged.
+    pub fn from_fields_v1(v: &Value) -> Result<FieldSet, FieldsV1Error> {
+        match v {
+            Value::Object(map) => decode_node(map, &mut Vec::new()),
+            other => Err(FieldsV1Error::RootNotObject {
+                found: json_kind(other),
+            }),
+        }
+    }
+
+    /// Encodes back to fieldsV1; round-trips with [`FieldSet::from_fields_v1`] for valid
+    /// input, modulo key order and canonical spelling of `k:`/`v:`/`i:` keys.
+    pub fn to_fields_v1(&self) -> Value {
+        self.encode_node(true)
+    }
+
+    /// All owned leaf paths (nodes without children, and nodes marked `.`), parents before
+    /// their children, siblings in canonical key order.
+    pub fn leaf_paths(&self) -> Vec<Vec<PathElement>> {
+        let mut out = Vec::new();
+        self.collect_leaves(&mut Vec::new(), &mut out);
+        out
+    }
+
+    /// True when `path` is owned: it is a leaf of this set (including nodes marked `.`), or
+    /// lies below a leaf without children (which owns its whole subtree).
+    pub fn owns(&self, path: &[PathElement]) -> bool {
+        match self.walk(path) {
+            Walk::CoveredBy => true,
+            Walk::Reached(node) => node.self_owned,
+            Walk::Missing => false,
+        }
+    }
+
+    /// True when the set owns `path` or anything below it.
+    pub fn touches(&self, path: &[PathElement]) -> bool {
+        match self.walk(path) {
+            Walk::CoveredBy => true,
+            Walk::Reached(node) => !node.is_empty(),
+            Walk::Missing => false,
+        }
+    }
+
+    /// Builds the set an apply of `doc` (the body of a server-side apply without
+    /// apiVersion/kind/metadata) would claim.
+    ///
+    /// `list_map_keys` receives the schema path of a list (its field names from the root; list
+    /// elements contribute nothing, so `spec.containers[].ports` is asked as
+    /// `.spec.containers.ports`) and returns its key field names for an associative list, an
+    /// empty vector for a set list (elements become `v:` leaves) or `None` for an atomic list
+    /// (the list is a leaf). Non-empty objects recurse into `f:` children, empty objects,
+    /// scalars and `null` are leaves. List-map elements become `k:{...}` nodes marked `.` with
+    /// all their fields; non-object elements become `v:` leaves and objects carrying none of
+    /// the key fields `i:` leaves. An empty associative list claims nothing, as in server-side
+    /// apply. Content deeper than [`MAX_DEPTH`] is claimed as a leaf. A non-object `doc`
+    /// claims nothing.
+    pub fn from_apply_document(
+        doc: &Value,
+        list_map_keys: &dyn Fn(&[PathElement]) -> Option<Vec<String>>,
+    ) -> FieldSet {
+        let mut ctx = ApplyContext {
+            list_map_keys,
+            schema_path: Vec::new(),
+        };
+        match doc {
+            Value::Object(map) => apply_object(map, &mut ctx, 0),
+            _ => FieldSet::default(),
+        }
+    }
+
+    /// Projects `live` onto this set: a JSON value containing exactly the owned fields with
+    /// their live values (a leaf's live value is copied whole).
+    ///
+    /// A `k:` element is looked up in the live list by its key fields, projected recursively
+    /// and always carries its key fields; `v:` elements are included when present; `i:n`
+    /// projects live element `n`. Lists keep live order. Owned paths absent from `live` are
+    /// skipped; a node marked `.` whose owned children are all absent yields an empty object
+    /// (or list element with its keys). Returns `None` when nothing owned is present.
+    pub fn project(&self, live: &Value) -> Option<Value> {
+        if self.is_leaf() {
+            return Some(live.clone());
+        }
+        let projected = match live {
+            Value::Object(map) => self.project_object(map),
+            Value::Array(items) => self.project_array(items),
+            _ => None,
+        };
+        projected.or_else(|| self.self_owned.then(|| empty_like(live)))
+    }
+
+    /// The paths both sets own. Where one side owns a node as a leaf (and so its whole
+    /// subtree) and the other owns paths below it, the result holds those deeper paths.
+    pub fn intersection(&self, other: &FieldSet) -> FieldSet {
+        intersect(self, other).unwrap_or_default()
+    }
+
+    /// True when the set owns nothing.
+    pub fn is_empty(&self) -> bool {
+        !self.self_owned && self.children.is_empty()
+    }
+
+    /// A node owned itself, without children: it owns its whole subtree.
+    fn leaf() -> FieldSet {
+        FieldSet {
+            self_owned: true,
+            children: BTreeMap::new(),
+        }
+    }
+
+    /// True for a leaf without children, which owns its whole subtree.
+    fn is_leaf(&self) -> bool {
+        self.self_owned && self.children.is_empty()
+    }
+
+    /// Adds `set` under `element`, merging with an existing child for the same element.
+    fn insert_child(&mut self, element: PathElement, set: FieldSet) {
+        match self.children.entry(element.encode()) {
+            Entry::Vacant(slot) => {
+                slot.insert(Child { element, set });
+            }
+            Entry::Occupied(mut slot) => slot.get_mut().set.union_with(set),
+        }
+    }
+
+    /// Adds everything `other` owns to `self`.
+    fn union_with(&mut self, other: FieldSet) {
+        self.self_owned |= other.self_owned;
+        for (key, child) in other.children {
+            match self.children.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(child);
+                }
+                Entry::Occupied(mut slot) => slot.get_mut().set.union_with(child.set),
+            }
+        }
+    }
+
+    /// Follows `path` from this node.
+    fn walk(&self, path: &[PathElement]) -> Walk<'_> {
+        let mut node = self;
+        for element in path {
+            if node.is_leaf() {
+                return Walk::CoveredBy;
+            }
+            match node.children.get(&element.encode()) {
+                Some(child) => node = &child.set,
+                None => return Walk::Missing,
+            }
+        }
+        Walk::Reached(node)
+    }
+
+    /// Encodes this node; the root writes `.` even without children.
+    fn encode_node(&self, is_root: bool) -> Value {
+        let mut map = Map::new();
+        if self.self_owned && (is_root || !self.children.is_empty()) {
+            map.insert(".".to_owned(), Value::Object(Map::new()));
+        }
+        for (key, child) in &self.children {
+            map.insert(key.clone(), child.set.encode_node(false));
+        }
+        Value::Object(map)
+    }
+
+    /// Appends the leaf paths of this node (at `path`) to `out`.
+    fn collect_leaves(&self, path: &mut Vec<PathElement>, out: &mut Vec<Vec<PathElement>>) {
+        if self.self_owned {
+            out.push(path.clone());
+        }
+        for child in self.children.values() {
+            path.push(child.element.clone());
+            child.set.collect_leaves(path, out);
+            path.pop();
+        }
+    }
+
+    /// Projects the `f:` children onto a live object.
+    fn project_object(&self, map: &Map<String, Value>) -> Option<Value> {
+        let mut out = Map::new();
+        for child in self.children.values() {
+            let PathElement::Field(name) = &child.element else {
+                continue;
+            };
+            if let Some(value) = map.get(name).and_then(|live| child.set.project(live)) {
+                out.insert(name.clone(), value);
+            }
+        }
+        (!out.is_empty()).then_some(Value::Object(out))
+    }
+
+    /// Projects the list-element children onto a live list, keeping live order.
+    fn project_array(&self, items: &[Value]) -> Option<Value> {
+        let out: Vec<Value> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(index, item)| self.project_element(index, item))
+            .collect();
+        (!out.is_empty()).then_some(Value::Array(out))
+    }
+
+    /// Projects the first child selecting the live list element `item` at `index`.
+    fn project_element(&self, index: usize, item: &Value) -> Option<Value> {
+        let child = self
+            .children
+            .values()
+            .find(|child| child.element.selects(index, item))?;
+        let projected = child.set.project(item)?;
+        match (&child.element, projected) {
+            (PathElement::Key(keys), Value::Object(mut fields)) => {
+                for (name, value) in keys {
+                    fields.insert(name.clone(), value.clone());
+                }
+                Some(Value::Object(fields))
+            }
+            (_, projected) => Some(projected),
+        }
+    }
+}
+
+/// Where following a path into a [`FieldSet`] ends.
+enum Walk<'a> {
+    /// The path lies strictly below a leaf without children.
+    CoveredBy,
+    /// The path names this node.
+    Reached(&'a FieldSet),
+    /// The path leaves the set.
+    Missing,
+}
+
+/// Decodes the object `map` found at `path`; recursion depth is bounded by [`MAX_DEPTH`].
+fn decode_node(
+    map: &Map<String, Value>,
+    path: &mut Vec<PathElement>,
+) -> Result<FieldSet, FieldsV1Error> {
+    let mut set = FieldSet::default();
+    for (key, value) in map {
+        let Value::Object(inner) = value else {
+            return Err(FieldsV1Error::NotAnObject {
+                key: key.clone(),
+                path: path_to_string(path),
+                found: json_kind(value),
+            });
+        };
+        if key == "." {
+            if !inner.is_empty() {
+                return Err(FieldsV1Error::NonEmptySelf {
+                    path: path_to_string(path),
+                });
+            }
+            set.self_owned = true;
+            continue;
+        }
+        let element = PathElement::decode(key, path)?;
+        if path.len() >= MAX_DEPTH {
+            return Err(FieldsV1Error::TooDeep {
+                key: key.clone(),
+                path: path_to_string(path),
+                max: MAX_DEPTH,
+            });
+        }
+        path.push(element.clone());
+        let child = decode_node(inner, path);
+        path.pop();
+        let mut child = child?;
+        child.self_owned |= child.children.is_empty();
+        set.insert_child(element, child);
+    }
+    Ok(set)
+}
+
+/// The set an apply of the object `map` at depth `depth` claims below it.
+fn apply_object(map: &Map<String, Value>, ctx: &mut ApplyContext<'_>, depth: usize) -> FieldSet {
+    let mut set = FieldSet::default();
+    for (name, value) in map {
+        ctx.schema_path.push(PathElement::Field(name.clone()));
+        let child = apply_value(value, ctx, depth + 1);
+        ctx.schema_path.pop();
+        if let Some(child) = child {
+            set.insert_child(PathElement::Field(name.clone()), child);
+        }
+    }
+    set
+}
+
+/// The set an apply of `value` at depth `depth` claims; `None` when it claims nothing.
+fn apply_value(value: &Value, ctx: &mut ApplyContext<'_>, depth: usize) -> Option<FieldSet> {
+    if depth >= MAX_DEPTH {
+        return Some(FieldSet::leaf());
+    }
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            let set = apply_object(map, ctx, depth);
+            (!set.is_empty()).then_some(set)
+        }
+        Value::Array(items) => match (ctx.list_map_keys)(&ctx.schema_path) {
+            Some(keys) => apply_list(items, &keys, ctx, depth),
+            None => Some(FieldSet::leaf()),
+        },
+        _ => Some(FieldSet::leaf()),
+    }
+}
+
+/// The set an apply of an associative or set list at depth `depth` claims.
+fn apply_list(
+    items: &[Value],
+    keys: &[String],
+    ctx: &mut ApplyContext<'_>,
+    depth: usize,
+) -> Option<FieldSet> {
+    let mut set = FieldSet::default();
+    for (index, item) in items.iter().enumerate() {
+        let element = list_item_element(index, item, keys);
+        let child = match (&element, item) {
+            (PathElement::Key(_), Value::Object(fields)) if depth + 1 < MAX_DEPTH => {
+                let mut child = apply_object(fields, ctx, depth + 1);
+                child.self_owned = true;
+                child
+            }
+            _ => FieldSet::leaf(),
+        };
+        set.insert_child(element, child);
+    }
+    (!set.is_empty()).then_some(set)
+}
+
+/// The path element identifying `item` (at `index`) in a list with key fields `keys`.
+fn list_item_element(index: usize, item: &Value, keys: &[String]) -> PathElement {
+    let Value::Object(fields) = item else {
+        return PathElement::Value(canonical(item));
+    };
+    if keys.is_empty() {
+        return PathElement::Value(canonical(item));
+    }
+    let key: Map<String, Value> = keys
+        .iter()
+        .filter_map(|name| fields.get(name).map(|v| (name.clone(), canonical(v))))
+        .collect();
+    if key.is_empty() {
+        PathElement::Index(index)
+    } else {
+        PathElement::Key(key)
+    }
+}
+
+/// The paths both `a` and `b` own, or `None` when they share nothing.
+fn intersect(a: &FieldSet, b: &FieldSet) -> Option<FieldSet> {
+    if a.is_leaf() {
+        return (!b.is_empty()).then(|| b.clone());
+    }
+    if b.is_leaf() {
+        return (!a.is_empty()).then(|| a.clone());
+    }
+    let mut out = FieldSet {
+        self_owned: a.self_owned && b.self_owned,
+        children: BTreeMap::new(),
+    };
+    for (key, left) in &a.children {
+        let Some(right) = b.children.get(key) else {
+            continue;
+        };
+        if let Some(set) = intersect(&left.set, &right.set) {
+            let element = left.element.clone();
+            out.children.insert(key.clone(), Child { element, set });
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// True when the live list element `item` is an object whose key fields equal `keys`.
+fn key_matches(keys: &Map<String, Value>, item: &Value) -> bool {
+    let Value::Object(fields) = item else {
+        return false;
+    };
+    keys.iter()
+        .all(|(name, value)| fields.get(name) == Some(value))
+}
+
+/// An empty object for an object, an empty list for a list, the value itself otherwise.
+fn empty_like(live: &Value) -> Value {
+    match live {
+        Value::Object(_) => Value::Object(Map::new()),
+        Value::Array(_) => Value::Array(Vec::new()),
+        other => other.clone(),
+    }
+}
+
+/// `value` with every object's keys in sorted order, whatever serde_json's map type.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            sorted_entries(map)
+                .into_iter()
+                .map(|(k, v)| (k.clone(), canonical(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The entries of `map` sorted by key.
+fn sorted_entries(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut entries: Vec<_> = map.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries
+}
+
+/// A short description of the kind of a JSON value, for error messages.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Renders a path for humans and for metrics labels, e.g.
+/// `.status.conditions[type=Ready].status`; the empty (root) path renders as `.`.
+pub fn path_to_string(path: &[PathElement]) -> String {
+    if path.is_empty() {
+        return ".".to_owned();
+    }
+    path.iter().map(ToString::to_string).collect()
+}
+
+/// Parses a dotted path like `status.workspaceStatus.atProvider` or
+/// `.spec.controlPlaneEndpoint` (one leading `.` is optional) into [`PathElement::Field`]s.
+/// Fails on empty segments, including an empty path, `.` alone and a trailing `.`.
+pub fn parse_field_path(s: &str) -> Result<Vec<PathElement>, FieldsV1Error> {
+    let body = s.strip_prefix('.').unwrap_or(s);
+    body.split('.')
+        .enumerate()
+        .map(|(i, segment)| {
+            if segment.is_empty() {
+                Err(FieldsV1Error::EmptyPathSegment {
+                    path: s.to_owned(),
+                    segment: i + 1,
+                })
+            } else {
+                Ok(PathElement::Field(segment.to_owned()))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// managedFields[].fieldsV1 of the CAPT controller on a CAPTControlPlane's status.
+    fn capt_status_fields() -> Value {
+        json!({"f:status":{".":{},"f:phase":{},"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{},"f:status":{},"f:reason":{}}},"f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{"f:cluster_endpoint":{}}}}}})
+    }
+
+    /// managedFields[].fieldsV1 of a CAPI manager on the CAPTControlPlane's spec.
+    fn capt_spec_fields() -> Value {
+        json!({"f:spec":{"f:controlPlaneEndpoint":{},"f:version":{}}})
+    }
+
+    /// A live CAPTControlPlane.
+    fn capt_live() -> Value {
+        json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+            "kind": "CAPTControlPlane",
+            "metadata": {"name": "demo", "namespace": "default"},
+            "spec": {
+                "version": "1.31",
+                "controlPlaneEndpoint": {"host": "abc.eks.amazonaws.com", "port": 443}
+            },
+            "status": {
+                "phase": "Ready",
+                "ready": true,
+                "conditions": [
+                    {"type": "WorkspaceReady", "status": "False", "reason": "Pending"},
+                    {"type": "Ready", "status": "True", "reason": "Ok",
+                     "lastTransitionTime": "2025-01-01T00:00:00Z"}
+                ],
+                "workspaceStatus": {
+                    "atProvider": {
+                        "checksum": "abc123",
+                        "outputs": {
+                            "cluster_endpoint": {"value": "https://abc", "sensitive": false},
+                            "cluster_ca": "LS0t"
+                        },
+                        "state": {"nested": [1, 2, 3]}
+                    }
+                }
+            }
+        })
+    }
+
+    fn decode(v: &Value) -> FieldSet {
+        FieldSet::from_fields_v1(v).expect("valid fieldsV1")
+    }
+
+    fn path(s: &str) -> Vec<PathElement> {
+        parse_field_path(s).expect("valid path")
+    }
+
+    fn key(v: Value) -> PathElement {
+        match v {
+            Value::Object(map) => PathElement::Key(map),
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    fn rendered_leaves(set: &FieldSet) -> Vec<String> {
+        set.leaf_paths().iter().map(|p| path_to_string(p)).collect()
+    }
+
+    fn decode_error(v: Value) -> String {
+        FieldSet::from_fields_v1(&v)
+            .expect_err("invalid fieldsV1")
+            .to_string()
+    }
+
+    /// Drops a deeply nested value one level at a time, so Drop never recurses deeply.
+    fn drop_iteratively(mut v: Value) {
+        loop {
+            let next = match &mut v {
+                Value::Object(map) => map.values_mut().next().map(std::mem::take),
+                _ => None,
+            };
+            match next {
+                Some(inner) => v = inner,
+                None => break,
+            }
+        }
+    }
+
+    fn nested_fields(depth: usize) -> Value {
+        let mut v = json!({});
+        for _ in 0..depth {
+            let mut map = Map::new();
+            map.insert("f:a".to_owned(), v);
+            v = Value::Object(map);
+        }
+        v
+    }
+
+    #[test]
+    fn field_keys_decode_into_nested_fields() {
+        let set = decode(&json!({"f:spec":{"f:replicas":{},"f:template":{"f:metadata":{}}}}));
+        assert_eq!(
+            rendered_leaves(&set),
+            [".spec.replicas", ".spec.template.metadata"]
+        );
+    }
+
+    #[test]
+    fn capt_status_fields_decode_with_every_leaf_in_order() {
+        let set = decode(&capt_status_fields());
+        assert_eq!(
+            rendered_leaves(&set),
+            [
+                ".status",
+                ".status.conditions[type=Ready]",
+                ".status.conditions[type=Ready].reason",
+                ".status.conditions[type=Ready].status",
+                ".status.conditions[type=Ready].type",
+                ".status.phase",
+                ".status.workspaceStatus.atProvider.checksum",
+                ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
+            ]
+        );
+    }
+
+    #[test]
+    fn list_map_keys_with_several_fields_compare_order_insensitively() {
+        let set = decode(&json!({"f:ports":{"k:{\"protocol\":\"TCP\",\"containerPort\":80}":{}}}));
+        let leaves = set.leaf_paths();
+        let expected = key(json!({"containerPort": 80, "protocol": "TCP"}));
+        assert_eq!(leaves, [vec![PathElement::Field("ports".into()), expected]]);
+        assert_eq!(
+            rendered_leaves(&set),
+            [".ports[containerPort=80,protocol=TCP]"]
+        );
+        let encoded = set.to_fields_v1();
+        assert!(encoded["f:ports"]["k:{\"containerPort\":80,\"protocol\":\"TCP\"}"].is_object());
+    }
+
+    #[test]
+    fn equivalent_keys_spelled_differently_are_merged() {
+        let set = decode(&json!({
+            "k:{\"a\":1,\"b\":2}": {"f:x": {}},
+            "k:{\"b\":2, \"a\":1}": {"f:y": {}},
+            "i:07": {},
+            "i:7": {}
+        }));
+        assert_eq!(rendered_leaves(&set), ["[7]", "[a=1,b=2].x", "[a=1,b=2].y"]);
+    }
+
+    #[test]
+    fn set_values_and_indices_decode() {
+        let set = decode(
+            &json!({"f:finalizers":{"v:\"foo\"":{},"v:1":{},"v:{\"b\":1,\"a\":[true]}":{}},"f:args":{"i:3":{}}}),
+        );
+        let leaves = set.leaf_paths();
+        assert!(leaves.contains(&vec![
+            PathElement::Field("finalizers".into()),
+            PathElement::Value(json!("foo")),
+        ]));
+        assert!(leaves.contains(&vec![
+            PathElement::Field("finalizers".into()),
+            PathElement::Value(json!(1)),
+        ]));
+        assert!(leaves.contains(&vec![
+            PathElement::Field("args".into()),
+            PathElement::Index(3),
+        ]));
+        assert!(rendered_leaves(&set).contains(&".finalizers[=\"foo\"]".to_owned()));
+        assert!(rendered_leaves(&set).contains(&".finalizers[={\"a\":[true],\"b\":1}]".to_owned()));
+    }
+
+    #[test]
+    fn dot_marks_a_node_with_children_as_owned_itself() {
+        let set = decode(&json!({"f:metadata":{"f:labels":{".":{},"f:app":{}}}}));
+        assert!(set.owns(&path("metadata.labels")));
+        assert!(set.owns(&path("metadata.labels.app")));
+        assert!(!set.owns(&path("metadata.labels.tier")));
+        assert!(!set.owns(&path("metadata")));
+    }
+
+    #[test]
+    fn dot_alone_is_the_same_leaf_as_an_empty_object() {
+        assert_eq!(decode(&json!({"f:a":{".":{}}})), decode(&json!({"f:a":{}})));
+    }
+
+    #[test]
+    fn dot_on_the_root_owns_the_root() {
+        let set = decode(&json!({".":{}}));
+        assert!(set.owns(&[]));
+        assert_eq!(set.leaf_paths(), [Vec::<PathElement>::new()]);
+        assert_eq!(set.to_fields_v1(), json!({".":{}}));
+    }
+
+    #[test]
+    fn empty_fields_decode_to_an_empty_set() {
+        let set = decode(&json!({}));
+        assert!(set.is_empty());
+        assert!(set.leaf_paths().is_empty());
+        assert!(!set.touches(&[]));
+        assert_eq!(set.project(&capt_live()), None);
+    }
+
+    #[test]
+    fn round_trip_reproduces_the_same_json_and_set() {
+        for fields in [
+            capt_status_fields(),
+            capt_spec_fields(),
+            json!({"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}}}}}),
+            json!({"f:finalizers":{".":{},"v:\"a\"":{},"v:2.5":{},"v:null":{}},"f:args":{"i:0":{}}}),
+        ] {
+            let set = decode(&fields);
+            let encoded = set.to_fields_v1();
+            assert_eq!(encoded, fields);
+            assert_eq!(decode(&encoded), set);
+        }
+    }
+
+    #[test]
+    fn a_non_object_root_is_rejected() {
+        assert_eq!(
+            decode_error(json!([1])),
+            "invalid fieldsV1 root: expected a JSON object, found an array"
+        );
+    }
+
+    #[test]
+    fn a_non_object_node_is_rejected_naming_key_and_path() {
+        assert_eq!(
+            decode_error(json!({"f:status":{"f:phase":"Ready"}})),
+            "invalid value for key `f:phase` at .status: expected a JSON object, found a string"
+        );
+    }
+
+    #[test]
+    fn a_non_empty_dot_is_rejected() {
+        assert_eq!(
+            decode_error(json!({"f:status":{".":{"f:x":{}}}})),
+            "invalid value for key `.` at .status: expected an empty object"
+        );
+    }
+
+    #[test]
+    fn an_unknown_prefix_is_rejected_naming_key_and_path() {
+        assert_eq!(
+            decode_error(json!({"f:status":{"x:phase":{}}})),
+            "unknown prefix in key `x:phase` at .status: expected `f:`, `k:`, `v:`, `i:` or `.`"
+        );
+        assert!(
+            decode_error(json!({"phase":{}})).starts_with("unknown prefix in key `phase` at .")
+        );
+        assert!(decode_error(json!({"":{}})).starts_with("unknown prefix in key `` at ."));
+    }
+
+    #[test]
+    fn invalid_json_after_k_is_rejected_naming_key_and_path() {
+        let message = decode_error(json!({"f:status":{"f:conditions":{"k:{oops":{}}}}));
+        assert!(
+            message.starts_with(
+                "invalid key `k:{oops` at .status.conditions: expected a JSON object after `k:`"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_k_key_that_is_not_an_object_is_rejected() {
+        assert_eq!(
+            decode_error(json!({"f:conditions":{"k:[\"Ready\"]":{}}})),
+            "invalid key `k:[\"Ready\"]` at .conditions: expected a JSON object after `k:`, found an array"
+        );
+    }
+
+    #[test]
+    fn invalid_json_after_v_is_rejected_naming_key_and_path() {
+        let message = decode_error(json!({"f:finalizers":{"v:foo":{}}}));
+        assert!(
+            message.starts_with(
+                "invalid key `v:foo` at .finalizers: expected a JSON value after `v:`"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_index_that_is_not_a_non_negative_integer_is_rejected() {
+        for bad in [
+            "i:-1",
+            "i:abc",
+            "i:",
+            "i:+1",
+            "i:1.0",
+            "i:99999999999999999999999",
+        ] {
+            let mut map = Map::new();
+            map.insert(bad.to_owned(), json!({}));
+            let message = decode_error(json!({"f:args": Value::Object(map)}));
+            assert_eq!(
+                message,
+                format!("invalid key `{bad}` at .args: expected a non-negative integer after `i:`")
+            );
+        }
+    }
+
+    #[test]
+    fn nesting_of_exactly_the_maximum_depth_is_accepted() {
+        let fields = nested_fields(MAX_DEPTH);
+        let set = decode(&fields);
+        assert_eq!(set.leaf_paths()[0].len(), MAX_DEPTH);
+        assert_eq!(decode(&set.to_fields_v1()), set);
+    }
+
+    #[test]
+    fn nesting_one_level_deeper_than_the_maximum_is_rejected() {
+        let message = decode_error(nested_fields(MAX_DEPTH + 1));
+        let expected_path = ".a".repeat(MAX_DEPTH);
+        assert_eq!(
+            message,
+            format!("key `f:a` at {expected_path} nests deeper than 64 levels")
+        );
+    }
+
+    #[test]
+    fn ten_thousand_levels_of_nesting_fail_without_overflowing_the_stack() {
+        // Built programmatically: serde_json's text parser stops at 128 levels on its own.
+        let fields = nested_fields(10_000);
+        let result = FieldSet::from_fields_v1(&fields);
+        assert!(matches!(result, Err(FieldsV1Error::TooDeep { .. })));
+        // serde_json's own Drop recurses, so take the value apart level by level.
+        drop_iteratively(fields);
+    }
+
+    #[test]
+    fn owns_covers_leaves_and_everything_below_a_leaf() {
+        let set = decode(&capt_spec_fields());
+        assert!(set.owns(&path(".spec.controlPlaneEndpoint")));
+        assert!(set.owns(&path(".spec.controlPlaneEndpoint.host")));
+        assert!(!set.owns(&path(".spec")));
+        assert!(!set.owns(&path(".spec.paused")));
+        assert!(!set.owns(&[]));
+    }
+
+    #[test]
+    fn owns_on_list_map_elements_uses_the_dot_and_key_fields() {
+        let set = decode(&capt_status_fields());
+        let ready = key(json!({"type": "Ready"}));
+        let mut conditions = path("status.conditions");
+        assert!(!set.owns(&conditions));
+        conditions.push(ready);
+        assert!(set.owns(&conditions));
+        conditions.push(PathElement::Field("status".into()));
+        assert!(set.owns(&conditions));
+        conditions.pop();
+        conditions.push(PathElement::Field("message".into()));
+        assert!(!set.owns(&conditions));
+        let mut other = path("status.conditions");
+        other.push(key(json!({"type": "WorkspaceReady"})));
+        assert!(!set.owns(&other));
+    }
+
+    #[test]
+    fn a_dot_node_with_children_does_not_own_unlisted_descendants() {
+        let set = decode(&capt_status_fields());
+        assert!(set.owns(&path("status")));
+        assert!(!set.owns(&path("status.ready")));
+        assert!(!set.owns(&path("status.workspaceStatus.atProvider")));
+        assert!(!set.touches(&path("status.workspaceStatus.atProvider.state")));
+    }
+
+    #[test]
+    fn touches_finds_owned_paths_below_and_above() {
+        let set = decode(&capt_status_fields());
+        assert!(set.touches(&path("status.workspaceStatus")));
+        assert!(set.touches(&path("status.workspaceStatus.atProvider")));
+        assert!(!set.owns(&path("status.workspaceStatus.atProvider")));
+        assert!(set.touches(&path(
+            "status.workspaceStatus.atProvider.outputs.cluster_endpoint.value"
+        )));
+        assert!(!set.touches(&path("spec")));
+        assert!(set.touches(&[]));
+    }
+
+    #[test]
+    fn projection_copies_owned_scalars_and_whole_leaf_subtrees() {
+        let set = decode(&capt_spec_fields());
+        assert_eq!(
+            set.project(&capt_live()),
+            Some(json!({"spec": {
+                "version": "1.31",
+                "controlPlaneEndpoint": {"host": "abc.eks.amazonaws.com", "port": 443}
+            }}))
+        );
+    }
+
+    #[test]
+    fn projection_of_nested_maps_keeps_only_owned_fields() {
+        let set = decode(
+            &json!({"f:status":{"f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{"f:cluster_endpoint":{}}}}}}),
+        );
+        assert_eq!(
+            set.project(&capt_live()),
+            Some(json!({"status": {"workspaceStatus": {"atProvider": {
+                "checksum": "abc123",
+                "outputs": {"cluster_endpoint": {"value": "https://abc", "sensitive": false}}
+            }}}}))
+        );
+    }
+
+    #[test]
+    fn list_map_element_projection_keeps_its_key_fields_and_live_order() {
+        let set = decode(
+            &json!({"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:status":{}}}}}),
+        );
+        assert_eq!(
+            set.project(&capt_live()),
+            Some(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+        );
+    }
+
+    #[test]
+    fn capt_status_projection_includes_the_owned_condition_only() {
+        let set = decode(&capt_status_fields());
+        assert_eq!(
+            set.project(&capt_live()),
+            Some(json!({"status": {
+                "phase": "Ready",
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Ok"}],
+                "workspaceStatus": {"atProvider": {
+                    "checksum": "abc123",
+                    "outputs": {"cluster_endpoint": {"value": "https://abc", "sensitive": false}}
+                }}
+            }}))
+        );
+    }
+
+    #[test]
+    fn projection_of_two_owned_list_map_elements_keeps_live_order() {
+        let set = decode(&json!({"f:conditions":{
+            "k:{\"type\":\"Ready\"}":{"f:reason":{}},
+            "k:{\"type\":\"WorkspaceReady\"}":{"f:reason":{}}
+        }}));
+        let live = json!({"conditions": [
+            {"type": "WorkspaceReady", "reason": "Pending"},
+            {"type": "Other", "reason": "x"},
+            {"type": "Ready", "reason": "Ok"}
+        ]});
+        assert_eq!(
+            set.project(&live),
+            Some(json!({"conditions": [
+                {"type": "WorkspaceReady", "reason": "Pending"},
+                {"type": "Ready", "reason": "Ok"}
+            ]}))
+        );
+    }
+
+    #[test]
+    fn a_dot_element_whose_fields_are_absent_projects_to_its_keys() {
+        let set = decode(
+            &json!({"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:name":{}}}}),
+        );
+        let live = json!({"ports": [{"containerPort": 80, "protocol": "TCP", "hostPort": 8080}]});
+        assert_eq!(
+            set.project(&live),
+            Some(json!({"ports": [{"containerPort": 80, "protocol": "TCP"}]}))
+        );
+    }
+
+    #[test]
+    fn a_dot_map_whose_children_are_absent_projects_to_an_empty_object() {
+        let set = decode(&json!({"f:metadata":{"f:labels":{".":{},"f:app":{}}}}));
+        let live = json!({"metadata": {"labels": {"tier": "web"}}});
+        assert_eq!(
+            set.project(&live),
+            Some(json!({"metadata": {"labels": {}}}))
+        );
+    }
+
+    #[test]
+    fn set_projection_includes_only_values_present_live() {
+        let set = decode(&json!({"f:finalizers":{"v:\"a\"":{},"v:\"gone\"":{}}}));
+        let live = json!({"finalizers": ["z", "a", "b"]});
+        assert_eq!(set.project(&live), Some(json!({"finalizers": ["a"]})));
+    }
+
+    #[test]
+    fn index_projection_picks_the_live_element() {
+        let set = decode(&json!({"f:args":{"i:1":{}}}));
+        let live = json!({"args": ["--a", {"b": 1}, "--c"]});
+        assert_eq!(set.project(&live), Some(json!({"args": [{"b": 1}]})));
+    }
+
+    #[test]
+    fn owned_paths_missing_live_are_skipped() {
+        let set = decode(
+            &json!({"f:status":{"f:phase":{},"f:missing":{"f:deeper":{}},"f:conditions":{"k:{\"type\":\"Gone\"}":{"f:status":{}}}}}),
+        );
+        assert_eq!(
+            set.project(&capt_live()),
+            Some(json!({"status": {"phase": "Ready"}}))
+        );
+        assert_eq!(set.project(&json!({"spec": {}})), None);
+        assert_eq!(set.project(&json!({"status": "not an object"})), None);
+    }
+
+    #[test]
+    fn at_provider_owned_as_several_leaves_projects_arbitrary_nested_json() {
+        let set = decode(&json!({"f:status":{"f:workspaceStatus":{"f:atProvider":{
+            "f:checksum":{},"f:state":{},"f:outputs":{"f:cluster_ca":{}}
+        }}}}));
+        assert_eq!(
+            set.project(&capt_live()),
+            Some(json!({"status": {"workspaceStatus": {"atProvider": {
+                "checksum": "abc123",
+                "outputs": {"cluster_ca": "LS0t"},
+                "state": {"nested": [1, 2, 3]}
+            }}}}))
+        );
+    }
+
+    fn conditions_keyed_by_type(path: &[PathElement]) -> Option<Vec<String>> {
+        match path_to_string(path).as_str() {
+            ".status.conditions" => Some(vec!["type".to_owned()]),
+            ".status.finalizers" => Some(Vec::new()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_apply_of_status_with_conditions_claims_keyed_elements() {
+        let doc = json!({"status": {
+            "phase": "Ready",
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ok"},
+                {"type": "Synced", "status": "True"}
+            ],
+            "workspaceStatus": {"atProvider": {"checksum": "x", "outputs": {}}},
+            "addresses": ["10.0.0.1"],
+            "finalizers": ["a"],
+            "empty": null
+        }});
+        let set = FieldSet::from_apply_document(&doc, &conditions_keyed_by_type);
+        let expected = json!({"f:status":{
+            "f:phase":{},
+            "f:conditions":{
+                "k:{\"type\":\"Ready\"}":{".":{},"f:type":{},"f:status":{},"f:reason":{}},
+                "k:{\"type\":\"Synced\"}":{".":{},"f:type":{},"f:status":{}}
+            },
+            "f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{}}},
+            "f:addresses":{},
+            "f:finalizers":{"v:\"a\"":{}},
+            "f:empty":{}
+        }});
+        assert_eq!(set, decode(&expected));
+        assert_eq!(set.to_fields_v1(), expected);
+    }
+
+    #[test]
+    fn an_apply_with_an_empty_list_map_claims_nothing_for_it() {
+        let doc = json!({"status": {"conditions": []}});
+        let set = FieldSet::from_apply_document(&doc, &conditions_keyed_by_type);
+        assert!(set.is_empty());
+    }
+
+    #[test]
+    fn list_map_keys_are_asked_with_the_schema_path_of_the_list() {
+        let doc =
+            json!({"spec": {"containers": [{"name": "app", "ports": [{"containerPort": 80}]}]}});
+        let keys = |p: &[PathElement]| match path_to_string(p).as_str() {
+            ".spec.containers" => Some(vec!["name".to_owned()]),
+            ".spec.containers.ports" => {
+                Some(vec!["containerPort".to_owned(), "protocol".to_owned()])
+            }
+            _ => None,
+        };
+        let set = FieldSet::from_apply_document(&doc, &keys);
+        assert_eq!(
+            rendered_leaves(&set),
+            [
+                ".spec.containers[name=app]",
+                ".spec.containers[name=app].name",
+                ".spec.containers[name=app].ports[containerPort=80]",
+                ".spec.containers[name=app].ports[containerPort=80].containerPort",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_predicted_apply_conflicts_with_the_capt_controller_on_shared_paths() {
+        let doc = json!({"status": {
+            "phase": "Provisioning",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": "x", "cluster_ca": "y"}}}
+        }});
+        let applied = FieldSet::from_apply_document(&doc, &conditions_keyed_by_type);
+        let capt = decode(&capt_status_fields());
+        let conflicts = applied.intersection(&capt);
+        assert_eq!(
+            rendered_leaves(&conflicts),
+            [
+                ".status.conditions[type=Ready]",
+                ".status.conditions[type=Ready].status",
+                ".status.conditions[type=Ready].type",
+                ".status.phase",
+                ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
+            ]
+        );
+        assert_eq!(conflicts, capt.intersection(&applied));
+    }
+
+    #[test]
+    fn intersection_with_a_leaf_keeps_the_deeper_paths_of_the_other_side() {
+        let whole = decode(&json!({"f:status":{"f:workspaceStatus":{}}}));
+        let capt = decode(&capt_status_fields());
+        let expected = [
+            ".status.workspaceStatus.atProvider.checksum",
+            ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
+        ];
+        assert_eq!(rendered_leaves(&whole.intersection(&capt)), expected);
+        assert_eq!(rendered_leaves(&capt.intersection(&whole)), expected);
+    }
+
+    #[test]
+    fn intersection_of_disjoint_sets_is_empty() {
+        let spec = decode(&capt_spec_fields());
+        let status = decode(&capt_status_fields());
+        assert!(spec.intersection(&status).is_empty());
+        assert!(FieldSet::default().intersection(&status).is_empty());
+    }
+
+    #[test]
+    fn paths_render_for_humans_and_labels() {
+        let mut p = path("status.conditions");
+        p.push(key(json!({"type": "Ready"})));
+        p.push(PathElement::Field("status".into()));
+        assert_eq!(path_to_string(&p), ".status.conditions[type=Ready].status");
+        let elements = [
+            key(json!({"protocol": "TCP", "containerPort": 80})),
+            PathElement::Value(json!("foo")),
+            PathElement::Index(3),
+        ];
+        assert_eq!(
+            path_to_string(&elements),
+            "[containerPort=80,protocol=TCP][=\"foo\"][3]"
+        );
+        assert_eq!(path_to_string(&[]), ".");
+    }
+
+    #[test]
+    fn field_paths_parse_with_or_without_a_leading_dot() {
+        let expected = vec![
+            PathElement::Field("status".into()),
+            PathElement::Field("workspaceStatus".into()),
+            PathElement::Field("atProvider".into()),
+        ];
+        assert_eq!(path("status.workspaceStatus.atProvider"), expected);
+        assert_eq!(path(".status.workspaceStatus.atProvider"), expected);
+    }
+
+    #[test]
+    fn field_paths_with_empty_segments_are_rejected() {
+        for bad in ["", ".", "status..phase", "status.", "..status"] {
+            assert!(
+                matches!(
+                    parse_field_path(bad),
+                    Err(FieldsV1Error::EmptyPathSegment { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            parse_field_path("status..phase").unwrap_err().to_string(),
+            "invalid field path `status..phase`: segment 2 is empty"
+        );
+    }
+}

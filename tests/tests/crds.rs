@@ -1,0 +1,131 @@
+//! Our CRDs as the real API server serves them: printer columns, validation, and the
+//! upstream CRDs installed beside them.
+
+use anyhow::Result;
+use capt_controller::api::CAPTCluster;
+use capt_tests::{TestNamespace, env};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+#[tokio::test]
+async fn kubectl_get_captcontrolplane_shows_the_printer_columns_of_the_design() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "columns").await?;
+    let manifest = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "test-cluster", "namespace": ns.name},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"},
+                 "controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}},
+    });
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&manifest.to_string()),
+    )?;
+    env().kubectl_ok(
+        &["apply", "--server-side", "--subresource=status", "--field-manager=test", "-f", "-"],
+        Some(&json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "metadata": {"name": "test-cluster", "namespace": ns.name},
+            "status": {"ready": true, "phase": "Ready"}})
+        .to_string()),
+    )?;
+
+    let out = env().kubectl_ok(&["get", "captcontrolplane", "-n", &ns.name], None)?;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "READY", "PHASE", "VERSION", "ENDPOINT", "AGE"],
+        "{out}"
+    );
+    assert_eq!(
+        lines[1][..5],
+        ["test-cluster", "true", "Ready", "1.31", "10.0.0.1"],
+        "{out}"
+    );
+
+    let out = env().kubectl_ok(&["get", "captcluster", "-n", &ns.name], None)?;
+    assert!(out.is_empty() || out.contains("No resources"), "{out}");
+    let err = env().kubectl_run(&["get", "captcluster", "-n", &ns.name], None)?;
+    assert!(String::from_utf8_lossy(&err.stderr).contains("No resources found"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_get_captcluster_shows_vpc_ready_and_endpoint_columns() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "columns-c").await?;
+    let manifest = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "test-cluster", "namespace": ns.name},
+        "spec": {"region": "ap-northeast-1", "existingVpcId": "vpc-123456789"},
+    });
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&manifest.to_string()),
+    )?;
+    let out = env().kubectl_ok(&["get", "captcluster", "-n", &ns.name], None)?;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "VPC-ID", "READY", "ENDPOINT", "AGE"],
+        "{out}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_real_cluster_and_workspace_crds_are_installed() -> Result<()> {
+    let out = env().kubectl_ok(
+        &["get", "crd", "clusters.cluster.x-k8s.io", "workspaces.tf.upbound.io", "-o",
+          "jsonpath={range .items[*]}{.metadata.name} {.spec.versions[?(@.storage==true)].name}{\"\\n\"}{end}"],
+        None,
+    )?;
+    assert_eq!(
+        out,
+        "clusters.cluster.x-k8s.io v1beta1\nworkspaces.tf.upbound.io v1beta1\n"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_invalid_captcluster_is_rejected_with_a_clear_message() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "validation").await?;
+    let api: Api<CAPTCluster> = Api::namespaced(client, &ns.name);
+    let create = |spec: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            let obj: CAPTCluster = serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+                "metadata": {"name": "bad"}, "spec": spec,
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &obj).await
+        }
+    };
+    let message = |r: kube::Result<CAPTCluster>| match r {
+        Err(kube::Error::Api(s)) if s.code == 422 => s.message,
+        other => panic!("expected a 422, got {other:?}"),
+    };
+
+    let both = message(create(json!({"region": "ap-northeast-1", "existingVpcId": "vpc-1", "vpcTemplateRef": {"name": "vpc"}})).await);
+    assert!(
+        both.contains("exactly one of spec.vpcTemplateRef and spec.existingVpcId must be set"),
+        "{both}"
+    );
+    let neither = message(create(json!({"region": "ap-northeast-1"})).await);
+    assert!(
+        neither.contains("exactly one of spec.vpcTemplateRef and spec.existingVpcId must be set"),
+        "{neither}"
+    );
+    let region = message(create(json!({"region": "Tokyo", "existingVpcId": "vpc-1"})).await);
+    assert!(
+        region.contains("spec.region") && region.contains("\"Tokyo\""),
+        "{region}"
+    );
+
+    create(json!({"region": "ap-northeast-1", "existingVpcId": "vpc-1"})).await?;
+    Ok(())
+}
