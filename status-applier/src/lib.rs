@@ -6,7 +6,16 @@
 //! object.
 #![forbid(unsafe_code)]
 
+pub mod apply;
+pub mod client;
 pub mod config;
+pub mod conflict;
+pub mod document;
+pub mod engine;
+pub mod error;
 pub mod fieldsv1;
 pub mod intent;
+pub mod live;
 pub mod merge;
+pub mod metrics;
+pub mod server;

@@ -1,1 +1,359 @@
-fn main() {}
+//! `status-applier`: the server (`serve`) and the client commands that talk to it.
+#![forbid(unsafe_code)]
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use prometheus_client::registry::Registry;
+use status_applier::client::{Answer, Client};
+use status_applier::config::{CAPT_PROTECTED, CAPT_REPLACED, GroupKind, KindPath, Policy};
+use status_applier::engine::{Engine, Settings};
+use status_applier::metrics::Metrics;
+use status_applier::server::{AppState, probes, router};
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A server-side-apply field-manager sidecar.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the intent API and apply intents to the API server.
+    Serve(Box<ServeArgs>),
+    /// Submit intents (YAML or JSON; several YAML documents in one file are submitted in order).
+    Submit {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// The intent file, or - for standard input.
+        #[arg(short = 'f', long = "filename")]
+        file: String,
+        /// Answer once the intent is merged, without waiting for its apply.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Print every desired document (as JSON, or as apply configurations with the kubectl
+    /// command that reproduces each).
+    Show {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Format::Json)]
+        output: Format,
+    },
+    /// Print the recent conflicts.
+    Conflicts {
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Json,
+    Yaml,
+}
+
+#[derive(Args)]
+struct SocketArg {
+    /// The Unix socket of the server.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_SOCKET",
+        default_value = "/var/run/status-applier/applier.sock"
+    )]
+    socket: PathBuf,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Also serve /healthz, /readyz and /metrics on this TCP address (for probes and Prometheus).
+    #[arg(long, env = "STATUS_APPLIER_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Also serve the whole intent API on this TCP address. For debugging only: off by default.
+    #[arg(long, env = "STATUS_APPLIER_DEBUG_TCP_ADDR")]
+    debug_tcp_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    tuning: TuningArgs,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "STATUS_APPLIER_LOG_JSON")]
+    log_json: bool,
+}
+
+#[derive(Args)]
+struct PolicyArgs {
+    /// Field managers accepted in intents (all when none is given).
+    #[arg(
+        long = "allow-manager",
+        env = "STATUS_APPLIER_ALLOWED_MANAGERS",
+        value_delimiter = ','
+    )]
+    allowed_managers: Vec<String>,
+    /// Kinds accepted in intents, as Kind.group (all when none is given).
+    #[arg(
+        long = "allow-kind",
+        env = "STATUS_APPLIER_ALLOWED_KINDS",
+        value_delimiter = ','
+    )]
+    allowed_kinds: Vec<GroupKind>,
+    /// Protected paths, as Kind.group:field.path (replaces the defaults).
+    #[arg(long = "protect", env = "STATUS_APPLIER_PROTECT", value_delimiter = ',', default_values_t = defaults(CAPT_PROTECTED))]
+    protected: Vec<KindPathArg>,
+    /// Subtrees replaced whole by a fragment that carries them, as Kind.group:field.path.
+    #[arg(long = "replace", env = "STATUS_APPLIER_REPLACE", value_delimiter = ',', default_values_t = defaults(CAPT_REPLACED))]
+    replaced: Vec<KindPathArg>,
+    /// Managers whose conflicts outside protected paths are forced (none by default).
+    #[arg(
+        long = "force-manager",
+        env = "STATUS_APPLIER_FORCE_MANAGERS",
+        value_delimiter = ','
+    )]
+    force_managers: Vec<String>,
+    /// Kinds to watch from the start, as apiVersion:Kind, so that documents are rebuilt
+    /// from managedFields before the first intent arrives.
+    #[arg(
+        long = "watch-kind",
+        env = "STATUS_APPLIER_WATCH_KINDS",
+        value_delimiter = ','
+    )]
+    watch_kinds: Vec<String>,
+    /// Do not publish Kubernetes Events for conflicts.
+    #[arg(long)]
+    no_events: bool,
+}
+
+#[derive(Args)]
+struct TuningArgs {
+    /// How long a queued document waits for more intents before its apply.
+    #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = 0)]
+    coalesce_window_ms: u64,
+    /// Applies in flight at once.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_MAX_CONCURRENT_APPLIES",
+        default_value_t = 16
+    )]
+    max_concurrent_applies: usize,
+    /// First retry delay after an API error (doubles per failure, with jitter).
+    #[arg(long, env = "STATUS_APPLIER_BACKOFF_BASE_MS", default_value_t = 200)]
+    backoff_base_ms: u64,
+    /// Longest retry delay.
+    #[arg(long, env = "STATUS_APPLIER_BACKOFF_MAX_SECONDS", default_value_t = 60)]
+    backoff_max_seconds: u64,
+    /// How long a submitter that waits for the apply waits at most.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_WAIT_TIMEOUT_SECONDS",
+        default_value_t = 30
+    )]
+    wait_timeout_seconds: u64,
+}
+
+/// A `Kind.group:path` flag value (clap needs Display for defaults).
+#[derive(Clone)]
+struct KindPathArg(KindPath);
+
+impl std::str::FromStr for KindPathArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(Self)
+    }
+}
+
+impl std::fmt::Display for KindPathArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.0.kind, self.0.path)
+    }
+}
+
+fn defaults(rules: &[&str]) -> Vec<KindPathArg> {
+    rules
+        .iter()
+        .map(|r| r.parse().expect("built-in rules parse"))
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(*args).await,
+        Command::Submit {
+            socket,
+            file,
+            no_wait,
+        } => submit(&socket.socket, &file, !no_wait).await,
+        Command::Show { socket, output } => {
+            let path = match output {
+                Format::Json => "/v1/intents",
+                Format::Yaml => "/v1/intents?format=yaml",
+            };
+            print_answer(Client::new(&socket.socket).get(path).await?)
+        }
+        Command::Conflicts { socket } => {
+            print_answer(Client::new(&socket.socket).get("/v1/conflicts").await?)
+        }
+    }
+}
+
+fn print_answer(answer: Answer) -> Result<()> {
+    println!("{}", answer.body.trim_end());
+    if !answer.status.is_success() {
+        bail!("the status-applier answered {}", answer.status);
+    }
+    Ok(())
+}
+
+async fn submit(socket: &std::path::Path, file: &str, wait: bool) -> Result<()> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?
+    };
+    let client = Client::new(socket);
+    let mut failed = 0;
+    for (i, doc) in split_documents(&text).into_iter().enumerate() {
+        let answer = client.submit_raw(doc.into_bytes(), wait).await?;
+        println!("{}", answer.body.trim_end());
+        if !answer.status.is_success() {
+            eprintln!(
+                "intent {} of {file}: the status-applier answered {}",
+                i + 1,
+                answer.status
+            );
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} intent(s) of {file} were not accepted");
+    }
+    Ok(())
+}
+
+/// Splits a multi-document YAML stream; JSON and single documents pass through as they are,
+/// so the server validates the bytes the user wrote.
+fn split_documents(text: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else {
+            let doc = docs.last_mut().expect("never empty");
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    docs.into_iter()
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
+        .collect()
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    init_logging(args.log_json);
+    let policy = Policy {
+        allowed_managers: args.policy.allowed_managers,
+        allowed_kinds: args.policy.allowed_kinds,
+        protected: args.policy.protected.into_iter().map(|a| a.0).collect(),
+        replaced: args.policy.replaced.into_iter().map(|a| a.0).collect(),
+        force_managers: args.policy.force_managers,
+    };
+    let t = args.tuning;
+    let settings = Settings {
+        coalesce_window: Duration::from_millis(t.coalesce_window_ms),
+        max_concurrent_applies: t.max_concurrent_applies.max(1),
+        backoff_base: Duration::from_millis(t.backoff_base_ms),
+        backoff_max: Duration::from_secs(t.backoff_max_seconds),
+        wait_timeout: Duration::from_secs(t.wait_timeout_seconds),
+        ..Settings::default()
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let engine = Engine::start(client, policy, settings, metrics, !args.policy.no_events);
+    for watched in &args.policy.watch_kinds {
+        let (api_version, kind) = watched.rsplit_once(':').with_context(|| {
+            format!("invalid --watch-kind `{watched}`: expected apiVersion:Kind")
+        })?;
+        engine
+            .watch_kind(api_version, kind)
+            .await
+            .with_context(|| format!("watching {watched}"))?;
+    }
+    let state = AppState {
+        engine,
+        registry: Arc::new(registry),
+    };
+
+    let socket = &args.socket.socket;
+    if socket.exists() {
+        std::fs::remove_file(socket)
+            .with_context(|| format!("removing the stale socket {}", socket.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))?;
+    tracing::info!(socket = %socket.display(), "Serving the intent API");
+    if let Some(addr) = args.metrics_addr {
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::info!(%addr, "Serving health and metrics");
+        tokio::spawn(
+            axum::serve(tcp, probes(state.clone()).with_state(state.clone())).into_future(),
+        );
+    }
+    if let Some(addr) = args.debug_tcp_addr {
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::warn!(%addr, "Serving the whole intent API on TCP (debugging only)");
+        tokio::spawn(axum::serve(tcp, router(state.clone())).into_future());
+    }
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    let _ = std::fs::remove_file(socket);
+    Ok(())
+}
+
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("Shutting down");
+}
+
+fn init_logging(json: bool) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

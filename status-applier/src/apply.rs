@@ -1,0 +1,295 @@
+//! One apply attempt of a desired document: check the live object, leave out what another
+//! owner holds with other values, skip the request when nothing would change, and send a
+//! server-side apply with `force=false` (unless the policy allows forcing that manager
+//! outside protected paths).
+
+use crate::config::{FieldPath, Policy};
+use crate::conflict::{self, Conflict};
+use crate::document::{remove_at, same_content};
+use crate::engine::Outcome;
+use crate::error::ApplyError;
+use crate::fieldsv1::PathElement;
+use crate::intent::{DesiredKey, Subresource};
+use crate::live::{Kind, Live};
+use crate::metrics::{Action, CodeLabel, ManagerLabel, Metrics};
+use kube::api::{DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// What an attempt did.
+pub struct Attempt {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// The uid of the live object, when it was found.
+    pub object_uid: Option<String>,
+    /// Whether to back off before the next attempt (a 409 that prediction missed).
+    pub retry: bool,
+}
+
+/// Applies `document` for `key` if the live object needs it.
+pub async fn attempt(
+    live: &Live,
+    policy: &Policy,
+    metrics: &Metrics,
+    key: &DesiredKey,
+    document: &Value,
+    precondition: Option<&str>,
+) -> Attempt {
+    let kind = match live.kind(&key.object.api_version, &key.object.kind).await {
+        Ok(kind) => kind,
+        Err(e) => return failed(metrics, key, e, None),
+    };
+    let mut fresh = false;
+    loop {
+        let object = match live.get(&kind, &key.object).await {
+            Ok(Some(object)) => object,
+            Ok(None) => return failed(metrics, key, ApplyError::NotFound, None),
+            Err(e) => return failed(metrics, key, e, None),
+        };
+        let uid = object.metadata.uid.clone();
+        if let Some(expected) = precondition
+            && uid.as_deref() != Some(expected)
+        {
+            let found = uid.clone().unwrap_or_else(|| "none".into());
+            return failed(
+                metrics,
+                key,
+                ApplyError::UidMismatch {
+                    expected: expected.into(),
+                    found,
+                },
+                uid,
+            );
+        }
+        let plan = plan(policy, key, document, &object);
+        if plan.unchanged {
+            let action = if plan.conflicts.is_empty() {
+                Action::unchanged
+            } else {
+                Action::conflict
+            };
+            let mut outcome = Outcome::new(key, action);
+            outcome.conflicts = plan.conflicts;
+            outcome.resource_version = object.metadata.resource_version.clone();
+            return Attempt {
+                outcome,
+                object_uid: uid,
+                retry: false,
+            };
+        }
+        metrics
+            .writes
+            .get_or_create(&ManagerLabel {
+                manager: key.field_manager.clone(),
+            })
+            .inc();
+        let body = apply_body(key, uid.as_deref(), &plan.body);
+        match send(live, &kind, key, body, plan.force).await {
+            Ok(applied) => {
+                let action = if plan.conflicts.is_empty() {
+                    Action::applied
+                } else {
+                    Action::conflict
+                };
+                let mut outcome = Outcome::new(key, action);
+                outcome.resource_version = applied.metadata.resource_version.clone();
+                outcome.conflicts = plan.conflicts;
+                live.observe(&kind, applied);
+                return Attempt {
+                    outcome,
+                    object_uid: uid,
+                    retry: false,
+                };
+            }
+            Err(ApplyError::Conflict(causes)) if !fresh => {
+                // Prediction worked from a stale object: read it again and plan once more.
+                tracing::debug!(subject = %key.object, causes, "Conflict not predicted; re-reading the object");
+                refresh(live, &kind, key).await;
+                fresh = true;
+            }
+            Err(e) => {
+                let retry = matches!(e, ApplyError::Conflict(_));
+                let mut attempt = failed(metrics, key, e, uid);
+                attempt.retry = retry;
+                return attempt;
+            }
+        }
+    }
+}
+
+fn failed(
+    metrics: &Metrics,
+    key: &DesiredKey,
+    error: ApplyError,
+    object_uid: Option<String>,
+) -> Attempt {
+    metrics
+        .api_errors
+        .get_or_create(&CodeLabel {
+            code: error.code().into(),
+        })
+        .inc();
+    let action = match &error {
+        ApplyError::Transient(_) => Action::error,
+        ApplyError::Conflict(_) => Action::conflict,
+        _ => Action::rejected,
+    };
+    tracing::warn!(subject = %key.object, manager = key.field_manager, error = %error, "Apply did not happen");
+    Attempt {
+        outcome: Outcome::new(key, action).with_message(format!("{}: {error}", key.object)),
+        object_uid,
+        retry: false,
+    }
+}
+
+async fn refresh(live: &Live, kind: &Kind, key: &DesiredKey) {
+    if let Ok(Some(object)) = kind
+        .api(live.client(), key.object.namespace.as_deref())
+        .get_opt(&key.object.name)
+        .await
+    {
+        live.observe(kind, object);
+    }
+}
+
+async fn send(
+    live: &Live,
+    kind: &Arc<Kind>,
+    key: &DesiredKey,
+    body: Value,
+    force: bool,
+) -> Result<DynamicObject, ApplyError> {
+    let api = kind.api(live.client(), key.object.namespace.as_deref());
+    let params = PatchParams {
+        field_manager: Some(key.field_manager.clone()),
+        force,
+        ..PatchParams::default()
+    };
+    let patch = Patch::Apply(body);
+    let result = match key.subresource {
+        Some(Subresource::Status) => api.patch_status(&key.object.name, &params, &patch).await,
+        None => api.patch(&key.object.name, &params, &patch).await,
+    };
+    result.map_err(ApplyError::from_kube)
+}
+
+/// What to send, if anything.
+struct Plan {
+    /// The document to apply: the desired one less the paths left to other owners.
+    body: Value,
+    /// Whether the apply forces (only for managers the policy allows, never on protected paths).
+    force: bool,
+    /// Paths another owner holds with other values.
+    conflicts: Vec<Conflict>,
+    /// True when the manager already owns exactly `body` on the live object.
+    unchanged: bool,
+}
+
+fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObject) -> Plan {
+    let live = serde_json::to_value(object).unwrap_or_default();
+    let subresource = key.subresource_name();
+    let (owners, errors) = conflict::owners(
+        object
+            .metadata
+            .managed_fields
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    for error in errors {
+        tracing::warn!(subject = %key.object, error, "Skipping an undecodable managedFields entry");
+    }
+    let protected = policy.rules_for(&key.object.group_kind()).protected;
+    let may_force = policy.may_force(&key.field_manager);
+    let conflicts = conflict::predict(document, &key.field_manager, subresource, &live, &owners);
+    let mut body = document.clone();
+    let mut force = false;
+    for c in &conflicts {
+        if may_force && !protected.iter().any(|p| is_under(&c.elements, p)) {
+            force = true;
+        } else {
+            remove_at(&mut body, &c.elements);
+        }
+    }
+    let owned = conflict::owned_document(&owners, &key.field_manager, subresource, &live);
+    let unchanged = same_content(&owned, &body);
+    Plan {
+        body,
+        force,
+        conflicts,
+        unchanged,
+    }
+}
+
+fn is_under(path: &[PathElement], prefix: &FieldPath) -> bool {
+    prefix.segments().len() <= path.len()
+        && prefix
+            .segments()
+            .iter()
+            .zip(path)
+            .all(|(name, element)| matches!(element, PathElement::Field(f) if f == name))
+}
+
+/// The apply configuration for `document`: the object's identity (with the uid as a
+/// precondition, so a recreated object is never written and nothing is created) plus the
+/// document.
+pub fn apply_body(key: &DesiredKey, uid: Option<&str>, document: &Value) -> Value {
+    let mut metadata = json!({"name": key.object.name});
+    if let Some(ns) = &key.object.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    if let Some(uid) = uid {
+        metadata["uid"] = json!(uid);
+    }
+    let mut body = json!({"apiVersion": key.object.api_version, "kind": key.object.kind, "metadata": metadata});
+    if let (Value::Object(body), Value::Object(fields)) = (&mut body, document) {
+        body.extend(fields.clone());
+    }
+    body
+}
+
+/// What `key`'s manager owns on `object`, with the live values: its desired document as the
+/// API server remembers it.
+pub fn owned_document(object: &DynamicObject, key: &DesiredKey) -> Value {
+    let live = serde_json::to_value(object).unwrap_or_default();
+    let (owners, _) = conflict::owners(
+        object
+            .metadata
+            .managed_fields
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    let mut owned =
+        conflict::owned_document(&owners, &key.field_manager, key.subresource_name(), &live);
+    if let Value::Object(fields) = &mut owned {
+        // Identity is the applier's, not part of any document.
+        for reserved in ["apiVersion", "kind", "metadata"] {
+            fields.remove(reserved);
+        }
+    }
+    owned
+}
+
+/// The (manager, subresource) pairs among `managers` that have applied to `object`.
+pub fn our_apply_entries(
+    object: &DynamicObject,
+    managers: &[String],
+) -> Vec<(String, Option<Subresource>)> {
+    object
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.operation.as_deref() == Some("Apply"))
+        .filter_map(|e| {
+            let manager = e.manager.clone()?;
+            if !managers.contains(&manager) {
+                return None;
+            }
+            match e.subresource.as_deref() {
+                Some("status") => Some((manager, Some(Subresource::Status))),
+                None | Some("") => Some((manager, None)),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,228 @@
+//! The live objects the applier manages, as the API server last showed them: one watch per
+//! kind, updated also from the answers of our own applies, so that checking whether an
+//! apply would change anything costs no request.
+
+use crate::error::ApplyError;
+use crate::intent::ObjectRef;
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+type ObjectName = (Option<String>, String);
+
+/// One kind the applier has met: how to reach it, and the cache of its objects.
+pub struct Kind {
+    /// The resource, as discovered.
+    pub resource: ApiResource,
+    /// Whether objects of the kind live in namespaces.
+    pub namespaced: bool,
+    objects: RwLock<HashMap<ObjectName, Arc<DynamicObject>>>,
+    synced: AtomicBool,
+}
+
+impl Kind {
+    /// The API of one object's namespace (or of the cluster, for cluster-scoped kinds).
+    pub fn api(&self, client: &kube::Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &self.resource),
+            _ => Api::all_with(client.clone(), &self.resource),
+        }
+    }
+
+    fn cached(&self, name: &ObjectName) -> Option<Arc<DynamicObject>> {
+        self.objects.read().expect("lock").get(name).cloned()
+    }
+
+    /// Keeps `obj` unless the cache holds a newer version of it; returns whether it was kept.
+    fn observe(&self, obj: DynamicObject) -> bool {
+        let name = (
+            obj.metadata.namespace.clone(),
+            obj.metadata.name.clone().unwrap_or_default(),
+        );
+        let mut objects = self.objects.write().expect("lock");
+        if let Some(current) = objects.get(&name)
+            && current.metadata.uid == obj.metadata.uid
+            && version(current) > version(&obj)
+        {
+            return false;
+        }
+        objects.insert(name, Arc::new(obj));
+        true
+    }
+}
+
+/// The resourceVersion as a number: etcd revisions only grow, so for one object a larger
+/// number is newer. An unparseable version counts as newest.
+fn version(obj: &DynamicObject) -> u64 {
+    obj.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// The caches of every kind met so far.
+pub struct Live {
+    client: kube::Client,
+    kinds: tokio::sync::Mutex<HashMap<(String, String), Arc<Kind>>>,
+    changes: mpsc::UnboundedSender<ObjectRef>,
+    watched: Mutex<Vec<Arc<Kind>>>,
+}
+
+impl Live {
+    /// A cache that reports every object change it sees on `changes`.
+    pub fn new(client: kube::Client, changes: mpsc::UnboundedSender<ObjectRef>) -> Self {
+        Self {
+            client,
+            kinds: Default::default(),
+            changes,
+            watched: Default::default(),
+        }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The kind of `apiVersion`/`kind`, discovered and watched on first use.
+    pub async fn kind(&self, api_version: &str, kind: &str) -> Result<Arc<Kind>, ApplyError> {
+        let mut kinds = self.kinds.lock().await;
+        let id = (api_version.to_owned(), kind.to_owned());
+        if let Some(found) = kinds.get(&id) {
+            return Ok(found.clone());
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, caps) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| ApplyError::UnknownKind(format!("{kind}.{api_version}"), e.to_string()))?;
+        let found = Arc::new(Kind {
+            resource,
+            namespaced: caps.scope == Scope::Namespaced,
+            objects: Default::default(),
+            synced: AtomicBool::new(false),
+        });
+        tokio::spawn(watch(
+            self.client.clone(),
+            found.clone(),
+            self.changes.clone(),
+        ));
+        self.watched.lock().expect("lock").push(found.clone());
+        kinds.insert(id, found.clone());
+        Ok(found)
+    }
+
+    /// The live object, from the cache, or from the API server when the cache lacks it.
+    pub async fn get(
+        &self,
+        kind: &Kind,
+        obj: &ObjectRef,
+    ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
+        let name = (obj.namespace.clone(), obj.name.clone());
+        if let Some(found) = kind.cached(&name) {
+            return Ok(Some(found));
+        }
+        match kind
+            .api(&self.client, obj.namespace.as_deref())
+            .get_opt(&obj.name)
+            .await
+        {
+            Ok(Some(found)) => {
+                kind.observe(found);
+                Ok(kind.cached(&name))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(ApplyError::from_kube(e)),
+        }
+    }
+
+    /// Records what an apply answered.
+    pub fn observe(&self, kind: &Kind, obj: DynamicObject) {
+        kind.observe(obj);
+    }
+
+    /// True when every watched kind has listed its objects once.
+    pub fn synced(&self) -> bool {
+        self.watched
+            .lock()
+            .expect("lock")
+            .iter()
+            .all(|k| k.synced.load(Ordering::Relaxed))
+    }
+
+    /// Every cached object of every kind met so far.
+    pub fn all_objects(&self) -> Vec<Arc<DynamicObject>> {
+        let kinds = self.watched.lock().expect("lock").clone();
+        kinds
+            .iter()
+            .flat_map(|k| {
+                k.objects
+                    .read()
+                    .expect("lock")
+                    .values()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+fn object_ref(kind: &Kind, obj: &DynamicObject) -> ObjectRef {
+    ObjectRef {
+        api_version: kind.resource.api_version.clone(),
+        kind: kind.resource.kind.clone(),
+        namespace: obj.metadata.namespace.clone(),
+        name: obj.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+async fn watch(client: kube::Client, kind: Arc<Kind>, changes: mpsc::UnboundedSender<ObjectRef>) {
+    let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut listed: HashSet<ObjectName> = HashSet::new();
+    info!(kind = %kind.resource.kind, "Watching");
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(obj)) | Ok(watcher::Event::Apply(obj)) => {
+                listed.insert((
+                    obj.metadata.namespace.clone(),
+                    obj.metadata.name.clone().unwrap_or_default(),
+                ));
+                let changed = object_ref(&kind, &obj);
+                if kind.observe(obj) {
+                    let _ = changes.send(changed);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                kind.objects
+                    .write()
+                    .expect("lock")
+                    .retain(|name, _| listed.contains(name));
+                kind.synced.store(true, Ordering::Relaxed);
+                debug!(kind = %kind.resource.kind, objects = listed.len(), "Cache synced");
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                let name = (
+                    obj.metadata.namespace.clone(),
+                    obj.metadata.name.clone().unwrap_or_default(),
+                );
+                kind.objects.write().expect("lock").remove(&name);
+                let _ = changes.send(object_ref(&kind, &obj));
+            }
+            Err(e) => {
+                warn!(kind = %kind.resource.kind, error = %e, "Watch failed; retrying with backoff")
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Prometheus metrics of the applier. Labels have few values: managers, actions, paths and
+//! status codes, never object names.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// What happened to one intent or one apply: the vocabulary of logs, metrics and answers.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[allow(non_camel_case_types)]
+pub enum Action {
+    /// Applied: the object changed.
+    applied,
+    /// Nothing to change: no request was sent.
+    unchanged,
+    /// Merged into an apply already pending.
+    coalesced,
+    /// Accepted, applied shortly (an answer that did not wait).
+    queued,
+    /// Another owner disagrees; reported, not forced.
+    conflict,
+    /// Refused: bad intent, missing object, uid mismatch, or an API refusal.
+    rejected,
+    /// The API server failed; retried with backoff.
+    error,
+}
+
+/// Labels: field manager and action.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerAction {
+    /// Field manager.
+    pub manager: String,
+    /// Action.
+    pub action: Action,
+}
+
+/// Labels: field manager.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerLabel {
+    /// Field manager.
+    pub manager: String,
+}
+
+/// Labels of a conflict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConflictLabels {
+    /// Our field manager.
+    pub manager: String,
+    /// The conflicting path.
+    pub path: String,
+    /// `local` (two of our managers) or `foreign`.
+    pub owner: String,
+}
+
+/// Labels: the HTTP status class of an API error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// `404`, `409`, `422`, `5xx`, ...
+    pub code: String,
+}
+
+/// Every metric of the applier.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Intents received, by manager and what was done with them.
+    pub intents: Family<ManagerAction, Counter>,
+    /// Apply attempts by manager and outcome; `unchanged` counts skipped no-op applies.
+    pub applies: Family<ManagerAction, Counter>,
+    /// PATCH requests sent (writes), by manager.
+    pub writes: Family<ManagerLabel, Counter>,
+    /// Intents merged into an apply that was already pending or in flight.
+    pub coalesced: Family<ManagerLabel, Counter>,
+    /// Conflicts, by manager, path and kind of owner.
+    pub conflicts: Family<ConflictLabels, Counter>,
+    /// Errors answered by the API server, by status.
+    pub api_errors: Family<CodeLabel, Counter>,
+    /// Time from taking a desired document to the API server's answer.
+    pub apply_duration: Family<ManagerLabel, Histogram>,
+    /// Desired documents waiting for an apply.
+    pub pending: Gauge,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under `status_applier_`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            intents: Family::default(),
+            applies: Family::default(),
+            writes: Family::default(),
+            coalesced: Family::default(),
+            conflicts: Family::default(),
+            api_errors: Family::default(),
+            apply_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+            }),
+            pending: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("status_applier");
+        r.register(
+            "intents",
+            "Intents received, by field manager and action",
+            m.intents.clone(),
+        );
+        r.register(
+            "applies",
+            "Apply attempts by field manager and action (unchanged: no-op, no request)",
+            m.applies.clone(),
+        );
+        r.register(
+            "api_writes",
+            "PATCH requests sent, by field manager",
+            m.writes.clone(),
+        );
+        r.register(
+            "coalesced_intents",
+            "Intents merged into an apply already pending",
+            m.coalesced.clone(),
+        );
+        r.register(
+            "conflicts",
+            "Field conflicts by manager, path and owner (local or foreign)",
+            m.conflicts.clone(),
+        );
+        r.register(
+            "api_errors",
+            "Errors answered by the API server, by status",
+            m.api_errors.clone(),
+        );
+        r.register_with_unit(
+            "apply_duration",
+            "Time from taking a desired document to the API server's answer",
+            Unit::Seconds,
+            m.apply_duration.clone(),
+        );
+        r.register(
+            "pending_documents",
+            "Desired documents waiting for an apply",
+            m.pending.clone(),
+        );
+        m
+    }
+
+    /// Counts an apply attempt's action.
+    pub fn applied(&self, manager: &str, action: Action) {
+        self.applies
+            .get_or_create(&ManagerAction {
+                manager: manager.to_owned(),
+                action,
+            })
+            .inc();
+    }
+
+    /// Counts an intent's action.
+    pub fn intent(&self, manager: &str, action: Action) {
+        self.intents
+            .get_or_create(&ManagerAction {
+                manager: manager.to_owned(),
+                action,
+            })
+            .inc();
+    }
+
+    /// Counts a conflict.
+    pub fn conflict(&self, manager: &str, path: &str, local: bool) {
+        let owner = if local { "local" } else { "foreign" };
+        self.conflicts
+            .get_or_create(&ConflictLabels {
+                manager: manager.to_owned(),
+                path: path.to_owned(),
+                owner: owner.into(),
+            })
+            .inc();
+    }
+}
+
+/// The Prometheus text exposition of `registry`.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)
+        .expect("writing to a String cannot fail");
+    out
+}
