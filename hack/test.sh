@@ -9,4 +9,5 @@ cd "$ROOT"
 trap 'hack/testenv.sh stop' EXIT
 eval "$(hack/testenv.sh start)"
 echo "== cargo test (API server: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}'))"
+cargo build --workspace --bins
 cargo test --workspace "$@"

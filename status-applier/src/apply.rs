@@ -5,7 +5,7 @@
 
 use crate::config::{FieldPath, Policy};
 use crate::conflict::{self, Conflict};
-use crate::document::{remove_at, same_content};
+use crate::document::{remove_at, same_content, without_empty_objects};
 use crate::engine::Outcome;
 use crate::error::ApplyError;
 use crate::fieldsv1::PathElement;
@@ -39,8 +39,9 @@ pub async fn attempt(
         Ok(kind) => kind,
         Err(e) => return failed(metrics, key, e, None),
     };
-    let mut fresh = false;
-    loop {
+    // A 409 means the cached object was stale (a conflict prediction missed, or the
+    // resourceVersion precondition failed): read it again and plan again, a few times.
+    for tries in 1.. {
         let object = match live.get(&kind, &key.object).await {
             Ok(Some(object)) => object,
             Ok(None) => return failed(metrics, key, ApplyError::NotFound, None),
@@ -83,7 +84,13 @@ pub async fn attempt(
                 manager: key.field_manager.clone(),
             })
             .inc();
-        let body = apply_body(key, uid.as_deref(), &plan.body);
+        let mut body = apply_body(key, uid.as_deref(), &plan.body);
+        if precondition.is_some() {
+            // The uid in the body is a precondition for the main resource only: the status
+            // subresource ignores metadata. The resourceVersion of the object whose uid was
+            // checked is a precondition for both.
+            body["metadata"]["resourceVersion"] = json!(object.metadata.resource_version);
+        }
         match send(live, &kind, key, body, plan.force).await {
             Ok(applied) => {
                 let action = if plan.conflicts.is_empty() {
@@ -101,20 +108,19 @@ pub async fn attempt(
                     retry: false,
                 };
             }
-            Err(ApplyError::Conflict(causes)) if !fresh => {
-                // Prediction worked from a stale object: read it again and plan once more.
-                tracing::debug!(subject = %key.object, causes, "Conflict not predicted; re-reading the object");
+            Err(e @ (ApplyError::Conflict(_) | ApplyError::Stale)) if tries < 3 => {
+                tracing::debug!(subject = %key.object, error = %e, "Apply refused as stale; re-reading the object");
                 refresh(live, &kind, key).await;
-                fresh = true;
             }
             Err(e) => {
-                let retry = matches!(e, ApplyError::Conflict(_));
+                let retry = matches!(e, ApplyError::Conflict(_) | ApplyError::Stale);
                 let mut attempt = failed(metrics, key, e, uid);
                 attempt.retry = retry;
                 return attempt;
             }
         }
     }
+    unreachable!("the loop returns")
 }
 
 fn failed(
@@ -131,7 +137,7 @@ fn failed(
         .inc();
     let action = match &error {
         ApplyError::Transient(_) => Action::error,
-        ApplyError::Conflict(_) => Action::conflict,
+        ApplyError::Conflict(_) | ApplyError::Stale => Action::conflict,
         _ => Action::rejected,
     };
     tracing::warn!(subject = %key.object, manager = key.field_manager, error = %error, "Apply did not happen");
@@ -186,6 +192,9 @@ struct Plan {
 }
 
 fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObject) -> Plan {
+    // An empty object would claim the field itself (and conflict with its other owners);
+    // it is what is left of a removed subtree, so it is not sent.
+    let document = &without_empty_objects(document);
     let live = serde_json::to_value(object).unwrap_or_default();
     let subresource = key.subresource_name();
     let (owners, errors) = conflict::owners(
@@ -201,6 +210,7 @@ fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObj
     let protected = policy.rules_for(&key.object.group_kind()).protected;
     let may_force = policy.may_force(&key.field_manager);
     let conflicts = conflict::predict(document, &key.field_manager, subresource, &live, &owners);
+    tracing::trace!(subject = %key.object, manager = key.field_manager, %document, conflicts = conflicts.len(), "Planned");
     let mut body = document.clone();
     let mut force = false;
     for c in &conflicts {

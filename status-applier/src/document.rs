@@ -88,6 +88,19 @@ pub fn same_content(a: &Value, b: &Value) -> bool {
     normalize(a) == normalize(b)
 }
 
+/// `value` without empty objects (recursively; an object emptied by that goes too).
+pub fn without_empty_objects(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), without_empty_objects(v)))
+                .filter(|(_, v)| !matches!(v, Value::Object(m) if m.is_empty()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 fn normalize(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
@@ -174,6 +187,15 @@ mod tests {
             field("status")
         ]));
         assert!(!fields.touches(&[field("status"), field("conditions"), key("Initialized")]));
+    }
+
+    #[test]
+    fn empty_objects_left_by_removals_are_dropped() {
+        let doc = json!({"spec": {}, "status": {"a": {"b": {}}, "c": 1, "list": [{}]}});
+        assert_eq!(
+            without_empty_objects(&doc),
+            json!({"status": {"c": 1, "list": [{}]}})
+        );
     }
 
     #[test]

@@ -25,7 +25,8 @@ use tracing::{info, warn};
 /// Tuning of the engine.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// How long a queued key waits for more intents before its apply.
+    /// How long a queued key waits for more intents before its apply: the apply starts once
+    /// no intent arrived for this long (and at the latest after ten windows).
     pub coalesce_window: Duration,
     /// Applies in flight at once (for different keys).
     pub max_concurrent_applies: usize,
@@ -42,7 +43,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            coalesce_window: Duration::ZERO,
+            coalesce_window: Duration::from_millis(10),
             max_concurrent_applies: 16,
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(60),
@@ -191,6 +192,7 @@ pub struct Engine {
     live: Live,
     metrics: Metrics,
     state: Mutex<State>,
+    loading: Mutex<HashMap<DesiredKey, Arc<tokio::sync::Mutex<()>>>>,
     queue: mpsc::UnboundedSender<DesiredKey>,
     events: Option<kube::runtime::events::Recorder>,
 }
@@ -219,6 +221,7 @@ impl Engine {
             live: Live::new(client, changes),
             metrics,
             state: Mutex::default(),
+            loading: Mutex::default(),
             queue,
             events: recorder,
         });
@@ -368,6 +371,8 @@ impl Engine {
         if reload {
             state.insert(key.clone(), Entry::new(document, object_uid));
         }
+        drop(state);
+        self.loading.lock().expect("lock").remove(key);
     }
 
     async fn run_queue(self: Arc<Self>, mut queued: mpsc::UnboundedReceiver<DesiredKey>) {
@@ -383,9 +388,7 @@ impl Engine {
     }
 
     async fn process(self: &Arc<Self>, key: DesiredKey) {
-        if !self.settings.coalesce_window.is_zero() {
-            tokio::time::sleep(self.settings.coalesce_window).await;
-        }
+        self.quiet(&key).await;
         let Some((document, precondition, version)) = self.take(&key) else {
             return;
         };
@@ -411,6 +414,33 @@ impl Engine {
             self.report(&key, &attempt.outcome.conflicts, false).await;
         }
         self.finish(&key, version, attempt);
+    }
+
+    /// Waits until no intent for `key` has arrived for one coalescing window (at most ten
+    /// windows), so a burst becomes one apply.
+    async fn quiet(&self, key: &DesiredKey) {
+        let window = self.settings.coalesce_window;
+        if window.is_zero() {
+            return;
+        }
+        let version = || {
+            self.state
+                .lock()
+                .expect("lock")
+                .entries
+                .get(key)
+                .map(|e| e.version)
+        };
+        let deadline = Instant::now() + window * 10;
+        let mut seen = version();
+        loop {
+            tokio::time::sleep(window).await;
+            let now = version();
+            if now == seen || Instant::now() >= deadline {
+                return;
+            }
+            seen = now;
+        }
     }
 
     /// Takes a queued key's document for an apply, unless it must wait for its backoff.

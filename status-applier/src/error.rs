@@ -19,6 +19,9 @@ pub enum ApplyError {
         /// The uid of the live object, or `none`.
         found: String,
     },
+    /// The object changed since it was read (a resourceVersion precondition failed).
+    #[error("the object changed since it was read")]
+    Stale,
     /// Another field manager owns fields of the apply with other values (HTTP 409).
     #[error("conflict: {0}")]
     Conflict(String),
@@ -46,6 +49,7 @@ impl ApplyError {
                     expected: "the intent's".into(),
                     found: "none".into(),
                 },
+                409 if status.message.contains("the object has been modified") => Self::Stale,
                 409 => Self::Conflict(conflict_summary(&status)),
                 429 | 500..=599 => Self::Transient(format!("{}: {}", status.code, status.message)),
                 code => Self::Refused {
@@ -59,7 +63,7 @@ impl ApplyError {
 
     /// True when retrying later may succeed without a change of intent or object.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Transient(_) | Self::Conflict(_))
+        matches!(self, Self::Transient(_) | Self::Conflict(_) | Self::Stale)
     }
 
     /// The metric label of the error.
@@ -68,6 +72,7 @@ impl ApplyError {
             Self::UnknownKind(..) => "unknown_kind",
             Self::NotFound => "not_found",
             Self::UidMismatch { .. } => "uid_mismatch",
+            Self::Stale => "stale",
             Self::Conflict(_) => "conflict",
             Self::Refused { .. } => "refused",
             Self::Transient(_) => "transient",
@@ -78,7 +83,7 @@ impl ApplyError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::UnknownKind(..) | Self::NotFound => "404",
-            Self::UidMismatch { .. } | Self::Conflict(_) => "409",
+            Self::UidMismatch { .. } | Self::Conflict(_) | Self::Stale => "409",
             Self::Refused { code: 400, .. } => "400",
             Self::Refused { code: 403, .. } => "403",
             Self::Refused { code: 422, .. } => "422",

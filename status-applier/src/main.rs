@@ -135,7 +135,7 @@ struct PolicyArgs {
 #[derive(Args)]
 struct TuningArgs {
     /// How long a queued document waits for more intents before its apply.
-    #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = 0)]
+    #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = 10)]
     coalesce_window_ms: u64,
     /// Applies in flight at once.
     #[arg(

@@ -5,6 +5,8 @@
 //! [`TestNamespace`] of its own, deleted when the test ends, pass or fail.
 #![forbid(unsafe_code)]
 
+pub mod applier;
+
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};

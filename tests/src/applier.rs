@@ -1,0 +1,113 @@
+//! A status-applier running as its own process against the test environment.
+
+use crate::{env, unique_name};
+use anyhow::{Context, Result, bail};
+use status_applier::client::Client;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A workspace binary, built next to the test executable (`cargo build --workspace --bins`,
+/// which `hack/test.sh` runs first).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// A running `status-applier serve`, killed when dropped.
+pub struct Applier {
+    /// Its socket.
+    pub socket: PathBuf,
+    /// A client of its socket.
+    pub client: Client,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Applier {
+    /// Starts an applier with `args` added to `serve --socket …`, and waits until it answers.
+    pub async fn start(args: &[&str]) -> Result<Self> {
+        let dir = std::env::temp_dir().join(unique_name("applier"));
+        std::fs::create_dir_all(&dir)?;
+        let socket = dir.join("applier.sock");
+        let log = dir.join("applier.log");
+        let child = Command::new(binary("status-applier"))
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .env("KUBECONFIG", &env().kubeconfig)
+            .env("RUST_LOG", "info,status_applier=trace")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting status-applier")?;
+        let applier = Self {
+            client: Client::new(&socket),
+            socket,
+            child,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if applier.client.get("/healthz").await.is_ok() {
+                return Ok(applier);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!(
+            "status-applier did not answer within 20 s; log:\n{}",
+            applier.log_text()
+        )
+    }
+
+    /// What the process logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of a metric sample whose line starts with `name{` and contains every label
+    /// in `labels` (0 when absent).
+    pub async fn metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
+        let text = self.client.get("/metrics").await?.body;
+        Ok(metric_value(&text, name, labels))
+    }
+
+    /// Stops the process (SIGKILL: no chance to tidy up, like a crash).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Applier {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- status-applier log ({}):\n{}",
+                self.log.display(),
+                self.log_text()
+            );
+        }
+    }
+}
+
+/// The sum of the samples of `name` carrying all `labels` (`manager="x"`) in Prometheus text.
+pub fn metric_value(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
