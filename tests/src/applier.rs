@@ -10,11 +10,14 @@ use std::time::{Duration, Instant};
 /// A workspace binary, built next to the test executable (`cargo build --workspace --bins`,
 /// which `hack/test.sh` runs first).
 pub fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
+    let exe = std::env::current_exe().expect("executable path");
+    // Tests run from target/<profile>/deps, binaries from target/<profile>.
+    let dir = exe.parent().expect("target/<profile>");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("target/<profile>")
+    } else {
+        dir
+    };
     let path = dir.join(name);
     assert!(
         path.exists(),
