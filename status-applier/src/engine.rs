@@ -680,3 +680,34 @@ fn backoff(settings: &Settings, failures: u32) -> Duration {
         .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
     exp.min(settings.backoff_max).mul_f64(0.5 + fastrand::f64())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_failure_with_jitter_and_stops_at_the_cap() {
+        let settings = Settings {
+            backoff_base: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(60),
+            ..Settings::default()
+        };
+        for _ in 0..100 {
+            let first = backoff(&settings, 1);
+            assert!(
+                first >= Duration::from_millis(100) && first <= Duration::from_millis(300),
+                "{first:?}"
+            );
+            let fourth = backoff(&settings, 4);
+            assert!(
+                fourth >= Duration::from_millis(800) && fourth <= Duration::from_millis(2400),
+                "{fourth:?}"
+            );
+            let capped = backoff(&settings, 40);
+            assert!(
+                capped >= Duration::from_secs(30) && capped <= Duration::from_secs(90),
+                "{capped:?}"
+            );
+        }
+    }
+}
