@@ -4,3 +4,11 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod context;
+pub mod k8s;
+pub mod metrics;
+pub mod publish;
+pub mod reconcile;
+pub mod render;
+pub mod run;
+pub mod status;

@@ -181,8 +181,11 @@ pub const CAPT_PROTECTED: &[&str] = &[
 ];
 
 /// Subtrees CAPT mirrors whole from their source.
-pub const CAPT_REPLACED: &[&str] =
-    &["CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider"];
+pub const CAPT_REPLACED: &[&str] = &[
+    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider",
+    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceTemplateStatus.outputs",
+    "CAPTCluster.infrastructure.cluster.x-k8s.io:status.workspaceTemplateStatus.outputs",
+];
 
 #[cfg(test)]
 mod tests {
@@ -239,7 +242,7 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(cp.protected.len(), 2);
-        assert_eq!(cp.replaced.len(), 1);
+        assert_eq!(cp.replaced.len(), 2);
         let cluster = policy.rules_for(&"Cluster.cluster.x-k8s.io".parse().unwrap());
         assert_eq!(
             cluster.protected,

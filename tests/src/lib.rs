@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod applier;
+pub mod fake_provider;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;

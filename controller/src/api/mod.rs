@@ -7,11 +7,13 @@
 mod captcluster;
 mod captcontrolplane;
 mod common;
+mod external;
 mod workspacetemplate;
 
 pub use captcluster::*;
 pub use captcontrolplane::*;
 pub use common::*;
+pub use external::*;
 pub use workspacetemplate::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

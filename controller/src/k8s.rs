@@ -1,0 +1,96 @@
+//! The spec-side writes the controller makes itself, all with server-side apply under the
+//! field managers below, and each carrying the object's uid so that nothing is ever created
+//! by accident or written to a recreated object.
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::fmt::Debug;
+
+/// Field manager of the controller's finalizers.
+pub const FINALIZER_MANAGER: &str = "capt-controller-finalizer";
+/// Field manager of the controller's spec-side fields (`spec.workspaceTemplateApplyName`,
+/// WorkspaceTemplateApplies and Workspaces it renders).
+pub const SPEC_MANAGER: &str = "capt-controller";
+
+/// Adds (`present`) or removes our finalizer; finalizers are a set, so other owners' stay.
+pub async fn set_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    present: bool,
+) -> kube::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    if obj.finalizers().iter().any(|f| f == finalizer) == present {
+        return Ok(());
+    }
+    let finalizers: Vec<&str> = if present { vec![finalizer] } else { vec![] };
+    let body = identity(obj, json!({"metadata": {"finalizers": finalizers}}));
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::apply(FINALIZER_MANAGER),
+            &Patch::Apply(body),
+        )
+        .await
+    {
+        // Removing: the object is already gone (our removal was its last finalizer).
+        Err(kube::Error::Api(s))
+            if !present && (s.code == 404 || s.message.contains("uid mismatch")) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Applies `fields` (e.g. `{"spec": {...}}`) to an existing object under [`SPEC_MANAGER`].
+pub async fn apply_fields<K>(api: &Api<K>, obj: &K, fields: Value) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let body = identity(obj, fields);
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::apply(SPEC_MANAGER),
+        &Patch::Apply(body),
+    )
+    .await
+}
+
+/// `fields` with the object's apiVersion, kind, name, namespace and uid.
+fn identity<K: Resource<DynamicType = ()>>(obj: &K, fields: Value) -> Value {
+    let mut body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": obj.name_any(), "uid": obj.uid()},
+    });
+    if let Some(ns) = obj.namespace() {
+        body["metadata"]["namespace"] = json!(ns);
+    }
+    merge(&mut body, fields);
+    body
+}
+
+fn merge(target: &mut Value, patch: Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(t.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (t, p) => *t = p,
+    }
+}
+
+/// The value of `kube::Result<Option<K>>` for "not found".
+pub async fn get_opt<K>(api: &Api<K>, name: &str) -> kube::Result<Option<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.get_opt(name).await
+}

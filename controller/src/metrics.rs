@@ -1,0 +1,105 @@
+//! Prometheus metrics of the controller.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// Labels: the kind reconciled.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `CAPTCluster`, `CAPTControlPlane`, `WorkspaceTemplateApply` or `Cluster`.
+    pub kind: String,
+}
+
+/// Labels: the kind and the error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// The kind.
+    pub kind: String,
+    /// The error variant.
+    pub error: String,
+}
+
+/// Labels: a field manager.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerLabel {
+    /// The field manager.
+    pub manager: String,
+}
+
+/// Labels: a phase reached.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// The phase (`Ready`, `Failed`).
+    pub phase: String,
+}
+
+/// Labels: the deleted resource type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceTypeLabel {
+    /// The kind.
+    pub resource_type: String,
+}
+
+/// Every metric of the controller.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Reconciles by kind.
+    pub reconciles: Family<KindLabel, Counter>,
+    /// Reconcile errors by kind and error.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Intents sent to the status-applier (repeats are not sent, and not counted).
+    pub intents: Family<ManagerLabel, Counter>,
+    /// Time from entering Creating to reaching a phase.
+    pub phase_transition: Family<PhaseLabel, Histogram>,
+    /// Time from deletion request to finalizer removal.
+    pub deletion: Family<ResourceTypeLabel, Histogram>,
+}
+
+impl Metrics {
+    /// Creates and registers the metrics (`capt_` prefix).
+    pub fn register(registry: &mut Registry) -> Self {
+        let seconds = || Histogram::new(exponential_buckets(0.1, 2.0, 16));
+        let m = Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            intents: Family::default(),
+            phase_transition: Family::new_with_constructor(seconds),
+            deletion: Family::new_with_constructor(seconds),
+        };
+        let r = registry.sub_registry_with_prefix("capt");
+        r.register("reconciles", "Reconciles by kind", m.reconciles.clone());
+        r.register(
+            "reconcile_errors",
+            "Reconcile errors by kind and error",
+            m.errors.clone(),
+        );
+        r.register(
+            "intents_published",
+            "Intents sent to the status-applier",
+            m.intents.clone(),
+        );
+        r.register_with_unit(
+            "phase_transition_duration",
+            "Time from entering Creating to reaching the phase",
+            Unit::Seconds,
+            m.phase_transition.clone(),
+        );
+        r.register_with_unit(
+            "resource_deletion_duration",
+            "Time from the deletion request to the finalizer's removal",
+            Unit::Seconds,
+            m.deletion.clone(),
+        );
+        m
+    }
+
+    /// Counts a reconcile.
+    pub fn reconciled(&self, kind: &str) {
+        self.reconciles
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .inc();
+    }
+}

@@ -1,0 +1,134 @@
+//! Publishing desired status to the status-applier as intents.
+//!
+//! A reconcile that computes what it computed last time publishes nothing: the publisher
+//! remembers the last fragment it delivered per (object, subresource, manager), so steady
+//! state costs no request at all. A failed delivery is forgotten, so the next reconcile
+//! sends it again.
+
+use serde_json::Value;
+use status_applier::client::Client;
+use status_applier::intent::{Intent, Subresource, Target};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Why an intent was not delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The status-applier could not be reached.
+    #[error("{subject}: publishing to the status-applier failed: {source}")]
+    Unreachable {
+        /// `kind/namespace/name [manager]`.
+        subject: String,
+        /// The cause.
+        #[source]
+        source: status_applier::client::ClientError,
+    },
+    /// The status-applier refused the intent.
+    #[error("{subject}: the status-applier refused the intent ({status}): {body}")]
+    Refused {
+        /// `kind/namespace/name [manager]`.
+        subject: String,
+        /// HTTP status.
+        status: u16,
+        /// Its answer.
+        body: String,
+    },
+}
+
+/// An intent to publish.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Publication {
+    /// The object.
+    pub target: Target,
+    /// `Some(Status)` for the status subresource.
+    pub subresource: Option<Subresource>,
+    /// The field manager.
+    pub field_manager: &'static str,
+    /// The fragment.
+    pub fragment: Value,
+    /// Protected paths released.
+    pub release: Vec<String>,
+}
+
+/// What a delivery is remembered by: the object, the subresource and the manager.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    subresource: Option<Subresource>,
+    manager: &'static str,
+}
+
+/// What was delivered: the uid precondition, the fragment and the releases.
+type Delivered = (Option<String>, Value, Vec<String>);
+
+/// Delivers intents, skipping repeats.
+pub struct Publisher {
+    client: Client,
+    delivered: Mutex<HashMap<Key, Delivered>>,
+}
+
+impl Publisher {
+    /// A publisher talking to the status-applier's socket.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            delivered: Mutex::default(),
+        }
+    }
+
+    /// Publishes unless the same fragment was delivered last time; answers whether it sent.
+    pub async fn publish(&self, p: Publication) -> Result<bool, PublishError> {
+        let key = Key {
+            api_version: p.target.api_version.clone(),
+            kind: p.target.kind.clone(),
+            namespace: p.target.namespace.clone(),
+            name: p.target.name.clone(),
+            subresource: p.subresource,
+            manager: p.field_manager,
+        };
+        let remembered = (p.target.uid.clone(), p.fragment.clone(), p.release.clone());
+        if self.delivered.lock().expect("lock").get(&key) == Some(&remembered) {
+            return Ok(false);
+        }
+        let subject = format!(
+            "{}/{}/{} [{}]",
+            p.target.kind,
+            p.target.namespace.as_deref().unwrap_or(""),
+            p.target.name,
+            p.field_manager
+        );
+        let intent = Intent {
+            target: p.target,
+            subresource: p.subresource,
+            field_manager: p.field_manager.to_owned(),
+            fragment: p.fragment,
+            release: p.release,
+        };
+        self.delivered.lock().expect("lock").remove(&key);
+        let answer = self.client.submit(&intent, false).await.map_err(|source| {
+            PublishError::Unreachable {
+                subject: subject.clone(),
+                source,
+            }
+        })?;
+        if !answer.status.is_success() {
+            return Err(PublishError::Refused {
+                subject,
+                status: answer.status.as_u16(),
+                body: answer.body,
+            });
+        }
+        self.delivered.lock().expect("lock").insert(key, remembered);
+        Ok(true)
+    }
+
+    /// Forgets what was delivered for an object (it was deleted).
+    pub fn forget(&self, kind: &str, namespace: Option<&str>, name: &str) {
+        self.delivered.lock().expect("lock").retain(|k, _| {
+            !(k.kind == kind && k.namespace.as_deref() == namespace && k.name == name)
+        });
+    }
+}

@@ -1,0 +1,214 @@
+//! CAPTCluster: waits for its owning Cluster, creates or adopts its VPC apply (unless it
+//! uses an existing VPC), and publishes the status computed by
+//! [`crate::status::capt_cluster`]. Deletion waits for the control plane, then deletes the
+//! VPC apply (or orphans it with `retainVpcOnDelete`) and waits for its Workspace to go.
+
+use super::apply::target;
+use super::shared::{
+    ApplySpec, cluster_name, ensure_apply, get_apply, observe_workspace, orphan_apply,
+    owning_cluster,
+};
+use super::{Result, after, kube_err};
+use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane, WorkspaceTemplateApply};
+use crate::context::Context;
+use crate::k8s::{apply_fields, set_finalizer};
+use crate::publish::Publication;
+use crate::render::workspace_name;
+use crate::status::MANAGER_CAPT_CLUSTER;
+use crate::status::capt_cluster::{
+    CAPT_CLUSTER_CONDITION_TYPES, CaptClusterInput, DEFAULT_VPC_READY_TIMEOUT, desired_capt_cluster,
+};
+use crate::status::deletion::{
+    DeletionFacts, DeletionStep, deletion_status_fragment, plan_deletion,
+};
+use jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use status_applier::intent::Subresource;
+use std::sync::Arc;
+
+/// Reconciles one CAPTCluster.
+pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconciled("CAPTCluster");
+    let api: Api<CAPTCluster> =
+        Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
+    if cc.meta().deletion_timestamp.is_some() {
+        return delete(&cc, &api, &ctx).await;
+    }
+    set_finalizer(&api, &cc, CAPT_CLUSTER_FINALIZER, true)
+        .await
+        .map_err(kube_err(&*cc, "adding its finalizer"))?;
+    let cluster = owning_cluster(&ctx, &*cc).await?;
+    let mut workspace = None;
+    let mut vpc_workspace_name = None;
+    if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
+    {
+        let apply = ensure_apply(&ctx, &*cc, apply_spec(&cc)).await?;
+        if cc.spec.workspace_template_apply_name.as_deref() != Some(&apply.name_any()) {
+            apply_fields(
+                &api,
+                &cc,
+                json!({"spec": {"workspaceTemplateApplyName": apply.name_any()}}),
+            )
+            .await
+            .map_err(kube_err(&*cc, "recording its WorkspaceTemplateApply name"))?;
+        }
+        vpc_workspace_name = Some(workspace_name(&apply));
+        workspace = observe_workspace(&ctx, &*cc, &apply).await?;
+    }
+    let input = CaptClusterInput {
+        generation: cc.meta().generation,
+        existing_vpc_id: cc.spec.existing_vpc_id.clone(),
+        created: cc
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now),
+        now: Timestamp::now(),
+        vpc_ready_timeout: DEFAULT_VPC_READY_TIMEOUT,
+        existing: cc.status.clone(),
+        workspace,
+        vpc_workspace_name,
+        waiting_for_cluster: cluster.is_none(),
+    };
+    let desired = desired_capt_cluster(&input);
+    let status = Publication {
+        target: target(&*cc),
+        subresource: Some(Subresource::Status),
+        field_manager: MANAGER_CAPT_CLUSTER,
+        fragment: desired.status_fragment,
+        release: vec![],
+    };
+    ctx.publish(status).await?;
+    Ok(after(desired.recheck_after))
+}
+
+/// The name of the VPC apply: the recorded one, else `<name>-vpc`.
+pub fn apply_name(cc: &CAPTCluster) -> String {
+    cc.spec
+        .workspace_template_apply_name
+        .clone()
+        .unwrap_or_else(|| format!("{}-vpc", cc.name_any()))
+}
+
+fn apply_spec(cc: &CAPTCluster) -> ApplySpec {
+    let mut variables = json!({
+        "CLUSTER_NAME": cluster_name(cc).unwrap_or_else(|| cc.name_any()),
+        "REGION": cc.spec.region,
+    });
+    if let Some(vpc) = &cc.spec.vpc_config {
+        variables["VPC_NAME"] = json!(vpc.name);
+    }
+    let ns = cc.namespace().unwrap_or_default();
+    ApplySpec {
+        name: apply_name(cc),
+        spec: json!({
+            "templateRef": cc.spec.vpc_template_ref,
+            "variables": variables,
+            "writeConnectionSecretToRef": {"name": format!("{}-vpc-connection", cc.name_any()), "namespace": ns},
+        }),
+    }
+}
+
+/// True when a CAPTControlPlane of the same Cluster still exists.
+async fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> Result<bool> {
+    let Some(cluster) = cluster_name(cc) else {
+        return Ok(false);
+    };
+    let api: Api<CAPTControlPlane> =
+        Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
+    let all = api
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_err(cc, "listing control planes"))?;
+    Ok(all
+        .items
+        .iter()
+        .any(|cp| cluster_name(cp).as_deref() == Some(&cluster)))
+}
+
+async fn delete(cc: &CAPTCluster, api: &Api<CAPTCluster>, ctx: &Context) -> Result<Action> {
+    if !cc.finalizers().iter().any(|f| f == CAPT_CLUSTER_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let apply = get_apply(ctx, cc, &apply_name(cc)).await?;
+    let workspace = match &apply {
+        Some(a) => observe_workspace(ctx, cc, a).await?,
+        None => None,
+    };
+    let retain = cc.spec.retain_vpc_on_delete.unwrap_or(false);
+    let facts = DeletionFacts {
+        endpoint_owned: false,
+        control_plane_present: control_plane_present(ctx, cc).await?,
+        apply_present: apply.is_some(),
+        apply_deleting: apply
+            .as_ref()
+            .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
+        workspace_present: workspace.is_some(),
+        retain,
+        started: cc
+            .meta()
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now),
+        now: Timestamp::now(),
+        stuck_after: ctx.settings.stuck_deletion_after,
+    };
+    let existing = cc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let plan = plan_deletion(&facts, &existing, cc.meta().generation);
+    if plan.stuck {
+        tracing::warn!(
+            subject = super::subject(cc),
+            step = plan.step.as_str(),
+            "Deletion is stuck"
+        );
+    }
+    if plan.step != DeletionStep::RemoveFinalizer {
+        let fragment = deletion_status_fragment(&existing, &CAPT_CLUSTER_CONDITION_TYPES, &plan);
+        let status = Publication {
+            target: target(cc),
+            subresource: Some(Subresource::Status),
+            field_manager: MANAGER_CAPT_CLUSTER,
+            fragment,
+            release: vec![],
+        };
+        ctx.publish(status).await?;
+    }
+    match plan.step {
+        DeletionStep::DeleteApply => {
+            let apply = apply.expect("DeleteApply implies an apply");
+            let applies: Api<WorkspaceTemplateApply> =
+                Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
+            applies
+                .delete(&apply.name_any(), &DeleteParams::background())
+                .await
+                .map_err(kube_err(cc, "deleting its VPC WorkspaceTemplateApply"))?;
+        }
+        DeletionStep::RemoveFinalizer => {
+            if let Some(apply) = apply.filter(|_| retain) {
+                orphan_apply(ctx, cc, &apply).await?;
+            }
+            set_finalizer(api, cc, CAPT_CLUSTER_FINALIZER, false)
+                .await
+                .map_err(kube_err(cc, "removing its finalizer"))?;
+            super::observe_deletion(ctx, cc);
+            ctx.publisher
+                .forget("CAPTCluster", cc.namespace().as_deref(), &cc.name_any());
+            return Ok(Action::await_change());
+        }
+        _ => {}
+    }
+    Ok(Action::requeue(
+        plan.recheck_after
+            .unwrap_or(ctx.settings.poll_interval)
+            .min(ctx.settings.poll_interval),
+    ))
+}

@@ -1,0 +1,86 @@
+//! The Cluster API `Cluster` (manager `capt-cluster`): readiness, failures, the phase
+//! `Provisioned` and `spec.controlPlaneEndpoint`, computed by [`crate::status::cluster`]
+//! from the CAPTCluster and CAPTControlPlane the Cluster references.
+
+use super::apply::target;
+use super::{Result, after, kube_err};
+use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
+use crate::context::Context;
+use crate::publish::Publication;
+use crate::status::cluster::{ClusterInput, ProviderView, desired_cluster};
+use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use status_applier::intent::Subresource;
+use std::sync::Arc;
+
+/// Reconciles one Cluster.
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconciled("Cluster");
+    if cluster.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = cluster.namespace().unwrap_or_default();
+    let name_of = |r: &Option<k8s_openapi::api::core::v1::ObjectReference>, kind: &str| {
+        r.as_ref()
+            .filter(|r| r.kind.as_deref() == Some(kind))
+            .and_then(|r| r.name.clone())
+    };
+    let infra = match name_of(&cluster.spec.infrastructure_ref, "CAPTCluster") {
+        Some(n) => Api::<CAPTCluster>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&n)
+            .await
+            .map_err(kube_err(&*cluster, "reading its CAPTCluster"))?,
+        None => None,
+    };
+    let cp = match name_of(&cluster.spec.control_plane_ref, "CAPTControlPlane") {
+        Some(n) => Api::<CAPTControlPlane>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&n)
+            .await
+            .map_err(kube_err(&*cluster, "reading its CAPTControlPlane"))?,
+        None => None,
+    };
+    if infra.is_none() && cp.is_none() {
+        return Ok(Action::await_change());
+    }
+    let input = ClusterInput {
+        infrastructure: infra.as_ref().map(|c| {
+            ProviderView::capt_cluster(&c.name_any(), &c.status.clone().unwrap_or_default())
+        }),
+        control_plane: cp.as_ref().map(|c| {
+            ProviderView::control_plane(&c.name_any(), &c.status.clone().unwrap_or_default())
+        }),
+        control_plane_endpoint: cp
+            .as_ref()
+            .and_then(|c| c.spec.control_plane_endpoint.clone()),
+        control_plane_deleting: cp
+            .as_ref()
+            .is_some_and(|c| c.meta().deletion_timestamp.is_some()),
+    };
+    let desired = desired_cluster(&input);
+    ctx.publish(Publication {
+        target: target(&*cluster),
+        subresource: Some(Subresource::Status),
+        field_manager: MANAGER_CLUSTER,
+        fragment: desired.status_fragment,
+        release: vec![],
+    })
+    .await?;
+    if let Some(fragment) = desired.main_fragment {
+        let release = if desired.release_endpoint {
+            vec![ENDPOINT_PATH.to_owned()]
+        } else {
+            vec![]
+        };
+        ctx.publish(Publication {
+            target: target(&*cluster),
+            subresource: None,
+            field_manager: MANAGER_CLUSTER,
+            fragment,
+            release,
+        })
+        .await?;
+    }
+    Ok(after(None))
+}

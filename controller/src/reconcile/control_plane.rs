@@ -1,0 +1,317 @@
+//! CAPTControlPlane: waits for its VPC, creates or adopts its WorkspaceTemplateApply, and
+//! publishes the status and endpoint computed by [`crate::status::control_plane`]. Deletion
+//! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
+
+use super::apply::target;
+use super::shared::{
+    ApplySpec, cluster_name, ensure_apply, get_apply, observe_workspace, owning_cluster,
+    secret_endpoint,
+};
+use super::{Result, after, kube_err};
+use crate::api::{
+    CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
+};
+use crate::context::Context;
+use crate::k8s::{apply_fields, set_finalizer};
+use crate::publish::Publication;
+use crate::status::control_plane::{
+    CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
+};
+use crate::status::deletion::{
+    DeletionFacts, DeletionStep, deletion_status_fragment, plan_deletion,
+};
+use crate::status::{ENDPOINT_PATH, MANAGER_CAPT_CONTROL_PLANE, MANAGER_CLUSTER};
+use jiff::Timestamp;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use status_applier::intent::Subresource;
+use std::sync::Arc;
+
+/// Reconciles one CAPTControlPlane.
+pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconciled("CAPTControlPlane");
+    let api: Api<CAPTControlPlane> =
+        Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
+    if cp.meta().deletion_timestamp.is_some() {
+        return delete(&cp, &api, &ctx).await;
+    }
+    set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
+        .await
+        .map_err(kube_err(&*cp, "adding its finalizer"))?;
+    let cluster = owning_cluster(&ctx, &*cp).await?;
+    let vpc_ready = vpc_ready(&ctx, &cp, cluster.as_ref()).await?;
+    let mut workspace = None;
+    let mut endpoint_source = None;
+    if vpc_ready == Some(true) {
+        let apply = ensure_apply(&ctx, &*cp, apply_spec(&cp)).await?;
+        record_apply_name(&api, &cp, &apply.name_any()).await?;
+        workspace = observe_workspace(&ctx, &*cp, &apply).await?;
+        endpoint_source = workspace
+            .as_ref()
+            .and_then(|w| w.output_string("cluster_endpoint"));
+        if endpoint_source.is_none() && workspace.as_ref().is_some_and(|w| w.is_ready()) {
+            endpoint_source = secret_endpoint(&ctx, &*cp, &apply).await?;
+        }
+    }
+    let input = ControlPlaneInput {
+        generation: cp.meta().generation,
+        version: cp.spec.version.clone(),
+        timeouts: cp
+            .spec
+            .control_plane_config
+            .as_ref()
+            .and_then(|c| c.timeouts.clone()),
+        created: cp
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now),
+        now: Timestamp::now(),
+        existing: cp.status.clone(),
+        vpc_ready,
+        workspace,
+        endpoint_source,
+    };
+    let desired = desired_control_plane(&input);
+    observe_phase(&ctx, &cp, desired.phase);
+    let status = Publication {
+        target: target(&*cp),
+        subresource: Some(Subresource::Status),
+        field_manager: MANAGER_CAPT_CONTROL_PLANE,
+        fragment: desired.status_fragment,
+        release: vec![],
+    };
+    ctx.publish(status).await?;
+    if let Some(endpoint) = desired.endpoint {
+        let main = Publication {
+            target: target(&*cp),
+            subresource: None,
+            field_manager: MANAGER_CAPT_CONTROL_PLANE,
+            fragment: json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+            release: vec![],
+        };
+        ctx.publish(main).await?;
+    }
+    Ok(after(desired.recheck_after))
+}
+
+/// The name of the control plane's apply: the recorded one, else `<name>-controlplane`.
+pub fn apply_name(cp: &CAPTControlPlane) -> String {
+    cp.spec
+        .workspace_template_apply_name
+        .clone()
+        .unwrap_or_else(|| format!("{}-controlplane", cp.name_any()))
+}
+
+fn apply_spec(cp: &CAPTControlPlane) -> ApplySpec {
+    let config = cp.spec.control_plane_config.clone().unwrap_or_default();
+    let mut variables = json!({
+        "CLUSTER_NAME": cluster_name(cp).unwrap_or_else(|| cp.name_any()),
+        "KUBERNETES_VERSION": cp.spec.version,
+    });
+    if let Some(region) = config.region {
+        variables["REGION"] = json!(region);
+    }
+    let ns = cp.namespace().unwrap_or_default();
+    ApplySpec {
+        name: apply_name(cp),
+        spec: json!({
+            "templateRef": cp.spec.workspace_template_ref,
+            "variables": variables,
+            "writeConnectionSecretToRef": {"name": format!("{}-eks-connection", cp.name_any()), "namespace": ns},
+        }),
+    }
+}
+
+/// Records the apply's name in `spec.workspaceTemplateApplyName` (field manager
+/// `capt-controller`), once.
+async fn record_apply_name(
+    api: &Api<CAPTControlPlane>,
+    cp: &CAPTControlPlane,
+    name: &str,
+) -> Result<()> {
+    if cp.spec.workspace_template_apply_name.as_deref() == Some(name) {
+        return Ok(());
+    }
+    apply_fields(
+        api,
+        cp,
+        json!({"spec": {"workspaceTemplateApplyName": name}}),
+    )
+    .await
+    .map_err(kube_err(cp, "recording its WorkspaceTemplateApply name"))?;
+    Ok(())
+}
+
+/// Whether the Cluster's CAPTCluster is ready; `None` when unknown.
+async fn vpc_ready(
+    ctx: &Context,
+    cp: &CAPTControlPlane,
+    cluster: Option<&Cluster>,
+) -> Result<Option<bool>> {
+    let Some(infra) = cluster
+        .and_then(|c| c.spec.infrastructure_ref.as_ref())
+        .and_then(|r| r.name.clone())
+    else {
+        return Ok(None);
+    };
+    let api: Api<CAPTCluster> =
+        Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
+    let found = api
+        .get_opt(&infra)
+        .await
+        .map_err(kube_err(cp, "reading its CAPTCluster"))?;
+    Ok(found.map(|c| c.status.and_then(|s| s.ready).unwrap_or(false)))
+}
+
+/// Observes the time from Creating to Ready or Failed when the phase changes.
+fn observe_phase(ctx: &Context, cp: &CAPTControlPlane, phase: ControlPlanePhase) {
+    let previous = cp.status.as_ref().and_then(|s| s.phase);
+    if previous == Some(phase) || phase == ControlPlanePhase::Creating {
+        return;
+    }
+    let since = cp
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Creating"))
+        .map(|c| c.last_transition_time.0)
+        .or(cp.meta().creation_timestamp.as_ref().map(|t| t.0));
+    if let Some(since) = since {
+        let seconds = (Timestamp::now() - since)
+            .total(jiff::Unit::Second)
+            .unwrap_or(0.0);
+        let label = crate::metrics::PhaseLabel {
+            phase: format!("{phase:?}"),
+        };
+        ctx.metrics
+            .phase_transition
+            .get_or_create(&label)
+            .observe(seconds.max(0.0));
+    }
+}
+
+async fn delete(
+    cp: &CAPTControlPlane,
+    api: &Api<CAPTControlPlane>,
+    ctx: &Context,
+) -> Result<Action> {
+    if !cp
+        .finalizers()
+        .iter()
+        .any(|f| f == CAPT_CONTROL_PLANE_FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    let cluster = owning_cluster(ctx, cp).await?;
+    let apply = get_apply(ctx, cp, &apply_name(cp)).await?;
+    let workspace = match &apply {
+        Some(a) => observe_workspace(ctx, cp, a).await?,
+        None => None,
+    };
+    let facts = DeletionFacts {
+        endpoint_owned: cluster.as_ref().is_some_and(endpoint_owned_by_us),
+        control_plane_present: false,
+        apply_present: apply.is_some(),
+        apply_deleting: apply
+            .as_ref()
+            .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
+        workspace_present: workspace.is_some(),
+        retain: false,
+        started: cp
+            .meta()
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now),
+        now: Timestamp::now(),
+        stuck_after: ctx.settings.stuck_deletion_after,
+    };
+    let existing = cp
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let plan = plan_deletion(&facts, &existing, cp.meta().generation);
+    if plan.stuck {
+        tracing::warn!(
+            subject = super::subject(cp),
+            step = plan.step.as_str(),
+            "Deletion is stuck"
+        );
+    }
+    if plan.step != DeletionStep::RemoveFinalizer {
+        let fragment = deletion_status_fragment(&existing, &CONTROL_PLANE_CONDITION_TYPES, &plan);
+        let status = Publication {
+            target: target(cp),
+            subresource: Some(Subresource::Status),
+            field_manager: MANAGER_CAPT_CONTROL_PLANE,
+            fragment,
+            release: vec![],
+        };
+        ctx.publish(status).await?;
+    }
+    match plan.step {
+        DeletionStep::ReleaseEndpoint => {
+            let cluster = cluster.expect("endpoint_owned implies a Cluster");
+            release_cluster_endpoint(ctx, &cluster).await?;
+        }
+        DeletionStep::DeleteApply => {
+            let apply = apply.expect("DeleteApply implies an apply");
+            let applies: Api<crate::api::WorkspaceTemplateApply> =
+                Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
+            applies
+                .delete(&apply.name_any(), &DeleteParams::background())
+                .await
+                .map_err(kube_err(cp, "deleting its WorkspaceTemplateApply"))?;
+        }
+        DeletionStep::RemoveFinalizer => {
+            set_finalizer(api, cp, CAPT_CONTROL_PLANE_FINALIZER, false)
+                .await
+                .map_err(kube_err(cp, "removing its finalizer"))?;
+            super::observe_deletion(ctx, cp);
+            ctx.publisher.forget(
+                "CAPTControlPlane",
+                cp.namespace().as_deref(),
+                &cp.name_any(),
+            );
+            return Ok(Action::await_change());
+        }
+        DeletionStep::WaitForControlPlane
+        | DeletionStep::WaitForApplyGone
+        | DeletionStep::WaitForWorkspaceGone => {}
+    }
+    Ok(Action::requeue(
+        plan.recheck_after
+            .unwrap_or(ctx.settings.poll_interval)
+            .min(ctx.settings.poll_interval),
+    ))
+}
+
+/// True when `capt-cluster` still owns the Cluster's `spec.controlPlaneEndpoint`.
+pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
+    cluster.managed_fields().iter().any(|e| {
+        e.manager.as_deref() == Some(MANAGER_CLUSTER)
+            && e.operation.as_deref() == Some("Apply")
+            && e.subresource.as_deref().unwrap_or("").is_empty()
+            && e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0["f:spec"].get("f:controlPlaneEndpoint").is_some())
+    })
+}
+
+/// Publishes the release of the Cluster's endpoint under `capt-cluster`.
+pub async fn release_cluster_endpoint(ctx: &Context, cluster: &Cluster) -> Result<()> {
+    let release = Publication {
+        target: target(cluster),
+        subresource: None,
+        field_manager: MANAGER_CLUSTER,
+        fragment: json!({"spec": {"controlPlaneEndpoint": null}}),
+        release: vec![ENDPOINT_PATH.to_owned()],
+    };
+    ctx.publish(release).await?;
+    Ok(())
+}

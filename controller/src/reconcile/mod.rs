@@ -1,0 +1,134 @@
+//! The reconcilers: one per kind, each a free function from an object and what it observes
+//! to intents (published through the status-applier) and the spec-side work the controller
+//! owns (finalizers, WorkspaceTemplateApplies, Workspaces, the deletion order).
+
+pub mod apply;
+pub mod capt_cluster;
+pub mod cluster;
+pub mod control_plane;
+pub mod shared;
+
+use crate::context::Context;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::render::CLUSTER_NAME_LABEL;
+/// Label on applies and Workspaces naming the kind of the CAPT object they serve.
+pub const OWNER_KIND_LABEL: &str = "infrastructure.cluster.x-k8s.io/owner-kind";
+/// Label on applies and Workspaces naming the CAPT object they serve.
+pub const OWNER_NAME_LABEL: &str = "infrastructure.cluster.x-k8s.io/owner-name";
+/// Label on applies and Workspaces naming the namespace of the CAPT object they serve.
+pub const OWNER_NAMESPACE_LABEL: &str = "infrastructure.cluster.x-k8s.io/owner-namespace";
+
+/// Why a reconcile failed; each is retried after a delay.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("{subject}: {action}: {source}")]
+    Kube {
+        /// `kind/namespace/name`.
+        subject: String,
+        /// What was being done.
+        action: &'static str,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The status-applier could not take an intent.
+    #[error(transparent)]
+    Publish(#[from] crate::publish::PublishError),
+    /// A Workspace could not be rendered.
+    #[error(transparent)]
+    Render(#[from] crate::render::RenderError),
+}
+
+impl Error {
+    /// The metric label of the error.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Publish(_) => "publish",
+            Error::Render(_) => "render",
+        }
+    }
+}
+
+/// The result of a reconcile.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `kind/namespace/name` of an object.
+pub fn subject<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// Wraps a client error with its subject and action.
+pub fn kube_err<'a, K: Resource<DynamicType = ()>>(
+    obj: &'a K,
+    action: &'static str,
+) -> impl FnOnce(kube::Error) -> Error + 'a {
+    move |source| Error::Kube {
+        subject: subject(obj),
+        action,
+        source,
+    }
+}
+
+/// Logs, counts and retries a failed reconcile.
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    obj: Arc<K>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(subject = subject(obj.as_ref()), error = %error, "Reconcile failed; retrying");
+    ctx.metrics
+        .errors
+        .get_or_create(&crate::metrics::ErrorLabels {
+            kind: K::kind(&()).into(),
+            error: error.label().into(),
+        })
+        .inc();
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The hash of what should make a primary object reconcile again: its generation (spec
+/// changes), finalizers and deletion. Status changes, ours included, do not.
+pub fn lifecycle<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = obj.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The action after a reconcile: look again after `recheck`, or wait for a change.
+pub fn after(recheck: Option<Duration>) -> Action {
+    match recheck {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    }
+}
+
+/// Records how long an object's deletion took, when its finalizer comes off.
+pub fn observe_deletion<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) {
+    if let Some(since) = &obj.meta().deletion_timestamp {
+        let seconds = (jiff::Timestamp::now() - since.0)
+            .total(jiff::Unit::Second)
+            .unwrap_or(0.0);
+        ctx.metrics
+            .deletion
+            .get_or_create(&crate::metrics::ResourceTypeLabel {
+                resource_type: K::kind(&()).into(),
+            })
+            .observe(seconds.max(0.0));
+    }
+}

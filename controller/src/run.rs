@@ -1,0 +1,192 @@
+//! Wiring: the four controllers, what wakes each of them, and the HTTP endpoints.
+//!
+//! Primary objects wake their own reconciler only when their generation, finalizers,
+//! labels or deletion change ([`crate::reconcile::lifecycle`]): status writes, ours included,
+//! do not, so a status apply never loops back into the reconcile that caused it.
+
+use crate::api::{
+    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
+    WorkspaceTemplateApply,
+};
+use crate::context::Context;
+use crate::reconcile::shared::cluster_name;
+use crate::reconcile::{
+    OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, apply, capt_cluster, cluster,
+    control_plane, error_policy, lifecycle,
+};
+use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+
+/// Runs every controller until a shutdown signal.
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let (applies, apply_controller) = controller::<WorkspaceTemplateApply>(&client);
+    let (control_planes, cp_controller) = controller::<CAPTControlPlane>(&client);
+    let (capt_clusters, cc_controller) = controller::<CAPTCluster>(&client);
+    let (_, cluster_controller) = controller::<Cluster>(&client);
+    let wc = watcher::Config::default();
+    let workspaces = || Api::<TerraformWorkspace>::all(client.clone());
+
+    let apply_loop = apply_controller
+        .watches(workspaces(), wc.clone(), |ws| {
+            labelled_ref(&ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
+        })
+        .watches(
+            Api::<WorkspaceTemplate>::all(client.clone()),
+            wc.clone(),
+            move |t| users_of(&applies, &t),
+        )
+        .shutdown_on_signal()
+        .run(apply::reconcile, error_policy, ctx.clone())
+        .for_each(|_| std::future::ready(()));
+
+    let cc_for_cp = capt_clusters.clone();
+    let cp_loop = cp_controller
+        .watches(
+            Api::<WorkspaceTemplateApply>::all(client.clone()),
+            wc.clone(),
+            |a| owner_of::<CAPTControlPlane, _>(&a),
+        )
+        .watches(workspaces(), wc.clone(), |ws| {
+            owner_of::<CAPTControlPlane, _>(&ws)
+        })
+        .watches(
+            Api::<CAPTCluster>::all(client.clone()),
+            wc.clone(),
+            move |cc| same_cluster(&control_planes, &cc),
+        )
+        .watches(Api::<Cluster>::all(client.clone()), wc.clone(), |c| {
+            referenced(&c, &c.spec.control_plane_ref)
+        })
+        .shutdown_on_signal()
+        .run(control_plane::reconcile, error_policy, ctx.clone())
+        .for_each(|_| std::future::ready(()));
+
+    let cc_loop = cc_controller
+        .watches(
+            Api::<WorkspaceTemplateApply>::all(client.clone()),
+            wc.clone(),
+            |a| owner_of::<CAPTCluster, _>(&a),
+        )
+        .watches(workspaces(), wc.clone(), |ws| {
+            owner_of::<CAPTCluster, _>(&ws)
+        })
+        .watches(
+            Api::<CAPTControlPlane>::all(client.clone()),
+            wc.clone(),
+            move |cp| same_cluster(&cc_for_cp, &cp),
+        )
+        .watches(Api::<Cluster>::all(client.clone()), wc.clone(), |c| {
+            referenced(&c, &c.spec.infrastructure_ref)
+        })
+        .shutdown_on_signal()
+        .run(capt_cluster::reconcile, error_policy, ctx.clone())
+        .for_each(|_| std::future::ready(()));
+
+    let cluster_loop = cluster_controller
+        .watches(Api::<CAPTCluster>::all(client.clone()), wc.clone(), |o| {
+            owning_cluster_ref(&o)
+        })
+        .watches(
+            Api::<CAPTControlPlane>::all(client.clone()),
+            wc.clone(),
+            |o| owning_cluster_ref(&o),
+        )
+        .shutdown_on_signal()
+        .run(cluster::reconcile, error_policy, ctx.clone())
+        .for_each(|_| std::future::ready(()));
+
+    tracing::info!("Controllers started");
+    futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
+}
+
+/// A controller of `K` woken by lifecycle changes only, and the store of its objects.
+fn controller<K>(client: &kube::Client) -> (Store<K>, Controller<K>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(lifecycle, Default::default());
+    (reader.clone(), Controller::for_stream(stream, reader))
+}
+
+/// The object named by two labels (namespace, name) of `obj`.
+fn labelled_ref<K: Resource<DynamicType = ()>>(
+    obj: &impl Resource,
+    ns_label: &str,
+    name_label: &str,
+) -> Option<ObjectRef<K>> {
+    let labels = obj.meta().labels.as_ref()?;
+    Some(ObjectRef::new(labels.get(name_label)?).within(labels.get(ns_label)?))
+}
+
+/// The CAPT object of kind `K` an apply or a Workspace serves (from its owner labels).
+fn owner_of<K: Resource<DynamicType = ()>, O: Resource>(obj: &O) -> Option<ObjectRef<K>> {
+    (obj.meta().labels.as_ref()?.get(OWNER_KIND_LABEL)? == &*K::kind(&())).then_some(())?;
+    labelled_ref(obj, OWNER_NAMESPACE_LABEL, OWNER_NAME_LABEL)
+}
+
+/// The applies that use a WorkspaceTemplate.
+fn users_of(
+    applies: &Store<WorkspaceTemplateApply>,
+    template: &WorkspaceTemplate,
+) -> Vec<ObjectRef<WorkspaceTemplateApply>> {
+    let ns = template.namespace();
+    applies
+        .state()
+        .iter()
+        .filter(|a| a.spec.template_ref.name == template.name_any())
+        .filter(|a| a.spec.template_ref.namespace.clone().or(a.namespace()) == ns)
+        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
+}
+
+/// The objects in `store` that belong to the same Cluster as `obj`.
+fn same_cluster<K, O>(store: &Store<K>, obj: &O) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+    O: Resource,
+{
+    let Some(cluster) = cluster_name(obj) else {
+        return vec![];
+    };
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            o.namespace() == obj.meta().namespace
+                && cluster_name(o.as_ref()).as_deref() == Some(&cluster)
+        })
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+/// The object a Cluster references, if it is of kind `K`.
+fn referenced<K: Resource<DynamicType = ()>>(
+    cluster: &Cluster,
+    reference: &Option<k8s_openapi::api::core::v1::ObjectReference>,
+) -> Option<ObjectRef<K>> {
+    let r = reference.as_ref()?;
+    (r.kind.as_deref()? == &*K::kind(&())).then_some(())?;
+    Some(ObjectRef::new(r.name.as_deref()?).within(&cluster.namespace()?))
+}
+
+/// The Cluster an object belongs to.
+fn owning_cluster_ref<O: Resource>(obj: &O) -> Option<ObjectRef<Cluster>> {
+    Some(ObjectRef::new(&cluster_name(obj)?).within(obj.meta().namespace.as_deref()?))
+}

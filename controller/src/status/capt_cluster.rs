@@ -1,0 +1,339 @@
+//! The CAPTCluster status fragment (field manager `capt-captcluster`): the VPC's readiness.
+//!
+//! With `spec.existingVpcId` the VPC is ready at once. Otherwise it is ready when its Workspace
+//! is Ready and has a `vpc_id` output; `ReconcileError` is a failure with the provider's
+//! message; waiting longer than the VPC timeout is a failure (`VPCReadyTimeout`) that stays
+//! until the VPC is ready or the spec changes. Waiting for the owning Cluster never times out.
+//!
+//! The current wait started at the latest transition of `VPCReady`, `VPCFailed` and
+//! `WaitingForCluster` to False (the object's creation before any of them exists).
+
+use super::conditions::{self, ConditionBuilder, Status};
+use super::duration::format_duration;
+use super::wait::{self, Deadline, recheck_after};
+use super::workspace::{WorkspaceObservation, WorkspaceState};
+use crate::api::CAPTClusterStatus;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// Condition types this manager sets on a CAPTCluster, in the order it lists them.
+pub const CAPT_CLUSTER_CONDITION_TYPES: [&str; 3] = ["VPCReady", "VPCFailed", "WaitingForCluster"];
+
+/// How long the VPC may take when nobody says otherwise (a CAPTCluster has no timeouts field).
+pub const DEFAULT_VPC_READY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// Reasons used in `status.failureReason` and in the conditions.
+pub mod reason {
+    /// `spec.existingVpcId` names the VPC.
+    pub const EXISTING_VPC: &str = "ExistingVPC";
+    /// The VPC Workspace is ready and reported `vpc_id`.
+    pub const VPC_READY: &str = "VPCReady";
+    /// The VPC Workspace reported `Synced=False` with `ReconcileError`.
+    pub const WORKSPACE_FAILED: &str = "WorkspaceFailed";
+    /// The VPC was not ready within the timeout.
+    pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
+    /// No Cluster owns the CAPTCluster yet.
+    pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
+    /// A Cluster owns the CAPTCluster.
+    pub const OWNER_CLUSTER_FOUND: &str = "OwnerClusterFound";
+    /// The VPC Workspace does not exist yet.
+    pub const WAITING_FOR_WORKSPACE: &str = "WaitingForWorkspace";
+    /// The VPC Workspace exists and is not ready yet.
+    pub const WORKSPACE_CREATING: &str = "WorkspaceCreating";
+    /// The VPC Workspace is being deleted.
+    pub const WORKSPACE_DELETING: &str = "WorkspaceDeleting";
+    /// The VPC Workspace is ready but has no `vpc_id` output.
+    pub const WAITING_FOR_VPC_ID: &str = "WaitingForVPCID";
+    /// No failure.
+    pub const NO_FAILURE: &str = "NoFailure";
+}
+
+/// Everything the CAPTCluster status depends on.
+#[derive(Clone, Debug)]
+pub struct CaptClusterInput {
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `spec.existingVpcId`.
+    pub existing_vpc_id: Option<String>,
+    /// `metadata.creationTimestamp`.
+    pub created: Timestamp,
+    /// The injected current time.
+    pub now: Timestamp,
+    /// How long the VPC may take; [`DEFAULT_VPC_READY_TIMEOUT`] unless configured.
+    pub vpc_ready_timeout: Duration,
+    /// The live `status`, if any.
+    pub existing: Option<CAPTClusterStatus>,
+    /// The VPC Workspace; `None` when it does not exist yet (or could not be read).
+    pub workspace: Option<WorkspaceObservation>,
+    /// The VPC Workspace's name when known without reading it (the apply's `workspaceName`).
+    pub vpc_workspace_name: Option<String>,
+    /// True when no Cluster owns the CAPTCluster yet (no ownerReference, or no such Cluster).
+    pub waiting_for_cluster: bool,
+}
+
+/// The desired CAPTCluster status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaptClusterDesired {
+    /// `{"status": {...}}` for `capt-captcluster` on the status subresource.
+    pub status_fragment: Value,
+    /// The `ready` in the fragment.
+    pub ready: bool,
+    /// The VPC ID, when known.
+    pub vpc_id: Option<String>,
+    /// Reconcile again after this long to notice a timeout; `None` when nothing times out.
+    pub recheck_after: Option<Duration>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Outcome {
+    Ready {
+        reason: &'static str,
+        message: String,
+    },
+    Waiting {
+        reason: &'static str,
+        message: String,
+        timed: bool,
+    },
+    Failed {
+        reason: String,
+        message: String,
+    },
+}
+
+/// Computes the desired status of a CAPTCluster from what was observed.
+pub fn desired_capt_cluster(input: &CaptClusterInput) -> CaptClusterDesired {
+    let now = conditions::whole_seconds(input.now);
+    let start = waiting_since(input, now);
+    let vpc_id = input.existing_vpc_id.clone().or_else(|| {
+        let ws = input.workspace.as_ref()?;
+        ws.output_string("vpc_id").filter(|id| !id.is_empty())
+    });
+    let (outcome, recheck) = match observed_outcome(input, vpc_id.as_deref()) {
+        Outcome::Waiting {
+            reason,
+            message,
+            timed: true,
+        } => apply_timeout(input, start, now, reason, message),
+        other => (other, None),
+    };
+    let ready = matches!(outcome, Outcome::Ready { .. });
+    CaptClusterDesired {
+        status_fragment: status_fragment(input, &outcome, vpc_id.as_deref(), start, now),
+        ready,
+        vpc_id,
+        recheck_after: recheck,
+    }
+}
+
+fn observed_outcome(input: &CaptClusterInput, vpc_id: Option<&str>) -> Outcome {
+    let waiting = |reason, message: String| Outcome::Waiting {
+        reason,
+        message,
+        timed: true,
+    };
+    if let Some(id) = &input.existing_vpc_id {
+        let message = format!("using the existing VPC {id}");
+        return Outcome::Ready {
+            reason: reason::EXISTING_VPC,
+            message,
+        };
+    }
+    let state = input.workspace.as_ref().map(|ws| (ws.state(), &ws.name));
+    match (state, vpc_id) {
+        (Some((WorkspaceState::Failed { message }, name)), _) => Outcome::Failed {
+            reason: reason::WORKSPACE_FAILED.into(),
+            message: format!("Workspace {name}: {message}"),
+        },
+        (Some((WorkspaceState::Ready, _)), Some(id)) => Outcome::Ready {
+            reason: reason::VPC_READY,
+            message: format!("VPC {id} is ready"),
+        },
+        _ if input.waiting_for_cluster => Outcome::Waiting {
+            reason: reason::WAITING_FOR_CLUSTER,
+            message: "waiting for a Cluster to own this CAPTCluster".into(),
+            timed: false,
+        },
+        (Some((WorkspaceState::Ready, name)), None) => waiting(
+            reason::WAITING_FOR_VPC_ID,
+            format!("Workspace {name} is ready but has no vpc_id output"),
+        ),
+        (Some((WorkspaceState::Deleting, name)), _) => waiting(
+            reason::WORKSPACE_DELETING,
+            format!("Workspace {name} is being deleted"),
+        ),
+        (Some((WorkspaceState::Creating, name)), _) => waiting(
+            reason::WORKSPACE_CREATING,
+            format!("waiting for Workspace {name} to become ready"),
+        ),
+        (None, _) => waiting(
+            reason::WAITING_FOR_WORKSPACE,
+            "waiting for the VPC Workspace".into(),
+        ),
+    }
+}
+
+fn apply_timeout(
+    input: &CaptClusterInput,
+    start: Timestamp,
+    now: Timestamp,
+    reason: &'static str,
+    message: String,
+) -> (Outcome, Option<Duration>) {
+    if let Some(sticky) = sticky_timeout(input) {
+        return (sticky, None);
+    }
+    let deadline = Deadline::new(start, input.vpc_ready_timeout);
+    if deadline.expired(now) {
+        let within = format_duration(input.vpc_ready_timeout);
+        let message = format!("the VPC was not ready within {within}: {message}");
+        let reason = reason::VPC_READY_TIMEOUT.into();
+        return (Outcome::Failed { reason, message }, None);
+    }
+    let message = format!("{message} ({})", deadline.describe());
+    let outcome = Outcome::Waiting {
+        reason,
+        message,
+        timed: true,
+    };
+    (outcome, recheck_after([deadline.remaining(now)]))
+}
+
+/// A timeout failure of the same generation: it stays until the VPC is ready.
+fn sticky_timeout(input: &CaptClusterInput) -> Option<Outcome> {
+    let existing = input.existing.as_ref()?;
+    let list = existing.conditions.as_deref().unwrap_or_default();
+    let timed_out = existing.failure_reason.as_deref() == Some(reason::VPC_READY_TIMEOUT);
+    let same_generation = existing.observed_generation == input.generation;
+    let failed = conditions::is_true(list, "VPCFailed");
+    (timed_out && same_generation && failed).then(|| Outcome::Failed {
+        reason: reason::VPC_READY_TIMEOUT.into(),
+        message: existing.failure_message.clone().unwrap_or_default(),
+    })
+}
+
+fn waiting_since(input: &CaptClusterInput, now: Timestamp) -> Timestamp {
+    let list = existing_conditions(input);
+    let markers = CAPT_CLUSTER_CONDITION_TYPES.map(|t| (t, Status::False));
+    wait::waiting_since(list, &markers, input.created, now)
+}
+
+fn existing_conditions(input: &CaptClusterInput) -> &[Condition] {
+    input
+        .existing
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+/// `{"status": {...}}` with every field this manager knows now.
+fn status_fragment(
+    input: &CaptClusterInput,
+    outcome: &Outcome,
+    vpc_id: Option<&str>,
+    start: Timestamp,
+    now: Timestamp,
+) -> Value {
+    let mut status = Map::new();
+    status.insert(
+        "ready".into(),
+        json!(matches!(outcome, Outcome::Ready { .. })),
+    );
+    if let Some(id) = vpc_id {
+        status.insert("vpcId".into(), json!(id));
+    }
+    let (failure_reason, failure_message) = match outcome {
+        Outcome::Failed { reason, message } => (json!(reason), json!(message)),
+        _ => (Value::Null, Value::Null),
+    };
+    status.insert("failureReason".into(), failure_reason);
+    status.insert("failureMessage".into(), failure_message);
+    insert_workspace_fields(&mut status, input);
+    let builder = ConditionBuilder::new(existing_conditions(input), input.generation, now);
+    let list = capt_cluster_conditions(&builder, outcome, input.waiting_for_cluster, start);
+    status.insert("conditions".into(), conditions::to_json(&list));
+    if let Some(generation) = input.generation {
+        status.insert("observedGeneration".into(), json!(generation));
+    }
+    json!({ "status": status })
+}
+
+/// `vpcWorkspaceName` and `workspaceTemplateStatus`: `null` with an existing VPC (there is no
+/// Workspace), omitted while the Workspace is unknown.
+fn insert_workspace_fields(status: &mut Map<String, Value>, input: &CaptClusterInput) {
+    if input.existing_vpc_id.is_some() {
+        status.insert("vpcWorkspaceName".into(), Value::Null);
+        status.insert("workspaceTemplateStatus".into(), Value::Null);
+        return;
+    }
+    let ws = input.workspace.as_ref();
+    let name = input
+        .vpc_workspace_name
+        .clone()
+        .or_else(|| ws.map(|w| w.name.clone()).filter(|n| !n.is_empty()));
+    if let Some(name) = name {
+        status.insert("vpcWorkspaceName".into(), json!(name));
+    }
+    if let Some(ws) = ws {
+        let previous = input
+            .existing
+            .as_ref()
+            .and_then(|s| s.workspace_template_status.as_ref())
+            .and_then(|t| t.outputs.as_ref());
+        status.insert(
+            "workspaceTemplateStatus".into(),
+            ws.template_status(previous),
+        );
+    }
+}
+
+/// VPCReady, VPCFailed and WaitingForCluster, in that order. While waiting, transitions are
+/// dated from the wait's start, so the next reconcile finds the same start.
+fn capt_cluster_conditions(
+    b: &ConditionBuilder<'_>,
+    outcome: &Outcome,
+    waiting_for_cluster: bool,
+    start: Timestamp,
+) -> Vec<Condition> {
+    let (vpc_ready, vpc_failed, at) = match outcome {
+        Outcome::Ready { reason, message } => (
+            (Status::True, *reason, message.as_str()),
+            (Status::False, reason::NO_FAILURE, ""),
+            None,
+        ),
+        Outcome::Waiting {
+            reason, message, ..
+        } => (
+            (Status::False, *reason, message.as_str()),
+            (Status::False, reason::NO_FAILURE, ""),
+            Some(start),
+        ),
+        Outcome::Failed { reason, message } => (
+            (Status::False, reason.as_str(), message.as_str()),
+            (Status::True, reason.as_str(), message.as_str()),
+            None,
+        ),
+    };
+    let cluster = match waiting_for_cluster {
+        true => (
+            Status::True,
+            reason::WAITING_FOR_CLUSTER,
+            "no Cluster owns this CAPTCluster yet",
+        ),
+        false => (Status::False, reason::OWNER_CLUSTER_FOUND, ""),
+    };
+    let build = |t: &str, (status, reason, message): (Status, &str, &str)| match at {
+        Some(at) if status == Status::False => b.build_at(t, status, reason, message, at),
+        _ => b.build(t, status, reason, message),
+    };
+    vec![
+        build("VPCReady", vpc_ready),
+        build("VPCFailed", vpc_failed),
+        build("WaitingForCluster", cluster),
+    ]
+}
+
+#[cfg(test)]
+mod tests;

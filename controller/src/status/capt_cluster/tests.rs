@@ -1,0 +1,284 @@
+//! Tests of the CAPTCluster status, as sequences of reconciles whose fragments are merged the
+//! way the status-applier merges them.
+
+use super::*;
+use crate::status::testing::{T0, at_min, has_null, merge_patch, ts};
+use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
+
+fn mk_input() -> CaptClusterInput {
+    CaptClusterInput {
+        generation: Some(1),
+        existing_vpc_id: None,
+        created: ts(T0),
+        now: at_min(1),
+        vpc_ready_timeout: DEFAULT_VPC_READY_TIMEOUT,
+        existing: None,
+        workspace: None,
+        vpc_workspace_name: None,
+        waiting_for_cluster: false,
+    }
+}
+
+fn with(f: impl FnOnce(&mut CaptClusterInput)) -> CaptClusterInput {
+    let mut input = mk_input();
+    f(&mut input);
+    input
+}
+
+fn at(now: i64, ws: Option<WorkspaceObservation>) -> CaptClusterInput {
+    with(|i| {
+        i.now = at_min(now);
+        i.workspace = ws;
+    })
+}
+
+fn vpc_ready_ws() -> WorkspaceObservation {
+    ready_workspace(json!({"vpc_id": "vpc-0abc", "private_subnets": ["s-1", "s-2"]}))
+}
+
+struct Sim {
+    live: Value,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Self { live: json!({}) }
+    }
+
+    fn step(&mut self, mut input: CaptClusterInput) -> CaptClusterDesired {
+        input.existing = self
+            .live
+            .get("status")
+            .map(|s| serde_json::from_value(s.clone()).unwrap());
+        let desired = desired_capt_cluster(&input);
+        merge_patch(&mut self.live, &desired.status_fragment);
+        desired
+    }
+
+    fn condition(&self, type_: &str) -> Value {
+        let list = self.live["status"]["conditions"].as_array().unwrap();
+        list.iter().find(|c| c["type"] == type_).unwrap().clone()
+    }
+}
+
+fn status(d: &CaptClusterDesired) -> &Value {
+    &d.status_fragment["status"]
+}
+
+fn condition(d: &CaptClusterDesired, type_: &str) -> Value {
+    let list = status(d)["conditions"].as_array().unwrap();
+    list.iter().find(|c| c["type"] == type_).unwrap().clone()
+}
+
+#[test]
+fn an_existing_vpc_is_ready_at_once_and_nulls_the_workspace_fields() {
+    let d = desired_capt_cluster(&with(|i| i.existing_vpc_id = Some("vpc-123".into())));
+    assert!(d.ready);
+    let s = status(&d);
+    assert_eq!(s["vpcId"], json!("vpc-123"));
+    assert_eq!(s["vpcWorkspaceName"], Value::Null);
+    assert_eq!(s["workspaceTemplateStatus"], Value::Null);
+    assert!(s.as_object().unwrap().contains_key("vpcWorkspaceName"));
+    assert_eq!(condition(&d, "VPCReady")["reason"], reason::EXISTING_VPC);
+    assert_eq!(d.recheck_after, None);
+}
+
+#[test]
+fn each_vpc_state_gives_its_readiness_and_reason() {
+    let cases = [
+        (
+            "workspace ready with vpc_id",
+            at(2, Some(vpc_ready_ws())),
+            true,
+            reason::VPC_READY,
+        ),
+        (
+            "workspace ready without vpc_id",
+            at(2, Some(ready_workspace(json!({})))),
+            false,
+            reason::WAITING_FOR_VPC_ID,
+        ),
+        (
+            "workspace creating",
+            at(2, Some(creating_workspace())),
+            false,
+            reason::WORKSPACE_CREATING,
+        ),
+        (
+            "workspace not found",
+            at(2, None),
+            false,
+            reason::WAITING_FOR_WORKSPACE,
+        ),
+        (
+            "ReconcileError",
+            at(2, Some(failed_workspace("Error: VpcLimitExceeded"))),
+            false,
+            reason::WORKSPACE_FAILED,
+        ),
+        (
+            "timed out",
+            at(15, Some(creating_workspace())),
+            false,
+            reason::VPC_READY_TIMEOUT,
+        ),
+        (
+            "waiting for the owning Cluster never times out",
+            with(|i| {
+                i.now = at_min(600);
+                i.waiting_for_cluster = true;
+            }),
+            false,
+            reason::WAITING_FOR_CLUSTER,
+        ),
+    ];
+    for (name, input, ready, reason) in cases {
+        let d = desired_capt_cluster(&input);
+        assert_eq!(d.ready, ready, "{name}");
+        assert_eq!(status(&d)["ready"], json!(ready), "{name}");
+        assert_eq!(condition(&d, "VPCReady")["reason"], reason, "{name}");
+    }
+}
+
+#[test]
+fn a_ready_vpc_publishes_its_id_workspace_name_and_template_status() {
+    let d = desired_capt_cluster(&at(2, Some(vpc_ready_ws())));
+    let s = status(&d);
+    assert_eq!(d.vpc_id.as_deref(), Some("vpc-0abc"));
+    assert_eq!(s["vpcId"], json!("vpc-0abc"));
+    assert_eq!(s["vpcWorkspaceName"], json!("ws-1"));
+    assert_eq!(s["failureReason"], Value::Null);
+    assert_eq!(s["failureMessage"], Value::Null);
+    assert_eq!(s["observedGeneration"], json!(1));
+    assert_eq!(
+        s["workspaceTemplateStatus"]["outputs"],
+        json!({"vpc_id": "vpc-0abc", "private_subnets": r#"["s-1","s-2"]"#})
+    );
+    assert_eq!(condition(&d, "VPCFailed")["status"], "False");
+    assert_eq!(condition(&d, "WaitingForCluster")["status"], "False");
+}
+
+#[test]
+fn a_reconcile_error_is_a_failure_with_the_providers_message() {
+    let d = desired_capt_cluster(&at(2, Some(failed_workspace("Error: VpcLimitExceeded"))));
+    let s = status(&d);
+    assert_eq!(s["failureReason"], json!(reason::WORKSPACE_FAILED));
+    assert_eq!(
+        s["failureMessage"],
+        json!("Workspace ws-1: Error: VpcLimitExceeded")
+    );
+    assert_eq!(condition(&d, "VPCFailed")["status"], "True");
+    assert_eq!(
+        s["workspaceTemplateStatus"]["lastFailureMessage"],
+        json!("Error: VpcLimitExceeded")
+    );
+}
+
+#[test]
+fn waiting_for_the_cluster_is_a_true_condition_from_the_input_flag() {
+    let d = desired_capt_cluster(&with(|i| i.waiting_for_cluster = true));
+    assert_eq!(condition(&d, "WaitingForCluster")["status"], "True");
+    assert_eq!(d.recheck_after, None);
+}
+
+#[test]
+fn the_timeout_counts_from_creation_then_from_the_cluster_appearing() {
+    let d = desired_capt_cluster(&at(5, None));
+    assert_eq!(d.recheck_after, Some(Duration::from_secs(10 * 60)));
+    let mut sim = Sim::new();
+    sim.step(with(|i| {
+        i.now = at_min(30);
+        i.waiting_for_cluster = true;
+    }));
+    let d = sim.step(at(40, None));
+    assert_eq!(d.recheck_after, Some(Duration::from_secs(15 * 60)));
+    assert!(!sim.step(at(54, Some(creating_workspace()))).ready);
+    assert!(sim.live["status"].get("failureReason").is_none());
+    let d = sim.step(at(55, Some(creating_workspace())));
+    assert_eq!(
+        status(&d)["failureReason"],
+        json!(reason::VPC_READY_TIMEOUT)
+    );
+}
+
+#[test]
+fn a_timeout_stays_until_the_vpc_is_ready_or_the_spec_changes() {
+    let mut sim = Sim::new();
+    sim.step(at(16, Some(creating_workspace())));
+    let d = sim.step(at(20, Some(creating_workspace())));
+    assert_eq!(
+        status(&d)["failureReason"],
+        json!(reason::VPC_READY_TIMEOUT)
+    );
+    let respec = sim.step(with(|i| {
+        i.generation = Some(2);
+        i.now = at_min(21);
+        i.workspace = Some(creating_workspace());
+    }));
+    assert_eq!(status(&respec)["failureReason"], Value::Null);
+    assert_eq!(respec.recheck_after, Some(Duration::from_secs(15 * 60)));
+    let mut sim = Sim::new();
+    sim.step(at(16, Some(creating_workspace())));
+    assert!(sim.step(at(17, Some(vpc_ready_ws()))).ready);
+}
+
+#[test]
+fn a_cleared_failure_is_retried_with_a_fresh_timeout_and_nulls() {
+    let mut sim = Sim::new();
+    sim.step(at(10, Some(failed_workspace("boom"))));
+    assert_eq!(
+        sim.live["status"]["failureReason"],
+        json!(reason::WORKSPACE_FAILED)
+    );
+    let d = sim.step(at(12, Some(creating_workspace())));
+    assert_eq!(status(&d)["failureMessage"], Value::Null);
+    assert!(sim.live["status"].get("failureMessage").is_none());
+    assert_eq!(d.recheck_after, Some(Duration::from_secs(15 * 60)));
+    assert_eq!(
+        sim.condition("VPCFailed")["lastTransitionTime"],
+        json!("2024-01-01T00:12:00Z")
+    );
+}
+
+#[test]
+fn repeated_reconciles_publish_identical_fragments() {
+    let mut sim = Sim::new();
+    let a = sim.step(at(2, Some(creating_workspace())));
+    let b = sim.step(at(9, Some(creating_workspace())));
+    assert_eq!(
+        serde_json::to_string(&a.status_fragment).unwrap(),
+        serde_json::to_string(&b.status_fragment).unwrap()
+    );
+    assert_eq!(sim.condition("VPCReady")["lastTransitionTime"], json!(T0));
+}
+
+#[test]
+fn an_unknown_workspace_omits_what_it_would_tell_and_keeps_the_merged_values() {
+    let mut sim = Sim::new();
+    sim.step(at(2, Some(vpc_ready_ws())));
+    let d = sim.step(at(3, None));
+    let s = status(&d).as_object().unwrap();
+    assert!(!s.contains_key("workspaceTemplateStatus"));
+    assert!(!s.contains_key("vpcId"));
+    assert!(!s.contains_key("vpcWorkspaceName"));
+    assert_eq!(sim.live["status"]["vpcId"], json!("vpc-0abc"));
+    assert!(!has_null(&sim.live), "the merged document never holds null");
+}
+
+#[test]
+fn the_workspace_name_comes_from_the_apply_when_given() {
+    let d = desired_capt_cluster(&with(|i| i.vpc_workspace_name = Some("vpc-demo".into())));
+    assert_eq!(status(&d)["vpcWorkspaceName"], json!("vpc-demo"));
+}
+
+#[test]
+fn the_fragment_lists_only_this_managers_conditions() {
+    let d = desired_capt_cluster(&at(2, Some(vpc_ready_ws())));
+    let types: Vec<&str> = status(&d)["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, CAPT_CLUSTER_CONDITION_TYPES);
+}

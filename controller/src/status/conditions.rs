@@ -1,0 +1,210 @@
+//! `metav1.Condition` helpers: find a condition by type, and build one whose
+//! `lastTransitionTime` carries over from the existing condition of the same type unless its
+//! status changes.
+//!
+//! Times are whole seconds (the API server keeps no more), so a condition built now and the
+//! same condition read back from the object compare equal.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::Value;
+
+/// The status of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// `True`.
+    True,
+    /// `False`.
+    False,
+    /// `Unknown`.
+    Unknown,
+}
+
+impl Status {
+    /// The API spelling: `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+
+    /// `True` for `true`, `False` for `false`.
+    pub fn from_bool(b: bool) -> Self {
+        if b { Status::True } else { Status::False }
+    }
+}
+
+/// The condition of type `type_` in `list`, if any.
+pub fn find<'a>(list: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    list.iter().find(|c| c.type_ == type_)
+}
+
+/// True when `list` holds a condition of type `type_` with status `True`.
+pub fn is_true(list: &[Condition], type_: &str) -> bool {
+    find(list, type_).is_some_and(|c| c.status == Status::True.as_str())
+}
+
+/// When the condition of type `type_` last turned to `status`, if it has that status now.
+pub fn since(list: &[Condition], type_: &str, status: Status) -> Option<Timestamp> {
+    find(list, type_)
+        .filter(|c| c.status == status.as_str())
+        .map(|c| c.last_transition_time.0)
+}
+
+/// `ts` without its sub-second part.
+pub fn whole_seconds(ts: Timestamp) -> Timestamp {
+    Timestamp::from_second(ts.as_second()).unwrap_or(ts)
+}
+
+/// Builds conditions for one object, carrying transition times over from its existing ones.
+#[derive(Clone, Copy, Debug)]
+pub struct ConditionBuilder<'a> {
+    existing: &'a [Condition],
+    generation: Option<i64>,
+    now: Timestamp,
+}
+
+impl<'a> ConditionBuilder<'a> {
+    /// A builder over the object's current conditions, its generation and the injected `now`.
+    #[must_use]
+    pub fn new(existing: &'a [Condition], generation: Option<i64>, now: Timestamp) -> Self {
+        Self {
+            existing,
+            generation,
+            now: whole_seconds(now),
+        }
+    }
+
+    /// A condition of type `type_`. Its `lastTransitionTime` is the existing condition's when
+    /// that one has the same status, `now` otherwise.
+    pub fn build(&self, type_: &str, status: Status, reason: &str, message: &str) -> Condition {
+        self.build_at(type_, status, reason, message, self.now)
+    }
+
+    /// Like [`Self::build`], but a transition is dated `at` instead of `now` (a wait that
+    /// started when the object was created, say).
+    pub fn build_at(
+        &self,
+        type_: &str,
+        status: Status,
+        reason: &str,
+        message: &str,
+        at: Timestamp,
+    ) -> Condition {
+        let at = whole_seconds(at);
+        let last_transition_time = since(self.existing, type_, status).unwrap_or(at);
+        Condition {
+            type_: type_.into(),
+            status: status.as_str().into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(last_transition_time),
+            observed_generation: self.generation,
+        }
+    }
+}
+
+/// The JSON of a condition list, in the order given.
+pub fn to_json(conditions: &[Condition]) -> Value {
+    Value::Array(conditions.iter().map(condition_json).collect())
+}
+
+fn condition_json(c: &Condition) -> Value {
+    // A `Condition` always serializes: its only fallible part is a time format.
+    serde_json::to_value(c).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn mk_condition(type_: &str, status: &str, at: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Old".into(),
+            message: "old".into(),
+            last_transition_time: Time(ts(at)),
+            observed_generation: Some(1),
+        }
+    }
+
+    #[test]
+    fn find_returns_the_condition_of_that_type() {
+        let list = vec![
+            mk_condition("Ready", "True", "2024-01-01T00:00:00Z"),
+            mk_condition("Failed", "False", "2024-01-01T00:00:00Z"),
+        ];
+        assert_eq!(find(&list, "Failed").unwrap().status, "False");
+        assert!(find(&list, "Creating").is_none());
+        assert!(is_true(&list, "Ready"));
+        assert!(!is_true(&list, "Failed"));
+    }
+
+    #[test]
+    fn transition_time_carries_over_when_the_status_is_unchanged() {
+        let list = vec![mk_condition("Ready", "True", "2024-01-01T00:00:00Z")];
+        let b = ConditionBuilder::new(&list, Some(2), ts("2024-06-01T12:00:00Z"));
+        let c = b.build("Ready", Status::True, "NewReason", "new message");
+        assert_eq!(c.last_transition_time.0, ts("2024-01-01T00:00:00Z"));
+        assert_eq!(
+            (c.reason.as_str(), c.message.as_str()),
+            ("NewReason", "new message")
+        );
+        assert_eq!(c.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn transition_time_is_now_when_the_status_changes_or_the_condition_is_new() {
+        let list = vec![mk_condition("Ready", "True", "2024-01-01T00:00:00Z")];
+        let b = ConditionBuilder::new(&list, Some(2), ts("2024-06-01T12:00:00.750Z"));
+        let flipped = b.build("Ready", Status::False, "R", "m");
+        assert_eq!(flipped.last_transition_time.0, ts("2024-06-01T12:00:00Z"));
+        let new = b.build("Failed", Status::False, "R", "m");
+        assert_eq!(new.last_transition_time.0, ts("2024-06-01T12:00:00Z"));
+    }
+
+    #[test]
+    fn a_transition_can_be_dated_earlier_than_now() {
+        let b = ConditionBuilder::new(&[], None, ts("2024-06-01T12:00:00Z"));
+        let c = b.build_at(
+            "Creating",
+            Status::True,
+            "R",
+            "",
+            ts("2024-06-01T11:00:00Z"),
+        );
+        assert_eq!(c.last_transition_time.0, ts("2024-06-01T11:00:00Z"));
+        assert_eq!(c.observed_generation, None);
+    }
+
+    #[test]
+    fn since_reports_the_transition_time_only_for_the_given_status() {
+        let list = vec![mk_condition("Creating", "True", "2024-01-01T00:00:00Z")];
+        assert_eq!(
+            since(&list, "Creating", Status::True),
+            Some(ts("2024-01-01T00:00:00Z"))
+        );
+        assert_eq!(since(&list, "Creating", Status::False), None);
+    }
+
+    #[test]
+    fn conditions_serialize_as_metav1_conditions() {
+        let b = ConditionBuilder::new(&[], Some(3), ts("2024-06-01T12:00:00Z"));
+        let json = to_json(&[b.build("Ready", Status::Unknown, "Waiting", "")]);
+        assert_eq!(
+            json,
+            json!([{
+                "type": "Ready", "status": "Unknown", "reason": "Waiting", "message": "",
+                "lastTransitionTime": "2024-06-01T12:00:00Z", "observedGeneration": 3
+            }])
+        );
+    }
+}

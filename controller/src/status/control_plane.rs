@@ -1,0 +1,358 @@
+//! The CAPTControlPlane phase machine and its status fragment (field manager
+//! `capt-captcontrolplane`).
+//!
+//! ```text
+//! Creating --(Workspace Ready and endpoint parses)--> Ready
+//! Creating --(ReconcileError | InvalidEndpoint | timeout)--> Failed
+//! Ready    --(Workspace not Ready, e.g. re-applying a spec update)--> Creating
+//! Failed   --(failure cleared, or a new generation)--> Creating
+//! ```
+//!
+//! The wait started when the `Creating` condition last turned True (the object's creation
+//! time before any status exists). A timeout failure stays until the control plane becomes
+//! ready, the spec changes (a new generation), or, for `VPCReadyTimeout`, the VPC is ready.
+
+use super::conditions::{self, ConditionBuilder, Status};
+use super::duration::{DurationError, format_duration, parse_duration};
+use super::endpoint::{self, EndpointError, parse_endpoint};
+use super::wait::{self, Deadline, recheck_after};
+use super::workspace::{WorkspaceObservation, WorkspaceState};
+use crate::api::{ApiEndpoint, CAPTControlPlaneStatus, ControlPlanePhase, Timeouts};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// Condition types this manager sets on a CAPTControlPlane, in the order it lists them.
+pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 4] = ["Ready", "Initialized", "Failed", "Creating"];
+
+/// Reasons used in `status.failureReason` and in the conditions.
+pub mod reason {
+    /// The Workspace reported `Synced=False` with `ReconcileError`.
+    pub const WORKSPACE_FAILED: &str = "WorkspaceFailed";
+    /// The control plane was not ready within `controlPlaneTimeout`.
+    pub const CONTROL_PLANE_TIMEOUT: &str = "ControlPlaneTimeout";
+    /// The VPC was not ready within `vpcReadyTimeout`.
+    pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
+    /// The Workspace is ready but its `cluster_endpoint` does not parse.
+    pub const INVALID_ENDPOINT: &str = "InvalidEndpoint";
+    /// A timeout in the spec does not parse.
+    pub const INVALID_TIMEOUT: &str = "InvalidTimeout";
+    /// The Workspace does not exist yet (or could not be read).
+    pub const WAITING_FOR_WORKSPACE: &str = "WaitingForWorkspace";
+    /// The Workspace exists and is not ready yet.
+    pub const WORKSPACE_CREATING: &str = "WorkspaceCreating";
+    /// The Workspace is being deleted.
+    pub const WORKSPACE_DELETING: &str = "WorkspaceDeleting";
+    /// The VPC is not ready yet.
+    pub const WAITING_FOR_VPC: &str = "WaitingForVPC";
+    /// The Workspace is ready and no endpoint is known yet.
+    pub const WAITING_FOR_ENDPOINT: &str = "WaitingForEndpoint";
+    /// The control plane is ready.
+    pub const CONTROL_PLANE_READY: &str = "ControlPlaneReady";
+}
+
+/// Everything the control-plane status depends on.
+#[derive(Clone, Debug)]
+pub struct ControlPlaneInput {
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `spec.version`.
+    pub version: String,
+    /// `spec.controlPlaneConfig.timeouts`; defaults (30m, 15m) when `None`.
+    pub timeouts: Option<Timeouts>,
+    /// `metadata.creationTimestamp`.
+    pub created: Timestamp,
+    /// The injected current time.
+    pub now: Timestamp,
+    /// The live `status`, if any: transition times, `initialized`, the previous phase.
+    pub existing: Option<CAPTControlPlaneStatus>,
+    /// Whether the VPC is ready; `None` when unknown.
+    pub vpc_ready: Option<bool>,
+    /// The Workspace; `None` when it does not exist yet or could not be read: the fragment
+    /// then omits `workspaceStatus` and `workspaceTemplateStatus`, and the phase is Creating
+    /// (unless a timeout ran out).
+    pub workspace: Option<WorkspaceObservation>,
+    /// The `cluster_endpoint` output, else the connection Secret's endpoint value.
+    pub endpoint_source: Option<String>,
+}
+
+/// The desired control-plane status and endpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlPlaneDesired {
+    /// `{"status": {...}}` for `capt-captcontrolplane` on the status subresource.
+    pub status_fragment: Value,
+    /// The endpoint for `spec.controlPlaneEndpoint`, whenever the source parses; `None`
+    /// means unknown: publish nothing (do not release).
+    pub endpoint: Option<ApiEndpoint>,
+    /// The phase in the fragment.
+    pub phase: ControlPlanePhase,
+    /// Reconcile again after this long to notice a timeout; `None` when nothing times out.
+    pub recheck_after: Option<Duration>,
+}
+
+/// The state the control plane is in, with why.
+#[derive(Clone, Debug, PartialEq)]
+enum Outcome {
+    Ready(ApiEndpoint),
+    Waiting {
+        reason: &'static str,
+        message: String,
+    },
+    Failed {
+        reason: String,
+        message: String,
+    },
+}
+
+/// Computes the desired status of a CAPTControlPlane from what was observed.
+pub fn desired_control_plane(input: &ControlPlaneInput) -> ControlPlaneDesired {
+    let now = conditions::whole_seconds(input.now);
+    let parsed = input.endpoint_source.as_deref().map(parse_endpoint);
+    let (outcome, recheck) = match observed_outcome(input, parsed.as_ref()) {
+        Outcome::Waiting { reason, message } => apply_timeouts(input, now, reason, message),
+        other => (other, None),
+    };
+    let phase = match outcome {
+        Outcome::Ready(_) => ControlPlanePhase::Ready,
+        Outcome::Waiting { .. } => ControlPlanePhase::Creating,
+        Outcome::Failed { .. } => ControlPlanePhase::Failed,
+    };
+    ControlPlaneDesired {
+        status_fragment: status_fragment(input, now, &outcome, phase),
+        endpoint: parsed.and_then(Result::ok),
+        phase,
+        recheck_after: recheck,
+    }
+}
+
+/// The outcome from the Workspace, the VPC and the endpoint alone, before timeouts.
+fn observed_outcome(
+    input: &ControlPlaneInput,
+    endpoint: Option<&Result<ApiEndpoint, EndpointError>>,
+) -> Outcome {
+    let waiting = |reason, message: String| Outcome::Waiting { reason, message };
+    let Some(ws) = &input.workspace else {
+        return match input.vpc_ready {
+            Some(false) => waiting(reason::WAITING_FOR_VPC, "waiting for the VPC".into()),
+            _ => waiting(
+                reason::WAITING_FOR_WORKSPACE,
+                "waiting for the Workspace".into(),
+            ),
+        };
+    };
+    match (ws.state(), endpoint) {
+        (WorkspaceState::Failed { message }, _) => Outcome::Failed {
+            reason: reason::WORKSPACE_FAILED.into(),
+            message: format!("Workspace {}: {message}", ws.name),
+        },
+        (WorkspaceState::Ready, Some(Ok(e))) => Outcome::Ready(e.clone()),
+        (WorkspaceState::Ready, Some(Err(e))) => Outcome::Failed {
+            reason: reason::INVALID_ENDPOINT.into(),
+            message: format!("Workspace {}: cluster_endpoint: {e}", ws.name),
+        },
+        (WorkspaceState::Ready, None) => waiting(
+            reason::WAITING_FOR_ENDPOINT,
+            format!("Workspace {} is ready but has no cluster_endpoint", ws.name),
+        ),
+        (WorkspaceState::Deleting, _) => waiting(
+            reason::WORKSPACE_DELETING,
+            format!("Workspace {} is being deleted", ws.name),
+        ),
+        (WorkspaceState::Creating, _) if input.vpc_ready == Some(false) => waiting(
+            reason::WAITING_FOR_VPC,
+            format!("waiting for the VPC before Workspace {}", ws.name),
+        ),
+        (WorkspaceState::Creating, _) => waiting(
+            reason::WORKSPACE_CREATING,
+            format!("waiting for Workspace {} to become ready", ws.name),
+        ),
+    }
+}
+
+/// Turns a wait into a failure once it has lasted too long; otherwise says when to look again.
+fn apply_timeouts(
+    input: &ControlPlaneInput,
+    now: Timestamp,
+    reason: &'static str,
+    message: String,
+) -> (Outcome, Option<Duration>) {
+    if let Some(sticky) = sticky_timeout(input) {
+        return (sticky, None);
+    }
+    let (cp_timeout, vpc_timeout) = match parse_timeouts(input.timeouts.as_ref()) {
+        Ok(t) => t,
+        Err(e) => return (failed(reason::INVALID_TIMEOUT, e.to_string()), None),
+    };
+    let start = waiting_since(input, now);
+    let control_plane = Deadline::new(start, cp_timeout);
+    let vpc = Deadline::new(start, vpc_timeout);
+    let vpc_waiting = input.vpc_ready == Some(false);
+    if vpc_waiting && vpc.expired(now) {
+        let msg = format!(
+            "the VPC was not ready within {}",
+            format_duration(vpc_timeout)
+        );
+        return (failed(reason::VPC_READY_TIMEOUT, msg), None);
+    }
+    if control_plane.expired(now) {
+        let within = format_duration(cp_timeout);
+        let msg = format!("the control plane was not ready within {within}: {message}");
+        return (failed(reason::CONTROL_PLANE_TIMEOUT, msg), None);
+    }
+    let nearest = if vpc_waiting && vpc.at() < control_plane.at() {
+        vpc
+    } else {
+        control_plane
+    };
+    let message = format!("{message} ({})", nearest.describe());
+    let remaining = [control_plane.remaining(now)]
+        .into_iter()
+        .chain(vpc_waiting.then(|| vpc.remaining(now)));
+    (
+        Outcome::Waiting { reason, message },
+        recheck_after(remaining),
+    )
+}
+
+/// `(controlPlaneTimeout, vpcReadyTimeout)`, defaults when the spec has none.
+fn parse_timeouts(timeouts: Option<&Timeouts>) -> Result<(Duration, Duration), DurationError> {
+    let defaults = Timeouts::default();
+    let t = timeouts.unwrap_or(&defaults);
+    let control_plane = parse_duration(&t.control_plane_timeout)?;
+    Ok((control_plane, parse_duration(&t.vpc_ready_timeout)?))
+}
+
+fn failed(reason: &str, message: String) -> Outcome {
+    Outcome::Failed {
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// A timeout failure of the same generation that nothing has cleared yet.
+fn sticky_timeout(input: &ControlPlaneInput) -> Option<Outcome> {
+    let existing = input.existing.as_ref()?;
+    let same_generation = existing.observed_generation == input.generation;
+    let reason = existing.failure_reason.as_deref()?;
+    let sticky = match reason {
+        reason::CONTROL_PLANE_TIMEOUT => true,
+        reason::VPC_READY_TIMEOUT => input.vpc_ready != Some(true),
+        _ => false,
+    };
+    let failed = existing.phase == Some(ControlPlanePhase::Failed);
+    (failed && same_generation && sticky).then(|| Outcome::Failed {
+        reason: reason.into(),
+        message: existing.failure_message.clone().unwrap_or_default(),
+    })
+}
+
+/// When the current wait started: the `Creating` condition's transition to True; `now` when
+/// the control plane is leaving Ready or Failed; the creation time before any status.
+fn waiting_since(input: &ControlPlaneInput, now: Timestamp) -> Timestamp {
+    let existing = input.existing.as_ref();
+    let fallback = match existing.and_then(|s| s.phase) {
+        None | Some(ControlPlanePhase::Creating) => input.created,
+        Some(_) => now,
+    };
+    let list = existing_conditions(existing);
+    wait::waiting_since(list, &[("Creating", Status::True)], fallback, now)
+}
+
+fn existing_conditions(existing: Option<&CAPTControlPlaneStatus>) -> &[Condition] {
+    existing
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+/// `{"status": {...}}` with every field this manager knows now.
+fn status_fragment(
+    input: &ControlPlaneInput,
+    now: Timestamp,
+    outcome: &Outcome,
+    phase: ControlPlanePhase,
+) -> Value {
+    let existing = input.existing.as_ref();
+    let ready = phase == ControlPlanePhase::Ready;
+    let initialized = ready || existing.and_then(|s| s.initialized) == Some(true);
+    let mut status = Map::new();
+    status.insert("ready".into(), json!(ready));
+    status.insert("initialized".into(), json!(initialized));
+    status.insert("phase".into(), json!(phase));
+    if ready {
+        status.insert("version".into(), json!(input.version));
+    }
+    let (failure_reason, failure_message) = match outcome {
+        Outcome::Failed { reason, message } => (json!(reason), json!(message)),
+        _ => (Value::Null, Value::Null),
+    };
+    status.insert("failureReason".into(), failure_reason);
+    status.insert("failureMessage".into(), failure_message);
+    if let Some(ws) = &input.workspace {
+        let previous = existing
+            .and_then(|s| s.workspace_template_status.as_ref())
+            .and_then(|t| t.outputs.as_ref());
+        status.insert(
+            "workspaceTemplateStatus".into(),
+            ws.template_status(previous),
+        );
+        status.insert("workspaceStatus".into(), ws.workspace_status());
+    }
+    let builder = ConditionBuilder::new(existing_conditions(existing), input.generation, now);
+    let since = waiting_since(input, now);
+    let list = control_plane_conditions(&builder, outcome, initialized, since);
+    status.insert("conditions".into(), conditions::to_json(&list));
+    if let Some(generation) = input.generation {
+        status.insert("observedGeneration".into(), json!(generation));
+    }
+    json!({ "status": status })
+}
+
+/// Ready, Initialized, Failed and Creating, in that order; a wait's `Creating` condition is
+/// dated from `waiting_since`, so the next reconcile finds the same start.
+fn control_plane_conditions(
+    b: &ConditionBuilder<'_>,
+    outcome: &Outcome,
+    initialized: bool,
+    waiting_since: Timestamp,
+) -> Vec<Condition> {
+    let (ready, creating, failed) = match outcome {
+        Outcome::Ready(e) => {
+            let msg = format!("the control plane is ready at {}", endpoint::display(e));
+            let ok = reason::CONTROL_PLANE_READY;
+            (
+                b.build("Ready", Status::True, ok, &msg),
+                b.build("Creating", Status::False, ok, ""),
+                b.build("Failed", Status::False, "NoFailure", ""),
+            )
+        }
+        Outcome::Waiting { reason, message } => (
+            b.build("Ready", Status::False, reason, message),
+            b.build_at("Creating", Status::True, reason, message, waiting_since),
+            b.build("Failed", Status::False, "NoFailure", ""),
+        ),
+        Outcome::Failed { reason, message } => (
+            b.build("Ready", Status::False, reason, message),
+            b.build("Creating", Status::False, reason, message),
+            b.build("Failed", Status::True, reason, message),
+        ),
+    };
+    let init = match initialized {
+        true => b.build(
+            "Initialized",
+            Status::True,
+            "Initialized",
+            "the control plane has been ready",
+        ),
+        false => b.build(
+            "Initialized",
+            Status::False,
+            "NotInitialized",
+            "the control plane has not been ready yet",
+        ),
+    };
+    vec![ready, init, failed, creating]
+}
+
+#[cfg(test)]
+mod tests;

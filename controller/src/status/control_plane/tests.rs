@@ -1,0 +1,536 @@
+//! Tests of the control-plane phase machine, as sequences of reconciles whose fragments are
+//! merged the way the status-applier merges them.
+
+use super::*;
+use crate::status::testing::{T0, at_min, merge_patch, ts};
+use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
+
+const ENDPOINT: &str = "https://ABC.gr7.ap-northeast-1.eks.amazonaws.com";
+
+fn mk_input() -> ControlPlaneInput {
+    ControlPlaneInput {
+        generation: Some(1),
+        version: "1.31".into(),
+        timeouts: None,
+        created: ts(T0),
+        now: at_min(1),
+        existing: None,
+        vpc_ready: Some(true),
+        workspace: None,
+        endpoint_source: None,
+    }
+}
+
+fn ready_ws() -> WorkspaceObservation {
+    ready_workspace(json!({"cluster_endpoint": ENDPOINT, "cluster_name": "demo"}))
+}
+
+/// Plays reconciles in order, merging each fragment into the live status.
+struct Sim {
+    live: Value,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Self { live: json!({}) }
+    }
+
+    /// Reconciles `input` against the live status, then merges the fragment into it.
+    fn step(&mut self, mut input: ControlPlaneInput) -> ControlPlaneDesired {
+        input.existing = self.existing();
+        let desired = desired_control_plane(&input);
+        merge_patch(&mut self.live, &desired.status_fragment);
+        desired
+    }
+
+    fn existing(&self) -> Option<CAPTControlPlaneStatus> {
+        let status = self.live.get("status")?;
+        Some(serde_json::from_value(status.clone()).unwrap())
+    }
+
+    fn condition(&self, type_: &str) -> Value {
+        let list = self.live["status"]["conditions"].as_array().unwrap();
+        list.iter().find(|c| c["type"] == type_).unwrap().clone()
+    }
+}
+
+fn status(d: &ControlPlaneDesired) -> &Value {
+    &d.status_fragment["status"]
+}
+
+fn with(f: impl FnOnce(&mut ControlPlaneInput)) -> ControlPlaneInput {
+    let mut input = mk_input();
+    f(&mut input);
+    input
+}
+
+fn ready_input(now: i64) -> ControlPlaneInput {
+    with(|i| {
+        i.now = at_min(now);
+        i.workspace = Some(ready_ws());
+        i.endpoint_source = Some(ENDPOINT.into());
+    })
+}
+
+fn creating_input(now: i64) -> ControlPlaneInput {
+    with(|i| {
+        i.now = at_min(now);
+        i.workspace = Some(creating_workspace());
+    })
+}
+
+#[test]
+fn each_transition_of_the_seed_state_diagram() {
+    type Setup = fn(&mut Sim);
+    let start_ready: Setup = |s| {
+        s.step(ready_input(5));
+    };
+    let start_failed: Setup = |s| {
+        s.step(with(|i| i.workspace = Some(failed_workspace("boom"))));
+    };
+    let start_timed_out: Setup = |s| {
+        s.step(creating_input(31));
+    };
+    let start_creating: Setup = |s| {
+        s.step(creating_input(1));
+    };
+    let cases: Vec<(&str, Setup, ControlPlaneInput, ControlPlanePhase, &str)> = vec![
+        (
+            "Creating -> Ready: Workspace ready and endpoint available",
+            start_creating,
+            ready_input(10),
+            ControlPlanePhase::Ready,
+            reason::CONTROL_PLANE_READY,
+        ),
+        (
+            "Creating -> Failed: ReconcileError",
+            start_creating,
+            with(|i| i.workspace = Some(failed_workspace("Error: quota"))),
+            ControlPlanePhase::Failed,
+            reason::WORKSPACE_FAILED,
+        ),
+        (
+            "Ready -> Creating: spec update re-applies the Workspace",
+            start_ready,
+            with(|i| {
+                i.generation = Some(2);
+                i.now = at_min(60);
+                i.workspace = Some(creating_workspace());
+                i.endpoint_source = Some(ENDPOINT.into());
+            }),
+            ControlPlanePhase::Creating,
+            reason::WORKSPACE_CREATING,
+        ),
+        (
+            "Failed -> Creating: retry once the failure clears",
+            start_failed,
+            creating_input(2),
+            ControlPlanePhase::Creating,
+            reason::WORKSPACE_CREATING,
+        ),
+        (
+            "Failed -> Creating: a timeout is retried on a new generation",
+            start_timed_out,
+            with(|i| {
+                i.generation = Some(2);
+                i.now = at_min(40);
+                i.workspace = Some(creating_workspace());
+            }),
+            ControlPlanePhase::Creating,
+            reason::WORKSPACE_CREATING,
+        ),
+    ];
+    for (name, setup, input, phase, reason) in cases {
+        let mut sim = Sim::new();
+        setup(&mut sim);
+        let d = sim.step(input);
+        assert_eq!(d.phase, phase, "{name}");
+        assert_eq!(status(&d)["phase"], json!(phase), "{name}");
+        assert_eq!(sim.condition("Ready")["reason"], reason, "{name}");
+    }
+}
+
+#[test]
+fn each_failure_path_sets_phase_reason_and_conditions() {
+    let cases: Vec<(&str, ControlPlaneInput, ControlPlanePhase, &str)> = vec![
+        (
+            "ReconcileError",
+            with(|i| i.workspace = Some(failed_workspace("Error: quota exceeded"))),
+            ControlPlanePhase::Failed,
+            reason::WORKSPACE_FAILED,
+        ),
+        (
+            "controlPlaneTimeout",
+            creating_input(30),
+            ControlPlanePhase::Failed,
+            reason::CONTROL_PLANE_TIMEOUT,
+        ),
+        (
+            "vpcReadyTimeout",
+            with(|i| {
+                i.now = at_min(15);
+                i.vpc_ready = Some(false);
+            }),
+            ControlPlanePhase::Failed,
+            reason::VPC_READY_TIMEOUT,
+        ),
+        (
+            "invalid endpoint",
+            with(|i| {
+                i.workspace = Some(ready_ws());
+                i.endpoint_source = Some("ftp://nope".into());
+            }),
+            ControlPlanePhase::Failed,
+            reason::INVALID_ENDPOINT,
+        ),
+        (
+            "missing endpoint",
+            with(|i| i.workspace = Some(ready_workspace(json!({})))),
+            ControlPlanePhase::Creating,
+            reason::WAITING_FOR_ENDPOINT,
+        ),
+        (
+            "unreadable workspace",
+            mk_input(),
+            ControlPlanePhase::Creating,
+            reason::WAITING_FOR_WORKSPACE,
+        ),
+        (
+            "missing endpoint past the timeout",
+            with(|i| {
+                i.now = at_min(45);
+                i.workspace = Some(ready_workspace(json!({})));
+            }),
+            ControlPlanePhase::Failed,
+            reason::CONTROL_PLANE_TIMEOUT,
+        ),
+        (
+            "invalid timeout",
+            with(|i| {
+                i.timeouts = Some(Timeouts {
+                    control_plane_timeout: String::new(),
+                    ..Timeouts::default()
+                })
+            }),
+            ControlPlanePhase::Failed,
+            reason::INVALID_TIMEOUT,
+        ),
+    ];
+    for (name, input, phase, reason) in cases {
+        let d = desired_control_plane(&input);
+        let s = status(&d);
+        assert_eq!(d.phase, phase, "{name}");
+        assert_eq!(s["ready"], json!(false), "{name}");
+        let failed = phase == ControlPlanePhase::Failed;
+        let expected_reason = if failed { json!(reason) } else { Value::Null };
+        assert_eq!(s["failureReason"], expected_reason, "{name}");
+        assert_eq!(s["failureMessage"].is_string(), failed, "{name}");
+        let conds = s["conditions"].as_array().unwrap();
+        let cond = |t: &str| conds.iter().find(|c| c["type"] == t).unwrap().clone();
+        assert_eq!(cond("Ready")["reason"], reason, "{name}");
+        assert_eq!(
+            cond("Failed")["status"],
+            if failed { "True" } else { "False" },
+            "{name}"
+        );
+        assert_eq!(
+            cond("Creating")["status"],
+            if failed { "False" } else { "True" },
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn ready_sets_endpoint_version_initialized_and_workspace_mirrors() {
+    let d = desired_control_plane(&ready_input(5));
+    let s = status(&d);
+    assert_eq!(
+        d.endpoint,
+        Some(ApiEndpoint {
+            host: ENDPOINT[8..].into(),
+            port: 443
+        })
+    );
+    assert_eq!(d.recheck_after, None);
+    assert_eq!(s["ready"], json!(true));
+    assert_eq!(s["initialized"], json!(true));
+    assert_eq!(s["version"], json!("1.31"));
+    assert_eq!(s["observedGeneration"], json!(1));
+    assert_eq!(
+        s["workspaceTemplateStatus"]["lastAppliedRevision"],
+        json!("sum-1")
+    );
+    assert_eq!(
+        s["workspaceTemplateStatus"]["outputs"]["cluster_name"],
+        json!("demo")
+    );
+    assert_eq!(s["workspaceStatus"]["state"], json!("Available"));
+}
+
+#[test]
+fn the_reconcile_error_message_is_the_providers_not_still_creating() {
+    let input = with(|i| i.workspace = Some(failed_workspace("Error: creating EKS Cluster")));
+    let d = desired_control_plane(&input);
+    let message = status(&d)["failureMessage"].as_str().unwrap().to_string();
+    assert_eq!(message, "Workspace ws-1: Error: creating EKS Cluster");
+    assert!(
+        !message
+            .to_lowercase()
+            .contains("creating the control plane")
+    );
+}
+
+#[test]
+fn the_same_input_twice_gives_byte_identical_fragments() {
+    for input in [ready_input(5), creating_input(3), mk_input()] {
+        let a = serde_json::to_string(&desired_control_plane(&input).status_fragment).unwrap();
+        let b = serde_json::to_string(&desired_control_plane(&input).status_fragment).unwrap();
+        assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn a_reconcile_that_observes_nothing_new_publishes_an_identical_fragment() {
+    let mut sim = Sim::new();
+    let first = sim.step(creating_input(3));
+    let second = sim.step(creating_input(7));
+    assert_eq!(first.status_fragment, second.status_fragment);
+    let ready1 = sim.step(ready_input(8));
+    let ready2 = sim.step(ready_input(20));
+    assert_eq!(ready1.status_fragment, ready2.status_fragment);
+}
+
+#[test]
+fn transition_times_carry_over_while_the_status_is_unchanged() {
+    let mut sim = Sim::new();
+    sim.step(with(|i| i.now = at_min(1)));
+    let creating_since = sim.condition("Creating")["lastTransitionTime"].clone();
+    assert_eq!(
+        creating_since,
+        json!(T0),
+        "the first wait is dated from creation"
+    );
+    sim.step(creating_input(4));
+    assert_eq!(
+        sim.condition("Creating")["lastTransitionTime"],
+        creating_since
+    );
+    assert_eq!(
+        sim.condition("Creating")["reason"],
+        reason::WORKSPACE_CREATING
+    );
+    sim.step(ready_input(9));
+    assert_eq!(
+        sim.condition("Creating")["lastTransitionTime"],
+        json!("2024-01-01T00:09:00Z")
+    );
+    assert_eq!(
+        sim.condition("Failed")["lastTransitionTime"],
+        json!("2024-01-01T00:01:00Z")
+    );
+}
+
+#[test]
+fn the_first_wait_counts_from_creation_and_later_waits_from_their_transition() {
+    let d = desired_control_plane(&creating_input(10));
+    assert_eq!(d.recheck_after, Some(Duration::from_secs(20 * 60)));
+    let message = status(&d)["conditions"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.ends_with("(times out at 2024-01-01T00:30:00Z)"),
+        "{message}"
+    );
+    let mut sim = Sim::new();
+    sim.step(ready_input(5));
+    let d = sim.step(creating_input(50));
+    assert_eq!(d.phase, ControlPlanePhase::Creating);
+    assert_eq!(d.recheck_after, Some(Duration::from_secs(30 * 60)));
+    assert_eq!(
+        sim.step(creating_input(79)).phase,
+        ControlPlanePhase::Creating
+    );
+    assert_eq!(
+        sim.step(creating_input(80)).phase,
+        ControlPlanePhase::Failed
+    );
+}
+
+#[test]
+fn a_timeout_failure_stays_until_ready_or_a_new_generation() {
+    let mut sim = Sim::new();
+    assert_eq!(
+        sim.step(creating_input(31)).phase,
+        ControlPlanePhase::Failed
+    );
+    let again = sim.step(creating_input(32));
+    assert_eq!(again.phase, ControlPlanePhase::Failed);
+    assert_eq!(again.recheck_after, None);
+    assert_eq!(
+        status(&again)["failureReason"],
+        json!(reason::CONTROL_PLANE_TIMEOUT)
+    );
+    assert_eq!(sim.step(ready_input(33)).phase, ControlPlanePhase::Ready);
+}
+
+#[test]
+fn a_vpc_timeout_clears_once_the_vpc_is_ready() {
+    let mut sim = Sim::new();
+    let vpc_down = |now| {
+        with(|i| {
+            i.now = at_min(now);
+            i.vpc_ready = Some(false);
+        })
+    };
+    assert_eq!(sim.step(vpc_down(16)).phase, ControlPlanePhase::Failed);
+    assert_eq!(sim.step(vpc_down(17)).phase, ControlPlanePhase::Failed);
+    let retry = sim.step(creating_input(18));
+    assert_eq!(retry.phase, ControlPlanePhase::Creating);
+    assert_eq!(retry.recheck_after, Some(Duration::from_secs(30 * 60)));
+}
+
+#[test]
+fn the_vpc_timeout_only_applies_while_the_vpc_is_known_not_ready() {
+    let unknown = with(|i| {
+        i.now = at_min(20);
+        i.vpc_ready = None;
+    });
+    assert_eq!(
+        desired_control_plane(&unknown).phase,
+        ControlPlanePhase::Creating
+    );
+    let waiting = with(|i| {
+        i.now = at_min(10);
+        i.vpc_ready = Some(false);
+        i.workspace = Some(creating_workspace());
+    });
+    let d = desired_control_plane(&waiting);
+    assert_eq!(d.recheck_after, Some(Duration::from_secs(5 * 60)));
+    assert_eq!(
+        status(&d)["conditions"][0]["reason"],
+        reason::WAITING_FOR_VPC
+    );
+}
+
+#[test]
+fn custom_timeouts_are_honoured() {
+    let input = with(|i| {
+        i.now = at_min(50);
+        i.timeouts = Some(Timeouts {
+            control_plane_timeout: "1h".into(),
+            vpc_ready_timeout: "45s".into(),
+        });
+    });
+    assert_eq!(
+        desired_control_plane(&input).phase,
+        ControlPlanePhase::Creating
+    );
+}
+
+#[test]
+fn cleared_failures_are_explicit_nulls_and_vanish_from_the_merged_status() {
+    let mut sim = Sim::new();
+    sim.step(with(|i| i.workspace = Some(failed_workspace("boom"))));
+    assert_eq!(
+        sim.live["status"]["failureReason"],
+        json!(reason::WORKSPACE_FAILED)
+    );
+    let d = sim.step(creating_input(2));
+    assert_eq!(status(&d)["failureReason"], Value::Null);
+    assert!(
+        status(&d)
+            .as_object()
+            .unwrap()
+            .contains_key("failureMessage")
+    );
+    assert!(sim.live["status"].get("failureReason").is_none());
+    assert!(sim.live["status"].get("failureMessage").is_none());
+}
+
+#[test]
+fn an_unreadable_workspace_omits_the_workspace_mirrors_and_keeps_them_merged() {
+    let mut sim = Sim::new();
+    sim.step(ready_input(5));
+    let at_provider = sim.live["status"]["workspaceStatus"]["atProvider"].clone();
+    let d = sim.step(with(|i| i.now = at_min(6)));
+    let s = status(&d).as_object().unwrap();
+    assert!(!s.contains_key("workspaceStatus"));
+    assert!(!s.contains_key("workspaceTemplateStatus"));
+    assert_eq!(d.phase, ControlPlanePhase::Creating);
+    assert_eq!(
+        sim.live["status"]["workspaceStatus"]["atProvider"],
+        at_provider
+    );
+    assert_eq!(sim.live["status"]["initialized"], json!(true));
+}
+
+#[test]
+fn at_provider_is_copied_verbatim() {
+    let at_outputs = json!({"cluster_endpoint": ENDPOINT, "odd": {"k": [1, "2", {"x": false}]}});
+    let input = with(|i| {
+        i.workspace = Some(ready_workspace(at_outputs.clone()));
+        i.endpoint_source = Some(ENDPOINT.into());
+    });
+    let d = desired_control_plane(&input);
+    assert_eq!(
+        status(&d)["workspaceStatus"]["atProvider"],
+        json!({"checksum": "sum-1", "outputs": at_outputs})
+    );
+    assert_eq!(
+        status(&d)["workspaceTemplateStatus"]["outputs"]["odd"],
+        json!(r#"{"k":[1,"2",{"x":false}]}"#)
+    );
+}
+
+#[test]
+fn initialized_stays_true_once_the_control_plane_was_ready() {
+    let mut sim = Sim::new();
+    sim.step(ready_input(5));
+    let d = sim.step(with(|i| i.workspace = Some(failed_workspace("boom"))));
+    assert_eq!(status(&d)["initialized"], json!(true));
+    assert_eq!(sim.condition("Initialized")["status"], "True");
+}
+
+#[test]
+fn version_is_published_only_when_ready() {
+    let creating = desired_control_plane(&creating_input(2));
+    assert!(status(&creating).get("version").is_none());
+}
+
+#[test]
+fn the_endpoint_is_published_whenever_it_parses_and_never_when_it_does_not() {
+    let creating = with(|i| {
+        i.workspace = Some(creating_workspace());
+        i.endpoint_source = Some("https://h:6443".into());
+    });
+    let d = desired_control_plane(&creating);
+    assert_eq!(
+        d.endpoint,
+        Some(ApiEndpoint {
+            host: "h".into(),
+            port: 6443
+        })
+    );
+    let bad = with(|i| {
+        i.workspace = Some(ready_ws());
+        i.endpoint_source = Some("https://h:0".into());
+    });
+    let d = desired_control_plane(&bad);
+    assert_eq!(d.endpoint, None);
+    let message = status(&d)["failureMessage"].as_str().unwrap().to_string();
+    assert!(message.contains("invalid port \"0\""), "{message}");
+}
+
+#[test]
+fn the_fragment_lists_only_this_managers_conditions_in_a_fixed_order() {
+    let d = desired_control_plane(&ready_input(5));
+    let types: Vec<&str> = status(&d)["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, CONTROL_PLANE_CONDITION_TYPES);
+}

@@ -1,0 +1,50 @@
+//! Test support shared by the status modules: time builders and an RFC 7386 merge, to play
+//! the status-applier's part across a sequence of reconciles.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+/// The reference time of the tests: 2024-01-01T00:00:00Z.
+pub const T0: &str = "2024-01-01T00:00:00Z";
+
+/// Parses an RFC 3339 timestamp.
+pub fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+/// `T0` plus `minutes`.
+pub fn at_min(minutes: i64) -> Timestamp {
+    ts(T0)
+        .checked_add(jiff::SignedDuration::from_mins(minutes))
+        .unwrap()
+}
+
+/// Merges `patch` into `target` as RFC 7386 says: objects key by key, `null` removes,
+/// anything else (arrays too) replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let target = target.as_object_mut().unwrap();
+    for (key, value) in patch {
+        if value.is_null() {
+            target.remove(key);
+        } else {
+            merge_patch(target.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// True when `value` holds a JSON `null` anywhere.
+pub fn has_null(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Array(items) => items.iter().any(has_null),
+        Value::Object(map) => map.values().any(has_null),
+        _ => false,
+    }
+}

@@ -1,0 +1,419 @@
+//! What the controller observes of a provider-terraform `Workspace` (`tf.upbound.io/v1beta1`),
+//! and the status fragments that mirror it (`workspaceTemplateStatus`, `workspaceStatus`).
+//!
+//! A Workspace carries Crossplane conditions `Synced` (ReconcileSuccess | ReconcileError) and
+//! `Ready` (Available | Unavailable | Creating | Deleting), and `status.atProvider{checksum,
+//! outputs}`, which the provider replaces whole on each observation. Sensitive outputs are not
+//! in `atProvider` (only in the connection Secret), so nothing here sees secret data.
+
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// One of a Workspace's Crossplane conditions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceCondition {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// CamelCase reason, e.g. `ReconcileError` or `Available`.
+    pub reason: String,
+    /// The provider's message; empty when it gave none.
+    pub message: String,
+}
+
+/// What the controller observed of one Workspace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkspaceObservation {
+    /// `metadata.name`.
+    pub name: String,
+    /// The `Synced` condition, if present.
+    pub synced: Option<WorkspaceCondition>,
+    /// The `Ready` condition, if present.
+    pub ready: Option<WorkspaceCondition>,
+    /// `status.atProvider`, verbatim; `None` before the provider first observed it.
+    pub at_provider: Option<Value>,
+    /// True when `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+/// What a Workspace's state means for the object waiting on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkspaceState {
+    /// Not ready yet, and no failure reported: keep waiting.
+    Creating,
+    /// `Synced=True` and `Ready=True`.
+    Ready,
+    /// `Synced=False` with `ReconcileError`: a failure, not "still creating".
+    Failed {
+        /// The provider's message (or a generic one when it gave none).
+        message: String,
+    },
+    /// The Workspace is being deleted.
+    Deleting,
+}
+
+impl WorkspaceObservation {
+    /// Decodes a Workspace object as JSON. Decoding is lenient: a missing or malformed field
+    /// reads as absent (a Workspace without status is simply `Creating`).
+    pub fn from_json(workspace: &Value) -> Self {
+        let metadata = &workspace["metadata"];
+        let status = &workspace["status"];
+        let conditions = status["conditions"].as_array().map(Vec::as_slice);
+        let at_provider = &status["atProvider"];
+        Self {
+            name: metadata["name"].as_str().unwrap_or_default().into(),
+            synced: conditions.and_then(|c| condition(c, "Synced")),
+            ready: conditions.and_then(|c| condition(c, "Ready")),
+            at_provider: at_provider.is_object().then(|| at_provider.clone()),
+            deleting: !metadata["deletionTimestamp"].is_null(),
+        }
+    }
+
+    /// Classifies the Workspace: deletion first, then a reconcile error, then readiness.
+    pub fn state(&self) -> WorkspaceState {
+        if self.deleting {
+            return WorkspaceState::Deleting;
+        }
+        if let Some(synced) = &self.synced
+            && synced.status == "False"
+            && synced.reason == "ReconcileError"
+        {
+            let message = match synced.message.as_str() {
+                "" => "the Workspace reported ReconcileError without a message".to_string(),
+                m => m.to_string(),
+            };
+            return WorkspaceState::Failed { message };
+        }
+        if is_true(&self.synced) && is_true(&self.ready) {
+            WorkspaceState::Ready
+        } else {
+            WorkspaceState::Creating
+        }
+    }
+
+    /// True when the Workspace is [`WorkspaceState::Ready`].
+    pub fn is_ready(&self) -> bool {
+        self.state() == WorkspaceState::Ready
+    }
+
+    /// The `Ready` condition's reason (Available, Unavailable, Creating, Deleting), if any.
+    pub fn ready_reason(&self) -> Option<&str> {
+        self.ready.as_ref().map(|c| c.reason.as_str())
+    }
+
+    /// `status.atProvider.checksum`, if present.
+    pub fn checksum(&self) -> Option<&str> {
+        self.at_provider.as_ref()?.get("checksum")?.as_str()
+    }
+
+    /// The output `name` as a string: a string output as-is, any other JSON rendered compactly.
+    /// `None` when there is no such output (or it is `null`).
+    pub fn output_string(&self, name: &str) -> Option<String> {
+        self.raw_outputs()?.get(name).and_then(render_output)
+    }
+
+    /// Every output rendered as by [`Self::output_string`], sorted by name.
+    pub fn outputs(&self) -> BTreeMap<String, String> {
+        let Some(outputs) = self.raw_outputs() else {
+            return BTreeMap::new();
+        };
+        outputs
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), render_output(v)?)))
+            .collect()
+    }
+
+    /// The `workspaceTemplateStatus` fragment: `ready`, `state` (the Ready reason, `null` when
+    /// the Workspace has no Ready condition), `lastAppliedRevision` (the checksum, when ready),
+    /// `lastFailedRevision` and `lastFailureMessage` (when failed), and `outputs` as strings.
+    ///
+    /// The `last*` fields are history: omitted (kept as they were) when they do not change now.
+    /// `outputs` is omitted before the provider first reports `atProvider`; otherwise each key
+    /// of `previous_outputs` (the live status's) that is gone is set to `null`, because a merge
+    /// patch would otherwise keep it.
+    pub fn template_status(&self, previous_outputs: Option<&BTreeMap<String, String>>) -> Value {
+        let state = self.state();
+        let mut out = Map::new();
+        out.insert("ready".into(), json!(state == WorkspaceState::Ready));
+        out.insert("state".into(), json!(self.ready_reason()));
+        match (&state, self.checksum()) {
+            (WorkspaceState::Ready, Some(sum)) => {
+                out.insert("lastAppliedRevision".into(), json!(sum));
+            }
+            (WorkspaceState::Failed { message }, sum) => {
+                if let Some(sum) = sum {
+                    out.insert("lastFailedRevision".into(), json!(sum));
+                }
+                out.insert("lastFailureMessage".into(), json!(message));
+            }
+            _ => {}
+        }
+        if self.at_provider.is_some() {
+            out.insert("outputs".into(), self.outputs_patch(previous_outputs));
+        }
+        Value::Object(out)
+    }
+
+    /// The `workspaceStatus` fragment: `ready`, `state` and `atProvider` copied verbatim
+    /// (omitted, never `null`, before the provider first reports it).
+    pub fn workspace_status(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("ready".into(), json!(self.is_ready()));
+        out.insert("state".into(), json!(self.ready_reason()));
+        if let Some(at_provider) = &self.at_provider {
+            out.insert("atProvider".into(), at_provider.clone());
+        }
+        Value::Object(out)
+    }
+
+    fn raw_outputs(&self) -> Option<&Map<String, Value>> {
+        self.at_provider.as_ref()?.get("outputs")?.as_object()
+    }
+
+    fn outputs_patch(&self, previous: Option<&BTreeMap<String, String>>) -> Value {
+        let current = self.outputs();
+        let mut patch: Map<String, Value> = previous
+            .into_iter()
+            .flat_map(|p| p.keys())
+            .filter(|k| !current.contains_key(*k))
+            .map(|k| (k.clone(), Value::Null))
+            .collect();
+        patch.extend(current.into_iter().map(|(k, v)| (k, Value::String(v))));
+        Value::Object(patch)
+    }
+}
+
+fn condition(conditions: &[Value], type_: &str) -> Option<WorkspaceCondition> {
+    let c = conditions.iter().find(|c| c["type"] == type_)?;
+    let text = |field: &str| c[field].as_str().unwrap_or_default().to_string();
+    Some(WorkspaceCondition {
+        status: text("status"),
+        reason: text("reason"),
+        message: text("message"),
+    })
+}
+
+fn is_true(condition: &Option<WorkspaceCondition>) -> bool {
+    condition.as_ref().is_some_and(|c| c.status == "True")
+}
+
+fn render_output(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+/// Test builders shared by the status modules' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A Workspace object as the provider writes it. `synced`/`ready` are
+    /// `(status, reason, message)`; `outputs` is `status.atProvider.outputs` (no atProvider when
+    /// `None`).
+    pub fn mk_workspace_json(
+        synced: Option<(&str, &str, &str)>,
+        ready: Option<(&str, &str, &str)>,
+        outputs: Option<Value>,
+    ) -> Value {
+        let cond = |t: &str, (s, r, m): (&str, &str, &str)| {
+            json!({"type": t, "status": s, "reason": r, "message": m,
+                   "lastTransitionTime": "2024-01-01T00:00:00Z"})
+        };
+        let mut conditions = vec![];
+        conditions.extend(synced.map(|c| cond("Synced", c)));
+        conditions.extend(ready.map(|c| cond("Ready", c)));
+        let mut status = json!({ "conditions": conditions });
+        if let Some(outputs) = outputs {
+            status["atProvider"] = json!({"checksum": "sum-1", "outputs": outputs});
+        }
+        json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+               "metadata": {"name": "ws-1"}, "status": status})
+    }
+
+    /// A decoded Workspace: see [`mk_workspace_json`].
+    pub fn mk_workspace(
+        synced: Option<(&str, &str, &str)>,
+        ready: Option<(&str, &str, &str)>,
+        outputs: Option<Value>,
+    ) -> WorkspaceObservation {
+        WorkspaceObservation::from_json(&mk_workspace_json(synced, ready, outputs))
+    }
+
+    /// Synced=True and Ready=True (Available), with these outputs.
+    pub fn ready_workspace(outputs: Value) -> WorkspaceObservation {
+        mk_workspace(SYNCED_OK, Some(("True", "Available", "")), Some(outputs))
+    }
+
+    /// Synced=True, Ready=False (Creating), no atProvider yet.
+    pub fn creating_workspace() -> WorkspaceObservation {
+        mk_workspace(SYNCED_OK, Some(("False", "Creating", "")), None)
+    }
+
+    /// Synced=False with ReconcileError and this message.
+    pub fn failed_workspace(message: &str) -> WorkspaceObservation {
+        mk_workspace(
+            Some(("False", "ReconcileError", message)),
+            Some(("False", "Unavailable", "")),
+            Some(json!({})),
+        )
+    }
+
+    /// Synced=True with ReconcileSuccess.
+    pub const SYNCED_OK: Option<(&str, &str, &str)> = Some(("True", "ReconcileSuccess", ""));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn workspace_states_follow_synced_ready_and_deletion() {
+        let available = Some(("True", "Available", ""));
+        let error = Some(("False", "ReconcileError", "apply failed: quota"));
+        let cases = [
+            (
+                "synced and ready",
+                SYNCED_OK,
+                available,
+                WorkspaceState::Ready,
+            ),
+            ("no conditions yet", None, None, WorkspaceState::Creating),
+            (
+                "synced, ready creating",
+                SYNCED_OK,
+                Some(("False", "Creating", "")),
+                WorkspaceState::Creating,
+            ),
+            (
+                "ready without synced",
+                None,
+                available,
+                WorkspaceState::Creating,
+            ),
+            (
+                "reconcile error is a failure even if ready",
+                error,
+                available,
+                WorkspaceState::Failed {
+                    message: "apply failed: quota".into(),
+                },
+            ),
+            (
+                "synced false for another reason is waiting",
+                Some(("False", "ReconcilePaused", "")),
+                available,
+                WorkspaceState::Creating,
+            ),
+        ];
+        for (name, synced, ready, expected) in cases {
+            assert_eq!(
+                mk_workspace(synced, ready, None).state(),
+                expected,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reconcile_error_without_message_still_explains_itself() {
+        let ws = mk_workspace(Some(("False", "ReconcileError", "")), None, None);
+        let WorkspaceState::Failed { message } = ws.state() else {
+            panic!("not failed");
+        };
+        assert!(message.contains("ReconcileError"));
+    }
+
+    #[test]
+    fn a_deletion_timestamp_means_deleting_whatever_the_conditions() {
+        let mut json = mk_workspace_json(SYNCED_OK, Some(("True", "Available", "")), None);
+        json["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        assert_eq!(
+            WorkspaceObservation::from_json(&json).state(),
+            WorkspaceState::Deleting
+        );
+    }
+
+    #[test]
+    fn outputs_render_strings_as_is_and_other_json_compactly() {
+        let ws = ready_workspace(json!({
+            "cluster_endpoint": "https://x.eks.amazonaws.com",
+            "subnets": ["a", "b"],
+            "count": 3,
+            "tags": {"b": 1, "a": true},
+            "nothing": null
+        }));
+        assert_eq!(
+            ws.output_string("cluster_endpoint").as_deref(),
+            Some("https://x.eks.amazonaws.com")
+        );
+        assert_eq!(ws.output_string("subnets").as_deref(), Some(r#"["a","b"]"#));
+        assert_eq!(ws.output_string("count").as_deref(), Some("3"));
+        assert_eq!(
+            ws.output_string("tags").as_deref(),
+            Some(r#"{"a":true,"b":1}"#)
+        );
+        assert_eq!(ws.output_string("nothing"), None);
+        assert_eq!(ws.output_string("absent"), None);
+        assert_eq!(ws.outputs().len(), 4);
+    }
+
+    #[test]
+    fn template_status_of_a_ready_workspace_records_the_applied_revision() {
+        let ws = ready_workspace(json!({"vpc_id": "vpc-1"}));
+        assert_eq!(
+            ws.template_status(None),
+            json!({"ready": true, "state": "Available", "lastAppliedRevision": "sum-1",
+                   "outputs": {"vpc_id": "vpc-1"}})
+        );
+    }
+
+    #[test]
+    fn template_status_of_a_failed_workspace_records_the_failed_revision_and_message() {
+        let ws = failed_workspace("Error: creating EKS cluster");
+        assert_eq!(
+            ws.template_status(None),
+            json!({"ready": false, "state": "Unavailable", "lastFailedRevision": "sum-1",
+                   "lastFailureMessage": "Error: creating EKS cluster", "outputs": {}})
+        );
+    }
+
+    #[test]
+    fn template_status_before_the_first_observation_omits_outputs_and_nulls_the_state() {
+        let ws = mk_workspace(None, None, None);
+        assert_eq!(
+            ws.template_status(None),
+            json!({"ready": false, "state": null})
+        );
+    }
+
+    #[test]
+    fn outputs_that_vanished_since_the_live_status_are_nulled() {
+        let ws = ready_workspace(json!({"a": "1"}));
+        let previous =
+            BTreeMap::from([("a".to_string(), "0".to_string()), ("b".into(), "2".into())]);
+        assert_eq!(
+            ws.template_status(Some(&previous))["outputs"],
+            json!({"a": "1", "b": null})
+        );
+    }
+
+    #[test]
+    fn workspace_status_copies_at_provider_verbatim() {
+        let outputs = json!({"cluster_endpoint": "https://h", "nested": {"x": [1, {"y": null}]}});
+        let ws = ready_workspace(outputs.clone());
+        assert_eq!(
+            ws.workspace_status(),
+            json!({"ready": true, "state": "Available",
+                   "atProvider": {"checksum": "sum-1", "outputs": outputs}})
+        );
+    }
+
+    #[test]
+    fn workspace_status_omits_at_provider_before_the_provider_reports_it() {
+        let status = creating_workspace().workspace_status();
+        assert_eq!(status, json!({"ready": false, "state": "Creating"}));
+    }
+}
