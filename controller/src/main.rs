@@ -36,6 +36,9 @@ struct Args {
     /// How often to look again while waiting for something not watched.
     #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = 5)]
     poll_interval_seconds: u64,
+    /// Manage the objects of this namespace only (all namespaces by default).
+    #[arg(long, env = "CAPT_NAMESPACE")]
+    namespace: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "CAPT_LOG_JSON")]
     log_json: bool,
@@ -80,7 +83,10 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", args.metrics_addr))?;
     tracing::info!(addr = %args.metrics_addr, "Serving health and metrics");
     tokio::spawn(axum::serve(listener, app).into_future());
-    capt_controller::run::run(ctx).await;
+    let scope = capt_controller::run::Scope {
+        namespace: args.namespace,
+    };
+    capt_controller::run::run(ctx, scope).await;
     Ok(())
 }
 

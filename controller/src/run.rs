@@ -22,22 +22,50 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
+/// Which objects the controllers manage.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// One namespace, or every namespace when `None`. Workspaces are cluster-scoped: with a
+    /// namespace, only those rendered from applies of that namespace are watched.
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    fn api<K>(&self, client: &kube::Client) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+
+    fn workspaces(&self) -> watcher::Config {
+        match &self.namespace {
+            Some(ns) => watcher::Config::default().labels(&format!("{APPLY_NAMESPACE_LABEL}={ns}")),
+            None => watcher::Config::default(),
+        }
+    }
+}
+
 /// Runs every controller until a shutdown signal.
-pub async fn run(ctx: Arc<Context>) {
+pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let client = ctx.client.clone();
-    let (applies, apply_controller) = controller::<WorkspaceTemplateApply>(&client);
-    let (control_planes, cp_controller) = controller::<CAPTControlPlane>(&client);
-    let (capt_clusters, cc_controller) = controller::<CAPTCluster>(&client);
-    let (_, cluster_controller) = controller::<Cluster>(&client);
+    let (applies, apply_controller) = controller::<WorkspaceTemplateApply>(scope.api(&client));
+    let (control_planes, cp_controller) = controller::<CAPTControlPlane>(scope.api(&client));
+    let (capt_clusters, cc_controller) = controller::<CAPTCluster>(scope.api(&client));
+    let (_, cluster_controller) = controller::<Cluster>(scope.api(&client));
     let wc = watcher::Config::default();
     let workspaces = || Api::<TerraformWorkspace>::all(client.clone());
+    let ws_config = scope.workspaces();
 
     let apply_loop = apply_controller
-        .watches(workspaces(), wc.clone(), |ws| {
+        .watches(workspaces(), ws_config.clone(), |ws| {
             labelled_ref(&ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
         })
         .watches(
-            Api::<WorkspaceTemplate>::all(client.clone()),
+            scope.api::<WorkspaceTemplate>(&client),
             wc.clone(),
             move |t| users_of(&applies, &t),
         )
@@ -48,19 +76,17 @@ pub async fn run(ctx: Arc<Context>) {
     let cc_for_cp = capt_clusters.clone();
     let cp_loop = cp_controller
         .watches(
-            Api::<WorkspaceTemplateApply>::all(client.clone()),
+            scope.api::<WorkspaceTemplateApply>(&client),
             wc.clone(),
             |a| owner_of::<CAPTControlPlane, _>(&a),
         )
-        .watches(workspaces(), wc.clone(), |ws| {
+        .watches(workspaces(), ws_config.clone(), |ws| {
             owner_of::<CAPTControlPlane, _>(&ws)
         })
-        .watches(
-            Api::<CAPTCluster>::all(client.clone()),
-            wc.clone(),
-            move |cc| same_cluster(&control_planes, &cc),
-        )
-        .watches(Api::<Cluster>::all(client.clone()), wc.clone(), |c| {
+        .watches(scope.api::<CAPTCluster>(&client), wc.clone(), move |cc| {
+            same_cluster(&control_planes, &cc)
+        })
+        .watches(scope.api::<Cluster>(&client), wc.clone(), |c| {
             referenced(&c, &c.spec.control_plane_ref)
         })
         .shutdown_on_signal()
@@ -69,19 +95,19 @@ pub async fn run(ctx: Arc<Context>) {
 
     let cc_loop = cc_controller
         .watches(
-            Api::<WorkspaceTemplateApply>::all(client.clone()),
+            scope.api::<WorkspaceTemplateApply>(&client),
             wc.clone(),
             |a| owner_of::<CAPTCluster, _>(&a),
         )
-        .watches(workspaces(), wc.clone(), |ws| {
+        .watches(workspaces(), ws_config.clone(), |ws| {
             owner_of::<CAPTCluster, _>(&ws)
         })
         .watches(
-            Api::<CAPTControlPlane>::all(client.clone()),
+            scope.api::<CAPTControlPlane>(&client),
             wc.clone(),
             move |cp| same_cluster(&cc_for_cp, &cp),
         )
-        .watches(Api::<Cluster>::all(client.clone()), wc.clone(), |c| {
+        .watches(scope.api::<Cluster>(&client), wc.clone(), |c| {
             referenced(&c, &c.spec.infrastructure_ref)
         })
         .shutdown_on_signal()
@@ -89,14 +115,12 @@ pub async fn run(ctx: Arc<Context>) {
         .for_each(|_| std::future::ready(()));
 
     let cluster_loop = cluster_controller
-        .watches(Api::<CAPTCluster>::all(client.clone()), wc.clone(), |o| {
+        .watches(scope.api::<CAPTCluster>(&client), wc.clone(), |o| {
             owning_cluster_ref(&o)
         })
-        .watches(
-            Api::<CAPTControlPlane>::all(client.clone()),
-            wc.clone(),
-            |o| owning_cluster_ref(&o),
-        )
+        .watches(scope.api::<CAPTControlPlane>(&client), wc.clone(), |o| {
+            owning_cluster_ref(&o)
+        })
         .shutdown_on_signal()
         .run(cluster::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
@@ -106,7 +130,7 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 /// A controller of `K` woken by lifecycle changes only, and the store of its objects.
-fn controller<K>(client: &kube::Client) -> (Store<K>, Controller<K>)
+fn controller<K>(api: Api<K>) -> (Store<K>, Controller<K>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -117,7 +141,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+    let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()

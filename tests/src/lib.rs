@@ -7,6 +7,7 @@
 
 pub mod applier;
 pub mod fake_provider;
+pub mod system;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;

@@ -103,16 +103,16 @@ pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
     owner: &K,
     apply: &WorkspaceTemplateApply,
 ) -> Result<()> {
+    if apply.owner_references().is_empty() {
+        return Ok(());
+    }
     let api: Api<WorkspaceTemplateApply> =
         Api::namespaced(ctx.client.clone(), &apply.namespace().unwrap_or_default());
-    let body = json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
-        "metadata": {"name": apply.name_any(), "uid": apply.uid(), "ownerReferences": []},
-    });
+    let patch = json!({"metadata": {"ownerReferences": null}});
     api.patch(
         &apply.name_any(),
-        &PatchParams::apply(SPEC_MANAGER).force(),
-        &Patch::Apply(&body),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
     )
     .await
     .map_err(kube_err(owner, "orphaning its WorkspaceTemplateApply"))?;

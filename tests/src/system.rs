@@ -1,0 +1,221 @@
+//! The whole system as separate processes against the test environment: the status-applier,
+//! the controller (scoped to one namespace) and the fake Terraform provider (scoped to that
+//! namespace's Workspaces), plus the sample manifests of `manifests/samples/`.
+
+use crate::applier::{Applier, binary, metric_value};
+use crate::fake_provider::FakeProvider;
+use crate::{env, repo_root};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The label the controller puts on Workspaces, naming their apply's namespace.
+pub const APPLY_NAMESPACE_LABEL: &str =
+    "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace";
+
+/// The three processes of one system.
+pub struct System {
+    /// The status-applier.
+    pub applier: Applier,
+    /// The fake provider.
+    pub provider: FakeProvider,
+    controller: Child,
+    controller_log: std::path::PathBuf,
+    metrics_addr: String,
+    namespace: String,
+}
+
+impl System {
+    /// Starts the three processes for `namespace`; the provider's applies and deletions take
+    /// `provider_delay_ms`.
+    pub async fn start(namespace: &str, provider_delay_ms: u64) -> Result<Self> {
+        let applier = Applier::start(&[]).await?;
+        let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
+        let delay = provider_delay_ms.to_string();
+        let provider =
+            FakeProvider::start(&["--delay-ms", &delay, "--selector", &selector]).await?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let metrics_addr = format!("127.0.0.1:{port}");
+        let controller_log = applier.socket.with_file_name("controller.log");
+        let controller = Command::new(binary("capt-controller"))
+            .args([
+                "--namespace",
+                namespace,
+                "--metrics-addr",
+                &metrics_addr,
+                "--poll-interval-seconds",
+                "1",
+            ])
+            .arg("--applier-socket")
+            .arg(&applier.socket)
+            .env("KUBECONFIG", &env().kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&controller_log)?)
+            .spawn()
+            .context("starting capt-controller")?;
+        let system = Self {
+            applier,
+            provider,
+            controller,
+            controller_log,
+            metrics_addr,
+            namespace: namespace.to_owned(),
+        };
+        system
+            .wait_for(
+                "the controller's /healthz",
+                Duration::from_secs(20),
+                || async { Ok(system.http_get("/healthz").await.is_ok()) },
+            )
+            .await?;
+        Ok(system)
+    }
+
+    /// Applies the sample templates and Cluster into the namespace; with `retain_vpc`, the
+    /// CAPTCluster keeps its VPC on deletion. Then adds the owner references the Cluster API
+    /// core controller would add.
+    pub async fn apply_samples(&self, retain_vpc: bool) -> Result<()> {
+        let samples = repo_root().join("manifests/samples");
+        let mut docs = Vec::new();
+        for file in ["templates.yaml", "cluster.yaml"] {
+            let text = std::fs::read_to_string(samples.join(file))?;
+            for doc in serde_yaml::Deserializer::from_str(&text) {
+                let mut v: Value = serde::Deserialize::deserialize(doc)?;
+                v["metadata"]["namespace"] = Value::from(self.namespace.clone());
+                if retain_vpc && v["kind"] == "CAPTCluster" {
+                    v["spec"]["retainVpcOnDelete"] = Value::Bool(true);
+                }
+                docs.push(v.to_string());
+            }
+        }
+        env().kubectl_ok(&["apply", "-f", "-"], Some(&docs.join("\n")))?;
+        let uid = env().kubectl_ok(
+            &[
+                "get",
+                "cluster",
+                "demo",
+                "-n",
+                &self.namespace,
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+            None,
+        )?;
+        let owner = format!(
+            r#"{{"metadata":{{"ownerReferences":[{{"apiVersion":"cluster.x-k8s.io/v1beta1","kind":"Cluster","name":"demo","uid":"{uid}","blockOwnerDeletion":true}}]}}}}"#
+        );
+        for kind in ["captcluster", "captcontrolplane"] {
+            env().kubectl_ok(
+                &[
+                    "patch",
+                    kind,
+                    "demo",
+                    "-n",
+                    &self.namespace,
+                    "--type=merge",
+                    "-p",
+                    &owner,
+                ],
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `kubectl get <what> -n <ns> -o json`, parsed; `None` when not found.
+    pub fn get(&self, what: &[&str]) -> Result<Option<Value>> {
+        let mut args = vec!["get"];
+        args.extend_from_slice(what);
+        args.extend_from_slice(&["-n", &self.namespace, "-o", "json", "--show-managed-fields"]);
+        let out = env().kubectl_run(&args, None)?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            if err.contains("NotFound") || err.contains("not found") {
+                return Ok(None);
+            }
+            bail!("kubectl {}: {err}", args.join(" "));
+        }
+        Ok(Some(serde_json::from_slice(&out.stdout)?))
+    }
+
+    /// Waits until `check` answers true, failing after `timeout` with `what` and the logs.
+    pub async fn wait_for<F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if check().await.unwrap_or(false) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "timed out waiting for {what}\n--- controller log:\n{}",
+                    self.controller_log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the Cluster is Provisioned.
+    pub async fn wait_provisioned(&self) -> Result<()> {
+        self.wait_for(
+            "Cluster phase Provisioned",
+            Duration::from_secs(60),
+            || async {
+                Ok(self
+                    .get(&["cluster", "demo"])?
+                    .is_some_and(|c| c["status"]["phase"] == "Provisioned"))
+            },
+        )
+        .await
+    }
+
+    /// The sum of a controller metric's samples carrying `labels`.
+    pub async fn controller_metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
+        Ok(metric_value(
+            &self.http_get("/metrics").await?,
+            name,
+            labels,
+        ))
+    }
+
+    async fn http_get(&self, path: &str) -> Result<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.metrics_addr).await?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics_addr).as_bytes(),
+            )
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        Ok(body
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default())
+    }
+
+    /// What the controller logged so far.
+    pub fn controller_log_text(&self) -> String {
+        std::fs::read_to_string(&self.controller_log).unwrap_or_default()
+    }
+}
+
+impl Drop for System {
+    fn drop(&mut self) {
+        let _ = self.controller.kill();
+        let _ = self.controller.wait();
+        if std::thread::panicking() {
+            eprintln!("--- controller log:\n{}", self.controller_log_text());
+            eprintln!("--- fake provider log:\n{}", self.provider.log_text());
+        }
+    }
+}
