@@ -1,24 +1,100 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a local API server with the CAPT CRDs and the real
-# Cluster API and provider-terraform CRDs. (The status-applier, the controller and a sample
-# Cluster join it as they are built; see the README.)
+# The main job on the embedded default: a local API server (hack/testenv.sh) with the whole
+# system running on it (status-applier, capt-controller, and the fake Terraform provider in
+# place of Crossplane), and the sample Cluster of manifests/samples/ going to Provisioned.
 #
-#   hack/demo.sh          start, show what is installed, stop
-#   hack/demo.sh --keep   leave it running and print how to point kubectl at it
+#   hack/demo.sh          run until the Cluster is Provisioned, show it, stop everything
+#   hack/demo.sh --keep   leave it all running and print how to point kubectl at it
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 keep=false
-[[ "${1:-}" == "--keep" ]] && keep=true
+case "${1:-}" in
+--keep) keep=true ;;
+"") ;;
+*) echo "usage: $0 [--keep]" >&2; exit 2 ;;
+esac
 
-$keep || trap 'hack/testenv.sh stop' EXIT
+RUN=${CAPT_DEMO_DIR:-$ROOT/.testenv/demo}
+pids=()
+say() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	hack/testenv.sh stop >/dev/null 2>&1 || true
+}
+if ! $keep; then trap cleanup EXIT; else trap 'cleanup; exit 130' INT TERM; fi
+
+say "building the binaries (cargo build; cached after the first run)"
+cargo build --workspace --bins --quiet
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug
+say "starting the local API server"
 exports=$(hack/testenv.sh start)
 eval "$exports"
-echo "== API server: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}') ($(kubectl version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])'))"
-kubectl get crd
+mkdir -p "$RUN" && rm -f "$RUN"/*.sock
+
+"$BIN/status-applier" serve --socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 \
+	--allow-manager capt-captcluster,capt-captcontrolplane,capt-cluster,capt-workspacetemplateapply \
+	>"$RUN/status-applier.log" 2>&1 &
+pids+=($!)
+"$BIN/fake-terraform-provider" --delay-ms 1500 >"$RUN/fake-terraform-provider.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
+"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 \
+	>"$RUN/capt-controller.log" 2>&1 &
+pids+=($!)
+say "status-applier, capt-controller and fake-terraform-provider running (logs in $RUN)"
+
+kubectl apply -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml
+# The Cluster API core controller would make the Cluster own its infrastructure and
+# control plane; there is none here, so the demo does it.
+uid=$(kubectl get cluster demo -o jsonpath='{.metadata.uid}')
+for kind in captcluster captcontrolplane; do
+	kubectl patch "$kind" demo --type=merge -p "{\"metadata\":{\"ownerReferences\":[{\"apiVersion\":\"cluster.x-k8s.io/v1beta1\",\"kind\":\"Cluster\",\"name\":\"demo\",\"uid\":\"$uid\",\"blockOwnerDeletion\":true}]}}" >/dev/null
+done
+
+started=$(date +%s)
+last=""
+while true; do
+	cc=$(kubectl get captcluster demo -o jsonpath='{.status.conditions[?(@.status=="True")].type}' 2>/dev/null || true)
+	cp=$(kubectl get captcontrolplane demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
+	phase=$(kubectl get cluster demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
+	now="CAPTCluster [${cc:-…}]  CAPTControlPlane ${cp:-…}  Cluster ${phase:-…}"
+	[[ "$now" != "$last" ]] && say "$now" && last=$now
+	[[ "$phase" == Provisioned ]] && break
+	if (($(date +%s) - started > 120)); then
+		say "the Cluster was not Provisioned within 120 s; logs in $RUN"
+		exit 1
+	fi
+	sleep 0.5
+done
+say "Cluster demo is Provisioned after $(($(date +%s) - started)) s"
+echo
+kubectl get cluster,captcluster,captcontrolplane,workspacetemplateapply,workspaces
+echo
+say "who owns what (managedFields of the Cluster and the CAPTControlPlane):"
+for obj in cluster/demo captcontrolplane/demo; do
+	kubectl get "$obj" -o json --show-managed-fields | python3 -c '
+import json, sys
+o = json.load(sys.stdin)
+def leaves(t, p=""):
+    for k, v in t.items():
+        if k == ".": continue
+        q = p + "." + k[2:] if k.startswith("f:") else p + "[" + k[2:] + "]"
+        if v and not k.startswith("k:"): yield from leaves(v, q)
+        else: yield q
+print(o["kind"] + "/" + o["metadata"]["name"])
+for e in o["metadata"]["managedFields"]:
+    fields = [f for f in leaves(e.get("fieldsV1", {})) if f.startswith((".status", ".spec.controlPlaneEndpoint"))]
+    if fields:
+        print("  %-28s %-6s %-7s %s" % (e["manager"], e["operation"], e.get("subresource", "main"), ", ".join(fields)))
+'
+done
 if $keep; then
 	echo
-	echo "Still running. Point kubectl at it with:"
+	say "still running. Point kubectl at it with:"
 	echo "$exports"
-	echo "Stop it with: hack/testenv.sh stop"
+	echo "The status-applier's socket: $RUN/applier.sock (target/debug/status-applier show --socket $RUN/applier.sock -o yaml)"
+	echo "Stop everything with Ctrl-C here, or: kill ${pids[*]}; hack/testenv.sh stop"
+	wait
 fi

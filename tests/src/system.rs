@@ -31,6 +31,15 @@ impl System {
     /// Starts the three processes for `namespace`; the provider's applies and deletions take
     /// `provider_delay_ms`.
     pub async fn start(namespace: &str, provider_delay_ms: u64) -> Result<Self> {
+        Self::start_with(namespace, provider_delay_ms, &[]).await
+    }
+
+    /// [`System::start`], with more flags for the controller.
+    pub async fn start_with(
+        namespace: &str,
+        provider_delay_ms: u64,
+        controller_args: &[&str],
+    ) -> Result<Self> {
         let applier = Applier::start(&[]).await?;
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
@@ -52,6 +61,7 @@ impl System {
             ])
             .arg("--applier-socket")
             .arg(&applier.socket)
+            .args(controller_args)
             .env("KUBECONFIG", &env().kubeconfig)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

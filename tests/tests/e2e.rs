@@ -33,7 +33,12 @@ async fn provisioned_with(
 ) -> Result<(TestNamespace, System)> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, prefix).await?;
-    let system = System::start(&ns.name, provider_delay_ms).await?;
+    let system = System::start_with(
+        &ns.name,
+        provider_delay_ms,
+        &["--stuck-deletion-seconds", "3"],
+    )
+    .await?;
     system.apply_samples(retain_vpc).await?;
     system.wait_provisioned().await?;
     Ok((ns, system))
@@ -619,5 +624,243 @@ async fn a_users_server_side_apply_of_another_endpoint_is_a_reported_conflict_an
         events.contains("owned by platform-admin"),
         "an Event reports it: {events}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_existing_apply_with_the_expected_name_is_adopted_not_replaced() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "e2e-adopt").await?;
+    let system = System::start(&ns.name, 200).await?;
+    // A deployment from before the controller recorded apply names (seed 002's migration).
+    let existing = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "demo-controlplane", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "eks"}, "variables": {"CLUSTER_NAME": "demo", "KUBERNETES_VERSION": "1.31", "MIGRATED": "yes"}}});
+    env().kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=old-capt",
+            "-f",
+            "-",
+        ],
+        Some(&existing.to_string()),
+    )?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let apply = system
+        .get(&["workspacetemplateapply", "demo-controlplane"])?
+        .unwrap();
+    assert_eq!(
+        apply["metadata"]["annotations"]["infrastructure.cluster.x-k8s.io/adopted"],
+        "true"
+    );
+    assert_eq!(
+        apply["spec"]["variables"]["MIGRATED"], "yes",
+        "its spec is the user's"
+    );
+    assert!(
+        apply["spec"].get("writeConnectionSecretToRef").is_none(),
+        "nothing was added to its spec"
+    );
+    let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    assert_eq!(
+        cp["spec"]["workspaceTemplateApplyName"],
+        "demo-controlplane"
+    );
+    let applies = env().kubectl_ok(
+        &[
+            "get",
+            "workspacetemplateapply",
+            "-n",
+            &ns.name,
+            "-o",
+            "name",
+        ],
+        None,
+    )?;
+    assert_eq!(applies.lines().count(), 2, "no duplicate apply: {applies}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn later_template_and_version_changes_reach_the_workspace() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, system) = provisioned("e2e-render", false).await?;
+    let ws = workspace_name(&ns.name, "demo-controlplane");
+    let module = || {
+        env().kubectl_ok(
+            &[
+                "get",
+                "workspace",
+                &ws,
+                "-o",
+                "jsonpath={.spec.forProvider.module}",
+            ],
+            None,
+        )
+    };
+    assert!(module()?.contains("EKS 1.31 cluster demo"), "{}", module()?);
+
+    env().kubectl_ok(
+        &[
+            "patch",
+            "captcontrolplane",
+            "demo",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"1.32"}}"#,
+        ],
+        None,
+    )?;
+    system
+        .wait_for(
+            "the new version in the Workspace",
+            Duration::from_secs(20),
+            || async { Ok(module()?.contains("EKS 1.32 cluster demo")) },
+        )
+        .await?;
+
+    let patch = json!({"spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": "# v2 of ${CLUSTER_NAME}"}}}}});
+    env().kubectl_ok(
+        &[
+            "patch",
+            "workspacetemplate",
+            "eks",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )?;
+    system
+        .wait_for(
+            "the new template in the Workspace",
+            Duration::from_secs(20),
+            || async { Ok(module()? == "# v2 of demo") },
+        )
+        .await?;
+    system
+        .wait_for(
+            "the control plane Ready again",
+            Duration::from_secs(30),
+            || async {
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                Ok(cp["status"]["phase"] == "Ready" && cp["status"]["version"] == "1.32")
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stuck_deletion_is_reported_and_finishes_once_unblocked() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, mut system) = provisioned("e2e-stuck", false).await?;
+    system.provider.kill(); // nobody removes the Workspace's finalizer any more
+    let client = env().client().await?;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns.name);
+    clusters
+        .delete(
+            "demo",
+            &DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Foreground),
+                ..Default::default()
+            },
+        )
+        .await?;
+    system
+        .wait_for(
+            "DeletionFailed on the control plane",
+            Duration::from_secs(30),
+            || async {
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                Ok(cp["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "DeletionFailed" && c["status"] == "True"))
+            },
+        )
+        .await?;
+    let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    let deleting = cp["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Deleting")
+        .cloned()
+        .unwrap();
+    println!("Deleting: {deleting}");
+    assert_eq!(deleting["status"], "True");
+
+    // Unblocked by hand (as an operator would), the deletion completes.
+    let ws = workspace_name(&ns.name, "demo-controlplane");
+    env().kubectl_ok(
+        &[
+            "patch",
+            "workspace",
+            &ws,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )?;
+    let vpc_ws = workspace_name(&ns.name, "demo-vpc");
+    system
+        .wait_for(
+            "the VPC Workspace to be deleted",
+            Duration::from_secs(30),
+            || async {
+                Ok(env()
+                    .kubectl_ok(
+                        &[
+                            "get",
+                            "workspace",
+                            &vpc_ws,
+                            "-o",
+                            "jsonpath={.metadata.deletionTimestamp}",
+                        ],
+                        None,
+                    )
+                    .map(|t| !t.is_empty())
+                    .unwrap_or(true))
+            },
+        )
+        .await?;
+    let _ = env().kubectl_run(
+        &[
+            "patch",
+            "workspace",
+            &vpc_ws,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )?;
+    system
+        .wait_for("everything gone", Duration::from_secs(30), || async {
+            Ok(env()
+                .kubectl_ok(
+                    &[
+                        "get",
+                        "cluster,captcluster,captcontrolplane,workspacetemplateapply",
+                        "-n",
+                        &ns.name,
+                        "-o",
+                        "name",
+                    ],
+                    None,
+                )?
+                .is_empty())
+        })
+        .await?;
     Ok(())
 }
