@@ -53,7 +53,7 @@ struct Http {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_logging(args.log_json);
+    status_applier::telemetry::init_logging(args.log_json);
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
@@ -107,17 +107,4 @@ async fn metrics_text(State(http): State<Http>) -> String {
     prometheus_client::encoding::text::encode(&mut out, &http.registry)
         .expect("writing to a String cannot fail");
     out
-}
-
-fn init_logging(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

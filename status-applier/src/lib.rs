@@ -19,3 +19,4 @@ pub mod live;
 pub mod merge;
 pub mod metrics;
 pub mod server;
+pub mod telemetry;

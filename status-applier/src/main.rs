@@ -266,7 +266,7 @@ fn split_documents(text: &str) -> Vec<String> {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
-    init_logging(args.log_json);
+    status_applier::telemetry::init_logging(args.log_json);
     let policy = Policy {
         allowed_managers: args.policy.allowed_managers,
         allowed_kinds: args.policy.allowed_kinds,
@@ -343,17 +343,4 @@ async fn shutdown() {
         _ = term.recv() => {},
     }
     tracing::info!("Shutting down");
-}
-
-fn init_logging(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

@@ -4,12 +4,10 @@
 //! VPC apply (or orphans it with `retainVpcOnDelete`) and waits for its Workspace to go.
 
 use super::apply::target;
-use super::shared::{
-    ApplySpec, cluster_name, ensure_apply, get_apply, observe_workspace, orphan_apply,
-    owning_cluster,
-};
+use super::deletion::{self, Deletion};
+use super::shared::{ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster};
 use super::{Result, after, kube_err};
-use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane, WorkspaceTemplateApply};
+use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane};
 use crate::context::Context;
 use crate::k8s::{apply_fields, set_finalizer};
 use crate::publish::Publication;
@@ -18,11 +16,9 @@ use crate::status::MANAGER_CAPT_CLUSTER;
 use crate::status::capt_cluster::{
     CAPT_CLUSTER_CONDITION_TYPES, CaptClusterInput, DEFAULT_VPC_READY_TIMEOUT, desired_capt_cluster,
 };
-use crate::status::deletion::{
-    DeletionFacts, DeletionStep, deletion_status_fragment, plan_deletion,
-};
+use crate::status::deletion::DeletionFacts;
 use jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -134,12 +130,7 @@ async fn delete(cc: &CAPTCluster, api: &Api<CAPTCluster>, ctx: &Context) -> Resu
     if !cc.finalizers().iter().any(|f| f == CAPT_CLUSTER_FINALIZER) {
         return Ok(Action::await_change());
     }
-    let apply = get_apply(ctx, cc, &apply_name(cc)).await?;
-    let workspace = match &apply {
-        Some(a) => observe_workspace(ctx, cc, a).await?,
-        None => None,
-    };
-    let retain = cc.spec.retain_vpc_on_delete.unwrap_or(false);
+    let (apply, workspace_present) = deletion::apply_facts(ctx, cc, &apply_name(cc)).await?;
     let facts = DeletionFacts {
         endpoint_owned: false,
         control_plane_present: control_plane_present(ctx, cc).await?,
@@ -147,68 +138,23 @@ async fn delete(cc: &CAPTCluster, api: &Api<CAPTCluster>, ctx: &Context) -> Resu
         apply_deleting: apply
             .as_ref()
             .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
-        workspace_present: workspace.is_some(),
-        retain,
-        started: cc
-            .meta()
-            .deletion_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_else(Timestamp::now),
+        workspace_present,
+        retain: cc.spec.retain_vpc_on_delete.unwrap_or(false),
+        started: deletion::started(cc),
         now: Timestamp::now(),
         stuck_after: ctx.settings.stuck_deletion_after,
     };
-    let existing = cc
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let plan = plan_deletion(&facts, &existing, cc.meta().generation);
-    if plan.stuck {
-        tracing::warn!(
-            subject = super::subject(cc),
-            step = plan.step.as_str(),
-            "Deletion is stuck"
-        );
-    }
-    if plan.step != DeletionStep::RemoveFinalizer {
-        let fragment = deletion_status_fragment(&existing, &CAPT_CLUSTER_CONDITION_TYPES, &plan);
-        let status = Publication {
-            target: target(cc),
-            subresource: Some(Subresource::Status),
-            field_manager: MANAGER_CAPT_CLUSTER,
-            fragment,
-            release: vec![],
-        };
-        ctx.publish(status).await?;
-    }
-    match plan.step {
-        DeletionStep::DeleteApply => {
-            let apply = apply.expect("DeleteApply implies an apply");
-            let applies: Api<WorkspaceTemplateApply> =
-                Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
-            applies
-                .delete(&apply.name_any(), &DeleteParams::background())
-                .await
-                .map_err(kube_err(cc, "deleting its VPC WorkspaceTemplateApply"))?;
-        }
-        DeletionStep::RemoveFinalizer => {
-            if let Some(apply) = apply.filter(|_| retain) {
-                orphan_apply(ctx, cc, &apply).await?;
-            }
-            set_finalizer(api, cc, CAPT_CLUSTER_FINALIZER, false)
-                .await
-                .map_err(kube_err(cc, "removing its finalizer"))?;
-            super::observe_deletion(ctx, cc);
-            ctx.publisher
-                .forget("CAPTCluster", cc.namespace().as_deref(), &cc.name_any());
-            return Ok(Action::await_change());
-        }
-        _ => {}
-    }
-    Ok(Action::requeue(
-        plan.recheck_after
-            .unwrap_or(ctx.settings.poll_interval)
-            .min(ctx.settings.poll_interval),
-    ))
+    let d = Deletion {
+        finalizer: CAPT_CLUSTER_FINALIZER,
+        manager: MANAGER_CAPT_CLUSTER,
+        own_types: &CAPT_CLUSTER_CONDITION_TYPES,
+        existing: cc
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default(),
+        apply,
+        cluster: None,
+    };
+    deletion::carry_out(ctx, cc, api, facts, d).await
 }

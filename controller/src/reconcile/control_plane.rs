@@ -3,9 +3,9 @@
 //! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
 
 use super::apply::target;
+use super::deletion::{self, Deletion};
 use super::shared::{
-    ApplySpec, cluster_name, ensure_apply, get_apply, observe_workspace, owning_cluster,
-    secret_endpoint,
+    ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster, secret_endpoint,
 };
 use super::{Result, after, kube_err};
 use crate::api::{
@@ -17,12 +17,10 @@ use crate::publish::Publication;
 use crate::status::control_plane::{
     CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
 };
-use crate::status::deletion::{
-    DeletionFacts, DeletionStep, deletion_status_fragment, plan_deletion,
-};
+use crate::status::deletion::DeletionFacts;
 use crate::status::{ENDPOINT_PATH, MANAGER_CAPT_CONTROL_PLANE, MANAGER_CLUSTER};
 use jiff::Timestamp;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -207,11 +205,7 @@ async fn delete(
         return Ok(Action::await_change());
     }
     let cluster = owning_cluster(ctx, cp).await?;
-    let apply = get_apply(ctx, cp, &apply_name(cp)).await?;
-    let workspace = match &apply {
-        Some(a) => observe_workspace(ctx, cp, a).await?,
-        None => None,
-    };
+    let (apply, workspace_present) = deletion::apply_facts(ctx, cp, &apply_name(cp)).await?;
     let facts = DeletionFacts {
         endpoint_owned: cluster.as_ref().is_some_and(endpoint_owned_by_us),
         control_plane_present: false,
@@ -219,76 +213,25 @@ async fn delete(
         apply_deleting: apply
             .as_ref()
             .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
-        workspace_present: workspace.is_some(),
+        workspace_present,
         retain: false,
-        started: cp
-            .meta()
-            .deletion_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_else(Timestamp::now),
+        started: deletion::started(cp),
         now: Timestamp::now(),
         stuck_after: ctx.settings.stuck_deletion_after,
     };
-    let existing = cp
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let plan = plan_deletion(&facts, &existing, cp.meta().generation);
-    if plan.stuck {
-        tracing::warn!(
-            subject = super::subject(cp),
-            step = plan.step.as_str(),
-            "Deletion is stuck"
-        );
-    }
-    if plan.step != DeletionStep::RemoveFinalizer {
-        let fragment = deletion_status_fragment(&existing, &CONTROL_PLANE_CONDITION_TYPES, &plan);
-        let status = Publication {
-            target: target(cp),
-            subresource: Some(Subresource::Status),
-            field_manager: MANAGER_CAPT_CONTROL_PLANE,
-            fragment,
-            release: vec![],
-        };
-        ctx.publish(status).await?;
-    }
-    match plan.step {
-        DeletionStep::ReleaseEndpoint => {
-            let cluster = cluster.expect("endpoint_owned implies a Cluster");
-            release_cluster_endpoint(ctx, &cluster).await?;
-        }
-        DeletionStep::DeleteApply => {
-            let apply = apply.expect("DeleteApply implies an apply");
-            let applies: Api<crate::api::WorkspaceTemplateApply> =
-                Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
-            applies
-                .delete(&apply.name_any(), &DeleteParams::background())
-                .await
-                .map_err(kube_err(cp, "deleting its WorkspaceTemplateApply"))?;
-        }
-        DeletionStep::RemoveFinalizer => {
-            set_finalizer(api, cp, CAPT_CONTROL_PLANE_FINALIZER, false)
-                .await
-                .map_err(kube_err(cp, "removing its finalizer"))?;
-            super::observe_deletion(ctx, cp);
-            ctx.publisher.forget(
-                "CAPTControlPlane",
-                cp.namespace().as_deref(),
-                &cp.name_any(),
-            );
-            return Ok(Action::await_change());
-        }
-        DeletionStep::WaitForControlPlane
-        | DeletionStep::WaitForApplyGone
-        | DeletionStep::WaitForWorkspaceGone => {}
-    }
-    Ok(Action::requeue(
-        plan.recheck_after
-            .unwrap_or(ctx.settings.poll_interval)
-            .min(ctx.settings.poll_interval),
-    ))
+    let d = Deletion {
+        finalizer: CAPT_CONTROL_PLANE_FINALIZER,
+        manager: MANAGER_CAPT_CONTROL_PLANE,
+        own_types: &CONTROL_PLANE_CONDITION_TYPES,
+        existing: cp
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default(),
+        apply,
+        cluster,
+    };
+    deletion::carry_out(ctx, cp, api, facts, d).await
 }
 
 /// True when `capt-cluster` still owns the Cluster's `spec.controlPlaneEndpoint`.

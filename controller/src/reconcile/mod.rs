@@ -6,6 +6,7 @@ pub mod apply;
 pub mod capt_cluster;
 pub mod cluster;
 pub mod control_plane;
+pub mod deletion;
 pub mod shared;
 
 use crate::context::Context;
