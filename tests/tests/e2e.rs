@@ -864,3 +864,94 @@ async fn a_stuck_deletion_is_reported_and_finishes_once_unblocked() -> Result<()
         .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_apply_waits_for_its_secrets_and_workspaces_before_rendering() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "e2e-wait").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?; // the templates (and a Cluster, irrelevant here)
+    let apply = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "waiting", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "vpc"}, "variables": {"CLUSTER_NAME": "waiting"},
+                 "waitForSecrets": [{"name": "credentials", "namespace": ns.name}],
+                 "waitForWorkspaces": [{"name": workspace_name(&ns.name, "demo-vpc")}]}});
+    env().kubectl_ok(&["apply", "-f", "-"], Some(&apply.to_string()))?;
+    let condition = || -> Result<Value> {
+        let a = system.get(&["workspacetemplateapply", "waiting"])?.unwrap();
+        Ok(a["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Applied")
+            .cloned()
+            .unwrap_or(Value::Null))
+    };
+    system
+        .wait_for("WaitingForSecrets", Duration::from_secs(20), || async {
+            Ok(condition()?["reason"] == "WaitingForSecrets")
+        })
+        .await?;
+    let ws = workspace_name(&ns.name, "waiting");
+    assert!(
+        env()
+            .kubectl_run(&["get", "workspace", &ws], None)?
+            .status
+            .code()
+            != Some(0),
+        "nothing rendered yet"
+    );
+
+    env().kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "credentials",
+            "-n",
+            &ns.name,
+            "--from-literal=token=not-logged",
+        ],
+        None,
+    )?;
+    system
+        .wait_for(
+            "the Workspace rendered",
+            Duration::from_secs(20),
+            || async {
+                Ok(env()
+                    .kubectl_run(&["get", "workspace", &ws], None)?
+                    .status
+                    .success())
+            },
+        )
+        .await?;
+    system
+        .wait_for(
+            "Applied condition gone, applied true",
+            Duration::from_secs(20),
+            || async {
+                let a = system.get(&["workspacetemplateapply", "waiting"])?.unwrap();
+                Ok(condition()?.is_null() && a["status"]["applied"] == true)
+            },
+        )
+        .await?;
+    assert!(
+        !system.controller_log_text().contains("not-logged"),
+        "Secret data never reaches the logs"
+    );
+    env().kubectl_ok(
+        &[
+            "delete",
+            "workspacetemplateapply",
+            "waiting",
+            "-n",
+            &ns.name,
+            "--wait=true",
+            "--timeout=30s",
+        ],
+        None,
+    )?;
+    Ok(())
+}
