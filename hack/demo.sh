@@ -72,24 +72,14 @@ say "Cluster demo is Provisioned after $(($(date +%s) - started)) s"
 echo
 kubectl get cluster,captcluster,captcontrolplane,workspacetemplateapply,workspaces
 echo
-say "who owns what (managedFields of the Cluster and the CAPTControlPlane):"
-for obj in cluster/demo captcontrolplane/demo; do
-	kubectl get "$obj" -o json --show-managed-fields | python3 -c '
-import json, sys
-o = json.load(sys.stdin)
-def leaves(t, p=""):
-    for k, v in t.items():
-        if k == ".": continue
-        q = p + "." + k[2:] if k.startswith("f:") else p + "[" + k[2:] + "]"
-        if v and not k.startswith("k:"): yield from leaves(v, q)
-        else: yield q
-print(o["kind"] + "/" + o["metadata"]["name"])
-for e in o["metadata"]["managedFields"]:
-    fields = [f for f in leaves(e.get("fieldsV1", {})) if f.startswith((".status", ".spec.controlPlaneEndpoint"))]
-    if fields:
-        print("  %-28s %-6s %-7s %s" % (e["manager"], e["operation"], e.get("subresource", "main"), ", ".join(fields)))
-'
-done
+echo
+say "ownership audit (status-applier audit): the Cluster, then a summary of every object"
+"$BIN/status-applier" audit cluster/demo -n default
+if "$BIN/status-applier" audit -n default >"$RUN/audit.txt" 2>&1; then
+	say "audit of every CAPT object: no violation (full report: $RUN/audit.txt)"
+else
+	say "audit found violations:"; grep VIOLATION "$RUN/audit.txt"
+fi
 if $keep; then
 	echo
 	say "still running. Point kubectl at it with:"

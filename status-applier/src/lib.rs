@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod audit;
 pub mod client;
 pub mod config;
 pub mod conflict;

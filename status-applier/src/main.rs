@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use prometheus_client::registry::Registry;
+use status_applier::audit::{CAPT_EXPECTATIONS, Expectation};
 use status_applier::client::{Answer, Client};
 use status_applier::config::{CAPT_PROTECTED, CAPT_REPLACED, GroupKind, KindPath, Policy};
 use status_applier::engine::{Engine, Settings};
@@ -52,6 +53,58 @@ enum Command {
         #[command(flatten)]
         socket: SocketArg,
     },
+    /// Audit field ownership: every field with all its co-owners, and the protected paths
+    /// (exactly the expected owner, no foreign writer). Exits 1 on a violation.
+    Audit(AuditArgs),
+}
+
+#[derive(Args)]
+struct AuditArgs {
+    /// KIND or KIND/NAME (kind, plural or Kind.group); every kind CAPT manages when omitted.
+    target: Option<String>,
+    /// The namespace (all namespaces when omitted).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Read the objects from a file, or - for standard input (`kubectl get -o yaml --show-managed-fields`).
+    #[arg(short = 'f', long = "filename")]
+    file: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = AuditFormat::Table)]
+    output: AuditFormat,
+    /// Protected paths and their one owner, as Kind.group:field.path=manager (replaces the defaults).
+    #[arg(long = "expect", value_delimiter = ',', default_values_t = expectations(CAPT_EXPECTATIONS))]
+    expectations: Vec<ExpectationArg>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AuditFormat {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// An `--expect` value (clap needs Display for defaults).
+#[derive(Clone)]
+struct ExpectationArg(Expectation);
+
+impl std::str::FromStr for ExpectationArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(Self)
+    }
+}
+
+impl std::fmt::Display for ExpectationArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}={}", self.0.kind, self.0.path, self.0.owner)
+    }
+}
+
+fn expectations(rules: &[&str]) -> Vec<ExpectationArg> {
+    rules
+        .iter()
+        .map(|r| r.parse().expect("built-in expectations parse"))
+        .collect()
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -203,6 +256,7 @@ async fn main() -> Result<()> {
         Command::Conflicts { socket } => {
             print_answer(Client::new(&socket.socket).get("/v1/conflicts").await?)
         }
+        Command::Audit(args) => audit(args).await,
     }
 }
 
@@ -343,4 +397,147 @@ async fn shutdown() {
         _ = term.recv() => {},
     }
     tracing::info!("Shutting down");
+}
+
+/// The kinds `audit` reads when no target is named: every kind CAPT writes.
+const CAPT_KINDS: &[&str] = &[
+    "CAPTCluster.infrastructure.cluster.x-k8s.io",
+    "CAPTControlPlane.controlplane.cluster.x-k8s.io",
+    "Cluster.cluster.x-k8s.io",
+    "WorkspaceTemplateApply.infrastructure.cluster.x-k8s.io",
+];
+
+async fn audit(args: AuditArgs) -> Result<()> {
+    let objects = match &args.file {
+        Some(file) => read_objects(file)?,
+        None => fetch_objects(args.target.as_deref(), args.namespace.as_deref()).await?,
+    };
+    let expectations: Vec<Expectation> = args.expectations.into_iter().map(|e| e.0).collect();
+    let audits = objects
+        .iter()
+        .map(|o| status_applier::audit::audit(o, &expectations))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    match args.output {
+        AuditFormat::Table => print!("{}", status_applier::audit::table(&audits)),
+        AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&audits)?),
+        AuditFormat::Yaml => print!("{}", status_applier::audit::annotated_yaml(&audits)),
+    }
+    let violations: usize = audits.iter().map(|a| a.violations.len()).sum();
+    if violations > 0 {
+        bail!(
+            "{violations} ownership violation(s) in {} object(s)",
+            audits.len()
+        );
+    }
+    eprintln!("audited {} object(s): no violation", audits.len());
+    Ok(())
+}
+
+/// Objects from YAML or JSON documents; `List`s are flattened.
+fn read_objects(file: &str) -> Result<Vec<serde_json::Value>> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?
+    };
+    let mut objects = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value: serde_json::Value = serde::Deserialize::deserialize(doc)
+            .with_context(|| format!("{file}: document {} is not YAML", i + 1))?;
+        match value["items"].as_array() {
+            Some(items) if value["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
+                objects.extend(items.iter().cloned())
+            }
+            _ if value.is_null() => {}
+            _ => objects.push(value),
+        }
+    }
+    if objects
+        .iter()
+        .any(|o| o["metadata"]["managedFields"].is_null())
+    {
+        eprintln!(
+            "note: some objects carry no managedFields: use kubectl get -o yaml --show-managed-fields"
+        );
+    }
+    Ok(objects)
+}
+
+/// Objects of the target (or of every CAPT kind) from the API server.
+async fn fetch_objects(
+    target: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<Vec<serde_json::Value>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .context("discovering the API")?;
+    let (kinds, name): (Vec<String>, Option<&str>) = match target {
+        Some(t) => {
+            let (kind, name) = t.split_once('/').map_or((t, None), |(k, n)| (k, Some(n)));
+            (vec![kind.to_owned()], name)
+        }
+        None => (CAPT_KINDS.iter().map(|k| (*k).to_owned()).collect(), None),
+    };
+    let mut objects = Vec::new();
+    for wanted in &kinds {
+        let (resource, caps) =
+            find_kind(&discovery, wanted).with_context(|| format!("unknown kind `{wanted}`"))?;
+        let api: kube::Api<kube::api::DynamicObject> = match namespace {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                kube::Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            _ => kube::Api::all_with(client.clone(), &resource),
+        };
+        let found = match name {
+            Some(n) => vec![
+                api.get(n)
+                    .await
+                    .with_context(|| format!("reading {wanted}/{n}"))?,
+            ],
+            None => {
+                api.list(&Default::default())
+                    .await
+                    .with_context(|| format!("listing {wanted}"))?
+                    .items
+            }
+        };
+        for mut obj in found {
+            obj.types = Some(kube::api::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            });
+            objects.push(serde_json::to_value(obj)?);
+        }
+    }
+    Ok(objects)
+}
+
+/// A kind by `Kind`, `Kind.group`, plural or singular name, case-insensitively.
+fn find_kind(
+    discovery: &kube::discovery::Discovery,
+    wanted: &str,
+) -> Option<(kube::core::ApiResource, kube::discovery::ApiCapabilities)> {
+    let (name, group) = wanted
+        .split_once('.')
+        .map_or((wanted, None), |(n, g)| (n, Some(g)));
+    discovery
+        .groups()
+        .filter(|g| group.is_none_or(|w| g.name() == w))
+        .find_map(|g| {
+            g.recommended_resources().into_iter().find(|(r, _)| {
+                [&r.kind, &r.plural]
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(name))
+                    || r.kind.to_lowercase() == name.to_lowercase().trim_end_matches('s')
+            })
+        })
 }

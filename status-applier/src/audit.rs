@@ -1,0 +1,482 @@
+//! The field-ownership audit: every field of an object with all its co-owners (manager,
+//! operation, subresource, time), and the protected-path checks: exactly the expected
+//! owner, no foreign writer. Pure: objects come in as JSON, from the cluster or from
+//! `kubectl get -o yaml --show-managed-fields`.
+
+use crate::config::{FieldPath, GroupKind};
+use crate::fieldsv1::{FieldSet, PathElement, path_to_string};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+/// One owner of a field.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct FieldOwner {
+    /// Field manager.
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    /// `status`, or empty for the main resource.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub subresource: String,
+    /// When the entry last changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
+impl std::fmt::Display for FieldOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sub = if self.subresource.is_empty() {
+            "main"
+        } else {
+            &self.subresource
+        };
+        write!(f, "{} ({}, {sub}", self.manager, self.operation)?;
+        match &self.time {
+            Some(t) => write!(f, ", {t})"),
+            None => f.write_str(")"),
+        }
+    }
+}
+
+/// A protected path and the one manager that must own it: `Kind.group:path=manager`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expectation {
+    /// The kind.
+    pub kind: GroupKind,
+    /// The protected path.
+    pub path: FieldPath,
+    /// Its expected owner.
+    pub owner: String,
+}
+
+impl FromStr for Expectation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (rule, owner) = s
+            .rsplit_once('=')
+            .filter(|(_, o)| !o.is_empty())
+            .ok_or_else(|| {
+                format!("invalid expectation `{s}`: expected Kind.group:field.path=manager")
+            })?;
+        let rule: crate::config::KindPath = rule.parse()?;
+        Ok(Self {
+            kind: rule.kind,
+            path: rule.path,
+            owner: owner.to_owned(),
+        })
+    }
+}
+
+/// CAPT's protected paths and their owners (DESIGN.md's ownership plan).
+pub const CAPT_EXPECTATIONS: &[&str] = &[
+    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider=capt-captcontrolplane",
+    "CAPTControlPlane.controlplane.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-captcontrolplane",
+    "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-cluster",
+];
+
+/// A broken expectation.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Violation {
+    /// The protected path.
+    pub path: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// The audit of one object.
+#[derive(Serialize, Clone, Debug)]
+pub struct ObjectAudit {
+    /// `Kind/namespace/name`.
+    pub subject: String,
+    /// Every owned field with all its owners, in path order.
+    pub fields: BTreeMap<String, Vec<FieldOwner>>,
+    /// Broken expectations.
+    pub violations: Vec<Violation>,
+    /// The object without `managedFields` (for the annotated YAML).
+    #[serde(skip)]
+    pub object: Value,
+}
+
+/// Audits one object (a JSON object with `metadata.managedFields`).
+pub fn audit(object: &Value, expectations: &[Expectation]) -> Result<ObjectAudit, String> {
+    let kind = GroupKind::from_api_version(
+        object["apiVersion"].as_str().unwrap_or_default(),
+        object["kind"].as_str().unwrap_or_default(),
+    );
+    let subject = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => format!(
+            "{}/{ns}/{}",
+            kind.kind,
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        ),
+        None => format!(
+            "{}/{}",
+            kind.kind,
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        ),
+    };
+    let mut fields: BTreeMap<String, Vec<FieldOwner>> = BTreeMap::new();
+    for entry in object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let owner = FieldOwner {
+            manager: entry["manager"].as_str().unwrap_or_default().to_owned(),
+            operation: entry["operation"].as_str().unwrap_or_default().to_owned(),
+            subresource: entry["subresource"].as_str().unwrap_or_default().to_owned(),
+            time: entry["time"].as_str().map(str::to_owned),
+        };
+        let set = FieldSet::from_fields_v1(&entry["fieldsV1"])
+            .map_err(|e| format!("{subject}: managedFields entry of `{}`: {e}", owner.manager))?;
+        for path in value_leaves(&set) {
+            fields
+                .entry(path_to_string(&path))
+                .or_default()
+                .push(owner.clone());
+        }
+    }
+    let mut bare = object.clone();
+    if let Some(meta) = bare["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    let violations = expectations
+        .iter()
+        .filter(|e| e.kind == kind)
+        .flat_map(|e| check(e, &fields, object))
+        .collect();
+    Ok(ObjectAudit {
+        subject,
+        fields,
+        violations,
+        object: bare,
+    })
+}
+
+fn value_leaves(set: &FieldSet) -> Vec<Vec<PathElement>> {
+    let paths = set.leaf_paths();
+    paths
+        .iter()
+        .filter(|p| !paths.iter().any(|q| q.len() > p.len() && q.starts_with(p)))
+        .cloned()
+        .collect()
+}
+
+fn check(
+    e: &Expectation,
+    fields: &BTreeMap<String, Vec<FieldOwner>>,
+    object: &Value,
+) -> Vec<Violation> {
+    let root = format!(".{}", e.path);
+    let under = |p: &str| {
+        p == root || p.starts_with(&format!("{root}.")) || p.starts_with(&format!("{root}["))
+    };
+    let mut violations = Vec::new();
+    let mut owned_by_expected = false;
+    for (path, owners) in fields.iter().filter(|(p, _)| under(p)) {
+        for o in owners {
+            if o.manager == e.owner {
+                owned_by_expected = true;
+            } else {
+                violations.push(Violation {
+                    path: path.clone(),
+                    problem: format!("foreign writer: {o} owns it; only {} may", e.owner),
+                });
+            }
+        }
+    }
+    let present = e
+        .path
+        .segments()
+        .iter()
+        .try_fold(object, |v, k| v.get(k))
+        .is_some_and(|v| !v.is_null());
+    if present && !owned_by_expected {
+        violations.push(Violation {
+            path: root,
+            problem: format!("present but not owned by {}", e.owner),
+        });
+    }
+    violations
+}
+
+/// The audits as a table: one row per field, every owner in it.
+pub fn table(audits: &[ObjectAudit]) -> String {
+    let mut out = String::new();
+    let width = audits
+        .iter()
+        .flat_map(|a| a.fields.keys())
+        .map(String::len)
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    for a in audits {
+        let _ = writeln!(out, "{}", a.subject);
+        let _ = writeln!(out, "  {:width$}  OWNERS", "FIELD");
+        for (path, owners) in &a.fields {
+            let owners: Vec<String> = owners.iter().map(ToString::to_string).collect();
+            let _ = writeln!(out, "  {path:width$}  {}", owners.join("; "));
+        }
+        for v in &a.violations {
+            let _ = writeln!(out, "  VIOLATION {}: {}", v.path, v.problem);
+        }
+    }
+    out
+}
+
+/// Each object as YAML, every owned line followed by a comment naming its owners.
+pub fn annotated_yaml(audits: &[ObjectAudit]) -> String {
+    let mut out = String::new();
+    for a in audits {
+        out.push_str("---\n");
+        for v in &a.violations {
+            let _ = writeln!(out, "# VIOLATION {}: {}", v.path, v.problem);
+        }
+        emit(&a.object, "", 0, &a.fields, &mut out);
+    }
+    out
+}
+
+fn comment(fields: &BTreeMap<String, Vec<FieldOwner>>, path: &str) -> String {
+    match fields.get(path) {
+        Some(owners) => format!(
+            "  # {}",
+            owners
+                .iter()
+                .map(|o| o.manager.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => String::new(),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) if !s.contains('\n') => serde_yaml::to_string(s)
+            .unwrap_or_default()
+            .trim_end()
+            .to_owned(),
+        Value::Object(m) if m.is_empty() => "{}".into(),
+        Value::Array(a) if a.is_empty() => "[]".into(),
+        other => other.to_string(),
+    }
+}
+
+fn is_scalar(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => true,
+    }
+}
+
+/// Writes a map's entries at `indent`; `first` prefixes the first line (a list item's `- `).
+fn emit(
+    v: &Value,
+    path: &str,
+    indent: usize,
+    fields: &BTreeMap<String, Vec<FieldOwner>>,
+    out: &mut String,
+) {
+    let Value::Object(map) = v else { return };
+    for (k, child) in map {
+        let here = format!("{path}.{k}");
+        let pad = " ".repeat(indent);
+        if is_scalar(child) {
+            let _ = writeln!(out, "{pad}{k}: {}{}", scalar(child), comment(fields, &here));
+            continue;
+        }
+        let _ = writeln!(out, "{pad}{k}:{}", comment(fields, &here));
+        match child {
+            Value::Object(_) => emit(child, &here, indent + 2, fields, out),
+            Value::Array(items) => emit_list(items, &here, indent, fields, out),
+            _ => {}
+        }
+    }
+}
+
+fn emit_list(
+    items: &[Value],
+    path: &str,
+    indent: usize,
+    fields: &BTreeMap<String, Vec<FieldOwner>>,
+    out: &mut String,
+) {
+    let pad = " ".repeat(indent);
+    for (i, item) in items.iter().enumerate() {
+        let here = match item["type"].as_str() {
+            Some(t) => format!("{path}[type={t}]"),
+            None => format!("{path}[{i}]"),
+        };
+        if is_scalar(item) {
+            let value_path = format!("{path}[={item}]");
+            let _ = writeln!(
+                out,
+                "{pad}- {}{}",
+                scalar(item),
+                comment(fields, &value_path)
+            );
+            continue;
+        }
+        let mut nested = String::new();
+        emit(item, &here, indent + 2, fields, &mut nested);
+        let _ = writeln!(out, "{pad}-{}", comment(fields, &here));
+        out.push_str(&nested);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn control_plane(managed: Value) -> Value {
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+               "metadata": {"name": "demo", "namespace": "default", "managedFields": managed},
+               "spec": {"controlPlaneEndpoint": {"host": "h", "port": 443}},
+               "status": {"phase": "Ready", "workspaceStatus": {"atProvider": {"checksum": "c"}},
+                          "conditions": [{"type": "Ready", "status": "True"}]}})
+    }
+
+    fn entry(manager: &str, op: &str, sub: &str, fields: Value) -> Value {
+        json!({"manager": manager, "operation": op, "subresource": sub, "time": "2026-11-25T00:00:00Z", "fieldsV1": fields})
+    }
+
+    fn expectations() -> Vec<Expectation> {
+        CAPT_EXPECTATIONS
+            .iter()
+            .map(|e| e.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_field_lists_all_its_co_owners() {
+        let obj = control_plane(json!([
+            entry(
+                "capt-captcontrolplane",
+                "Apply",
+                "status",
+                json!({"f:status": {"f:phase": {}, "f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+            ),
+            entry(
+                "capi-core",
+                "Update",
+                "status",
+                json!({"f:status": {"f:phase": {}}})
+            ),
+            entry(
+                "capt-captcontrolplane",
+                "Apply",
+                "",
+                json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}, "f:port": {}}}})
+            ),
+        ]));
+        let a = audit(&obj, &expectations()).unwrap();
+        let phase: Vec<&str> = a.fields[".status.phase"]
+            .iter()
+            .map(|o| o.manager.as_str())
+            .collect();
+        assert_eq!(phase, ["capt-captcontrolplane", "capi-core"]);
+        assert!(a.violations.is_empty(), "{:?}", a.violations);
+        let table = table(&[a]);
+        assert!(table.contains("capt-captcontrolplane (Apply, status, 2026-11-25T00:00:00Z); capi-core (Update, status"), "{table}");
+    }
+
+    #[test]
+    fn a_foreign_owner_of_a_protected_path_is_a_violation() {
+        let obj = control_plane(json!([
+            entry(
+                "capt-captcontrolplane",
+                "Apply",
+                "status",
+                json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+            ),
+            entry(
+                "intruder",
+                "Update",
+                "status",
+                json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+            ),
+            entry(
+                "capt-captcontrolplane",
+                "Apply",
+                "",
+                json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}, "f:port": {}}}})
+            ),
+        ]));
+        let a = audit(&obj, &expectations()).unwrap();
+        assert_eq!(a.violations.len(), 1, "{:?}", a.violations);
+        assert_eq!(
+            a.violations[0].path,
+            ".status.workspaceStatus.atProvider.checksum"
+        );
+        assert!(
+            a.violations[0]
+                .problem
+                .contains("foreign writer: intruder (Update, status"),
+            "{:?}",
+            a.violations
+        );
+    }
+
+    #[test]
+    fn a_protected_value_nobody_expected_owns_is_a_violation() {
+        let obj = control_plane(json!([entry(
+            "capt-captcontrolplane",
+            "Apply",
+            "status",
+            json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+        ),]));
+        let a = audit(&obj, &expectations()).unwrap();
+        assert_eq!(
+            a.violations,
+            vec![Violation {
+                path: ".spec.controlPlaneEndpoint".into(),
+                problem: "present but not owned by capt-captcontrolplane".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn the_annotated_yaml_names_owners_on_their_lines() {
+        let obj = control_plane(json!([entry(
+            "capt-captcontrolplane",
+            "Apply",
+            "status",
+            json!({"f:status": {"f:phase": {}, "f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}, "f:status": {}, "f:type": {}}}}})
+        ),]));
+        let yaml = annotated_yaml(&[audit(&obj, &[]).unwrap()]);
+        assert!(
+            yaml.contains("  phase: Ready  # capt-captcontrolplane"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("    status: 'True'  # capt-captcontrolplane"),
+            "{yaml}"
+        );
+        assert!(!yaml.contains("managedFields"), "{yaml}");
+        let parsed: serde_yaml::Value =
+            serde_yaml::from_str(yaml.trim_start_matches("---\n")).unwrap();
+        assert_eq!(
+            parsed["status"]["phase"],
+            serde_yaml::Value::from("Ready"),
+            "the annotated YAML is YAML"
+        );
+    }
+
+    #[test]
+    fn malformed_expectations_name_the_problem() {
+        let err = "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint"
+            .parse::<Expectation>()
+            .unwrap_err();
+        assert!(
+            err.contains("expected Kind.group:field.path=manager"),
+            "{err}"
+        );
+    }
+}

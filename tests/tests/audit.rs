@@ -1,0 +1,137 @@
+//! `status-applier audit` against the real API server after the whole system provisioned a
+//! Cluster: clean after a normal run (exit 0), and a planted foreign owner of `atProvider`
+//! found from the cluster and from `kubectl get -o yaml --show-managed-fields` (exit 1).
+
+use anyhow::Result;
+use capt_tests::applier::binary;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env};
+use serde_json::json;
+use std::process::{Command, Output, Stdio};
+
+fn audit(args: &[&str], stdin: Option<&str>) -> Result<Output> {
+    use std::io::Write;
+    let mut child = Command::new(binary("status-applier"))
+        .arg("audit")
+        .args(args)
+        .env("KUBECONFIG", &env().kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.unwrap_or_default().as_bytes())?;
+    Ok(child.wait_with_output()?)
+}
+
+#[tokio::test]
+async fn the_audit_is_clean_after_a_normal_run_and_finds_a_planted_foreign_owner() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "audit").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+
+    let clean = audit(&["-n", &ns.name], None)?;
+    let table = String::from_utf8(clean.stdout)?;
+    assert!(
+        clean.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(
+        table.contains(".status.workspaceStatus.atProvider.checksum")
+            && table.contains("capt-captcontrolplane (Apply, status"),
+        "{table}"
+    );
+    assert!(
+        table.contains(".spec.controlPlaneEndpoint.host")
+            && table.contains("capt-cluster (Apply, main"),
+        "{table}"
+    );
+
+    // A foreign writer takes atProvider by force.
+    let forged = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "demo", "namespace": ns.name}, "status": {"workspaceStatus": {"atProvider": {"checksum": "forged"}}}});
+    env().kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--subresource=status",
+            "--field-manager=intruder",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&forged.to_string()),
+    )?;
+
+    let found = audit(
+        &["captcontrolplane/demo", "-n", &ns.name, "-o", "json"],
+        None,
+    )?;
+    assert_eq!(
+        found.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&found.stdout)?;
+    let violations = report[0]["violations"].as_array().unwrap();
+    assert!(
+        violations.iter().any(
+            |v| v["path"] == ".status.workspaceStatus.atProvider.checksum"
+                && v["problem"]
+                    .as_str()
+                    .unwrap()
+                    .contains("foreign writer: intruder (Apply, status")
+        ),
+        "{violations:?}"
+    );
+
+    let yaml = env().kubectl_ok(
+        &[
+            "get",
+            "captcontrolplane",
+            "demo",
+            "-n",
+            &ns.name,
+            "-o",
+            "yaml",
+            "--show-managed-fields",
+        ],
+        None,
+    )?;
+    let from_stdin = audit(&["-f", "-", "-o", "yaml"], Some(&yaml))?;
+    assert_eq!(from_stdin.status.code(), Some(1));
+    let annotated = String::from_utf8(from_stdin.stdout)?;
+    assert!(
+        annotated.contains("checksum: forged  # intruder"),
+        "{annotated}"
+    );
+    assert!(String::from_utf8(from_stdin.stderr)?.contains("1 ownership violation(s)"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_audit_names_an_unknown_kind_and_a_bad_expectation() -> Result<()> {
+    let out = audit(&["nosuchkind"], None)?;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown kind `nosuchkind`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = audit(
+        &["--expect", "Cluster.cluster.x-k8s.io:spec.x", "-f", "-"],
+        Some(""),
+    )?;
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expected Kind.group:field.path=manager")
+    );
+    Ok(())
+}
