@@ -47,6 +47,8 @@ enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Format::Json)]
         output: Format,
+        #[command(flatten)]
+        filter: ShowFilter,
     },
     /// Print the recent conflicts.
     Conflicts {
@@ -105,6 +107,41 @@ fn expectations(rules: &[&str]) -> Vec<ExpectationArg> {
         .iter()
         .map(|r| r.parse().expect("built-in expectations parse"))
         .collect()
+}
+
+/// Which desired documents `show` prints (all when no filter is given).
+#[derive(Args)]
+struct ShowFilter {
+    /// Only this kind.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only this namespace.
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Only objects of this name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Only this field manager.
+    #[arg(long)]
+    manager: Option<String>,
+    /// Only this subresource: `status` or `main`.
+    #[arg(long)]
+    subresource: Option<String>,
+}
+
+impl ShowFilter {
+    fn query(&self) -> String {
+        [
+            ("kind", &self.kind),
+            ("namespace", &self.namespace),
+            ("name", &self.name),
+            ("manager", &self.manager),
+            ("subresource", &self.subresource),
+        ]
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("&{k}={v}")))
+        .collect()
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -246,12 +283,17 @@ async fn main() -> Result<()> {
             file,
             no_wait,
         } => submit(&socket.socket, &file, !no_wait).await,
-        Command::Show { socket, output } => {
-            let path = match output {
-                Format::Json => "/v1/intents",
-                Format::Yaml => "/v1/intents?format=yaml",
+        Command::Show {
+            socket,
+            output,
+            filter,
+        } => {
+            let format = match output {
+                Format::Json => "json",
+                Format::Yaml => "yaml",
             };
-            print_answer(Client::new(&socket.socket).get(path).await?)
+            let path = format!("/v1/intents?format={format}{}", filter.query());
+            print_answer(Client::new(&socket.socket).get(&path).await?)
         }
         Command::Conflicts { socket } => {
             print_answer(Client::new(&socket.socket).get("/v1/conflicts").await?)

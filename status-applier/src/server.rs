@@ -4,7 +4,7 @@
 //! | route | what |
 //! | --- | --- |
 //! | `POST /v1/intents[?wait=false]` | submit an intent (JSON or YAML); answers its outcome |
-//! | `GET /v1/intents[?format=yaml]` | every desired document; YAML prints apply configurations with the kubectl command that reproduces each |
+//! | `GET /v1/intents[?format=yaml]` | every desired document; YAML prints apply configurations with the kubectl command that reproduces each; filters `kind`, `namespace`, `name`, `manager`, `subresource` (`status` or `main`) |
 //! | `GET /v1/conflicts` | recent conflicts |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness (API server reachable, caches synced), Prometheus text |
 
@@ -102,10 +102,50 @@ fn refuse(e: IntentError) -> Response {
 struct FormatQuery {
     #[serde(default)]
     format: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    manager: Option<String>,
+    #[serde(default)]
+    subresource: Option<String>,
+}
+
+impl FormatQuery {
+    /// True when the view matches every filter given (kind case-insensitively; subresource
+    /// `status` or `main`).
+    fn matches(&self, v: &DesiredView) -> bool {
+        let is = |filter: &Option<String>, value: &str| {
+            filter
+                .as_deref()
+                .is_none_or(|f| f.eq_ignore_ascii_case(value))
+        };
+        let subresource = if v.key.subresource.is_some() {
+            "status"
+        } else {
+            "main"
+        };
+        is(&self.kind, &v.key.object.kind)
+            && is(
+                &self.namespace,
+                v.key.object.namespace.as_deref().unwrap_or(""),
+            )
+            && is(&self.name, &v.key.object.name)
+            && is(&self.manager, &v.key.field_manager)
+            && is(&self.subresource, subresource)
+    }
 }
 
 async fn desired(State(state): State<AppState>, Query(q): Query<FormatQuery>) -> Response {
-    let views = state.engine.desired();
+    let views: Vec<DesiredView> = state
+        .engine
+        .desired()
+        .into_iter()
+        .filter(|v| q.matches(v))
+        .collect();
     match q.format.as_deref() {
         None | Some("json") => Json(views).into_response(),
         Some("yaml") => (

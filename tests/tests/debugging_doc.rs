@@ -1,0 +1,86 @@
+//! Runs every `sh` block of `docs/debugging.md`, in order, against the whole system on the
+//! real API server, so the page cannot rot. A block containing `# expect: exit N` must exit
+//! with N; every other block must succeed.
+
+use anyhow::Result;
+use capt_tests::applier::binary;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env, repo_root};
+use std::process::Command;
+
+/// The `sh` blocks of a markdown page.
+fn sh_blocks(markdown: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), l) => {
+                block.push_str(l);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+fn expected_exit(block: &str) -> i32 {
+    block
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("# expect: exit "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_command_of_the_debugging_page_runs_as_documented() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "debugging").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+
+    let page = std::fs::read_to_string(repo_root().join("docs/debugging.md"))?;
+    let blocks = sh_blocks(&page);
+    assert!(
+        blocks.len() >= 6,
+        "the page has its blocks: {}",
+        blocks.len()
+    );
+    let workdir = std::env::temp_dir().join(capt_tests::unique_name("debugging"));
+    std::fs::create_dir_all(&workdir)?;
+    let bin = binary("status-applier");
+    let path = format!(
+        "{}:{}:{}",
+        env().bin_dir.display(),
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (i, block) in blocks.iter().enumerate() {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{block}"))
+            .current_dir(&workdir)
+            .env("PATH", &path)
+            .env("KUBECONFIG", &env().kubeconfig)
+            .env("NS", &ns.name)
+            .env("SOCKET", &system.applier.socket)
+            .output()?;
+        let expected = expected_exit(block);
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "block {} exited {:?}, expected {expected}:\n{block}\n--- stdout:\n{}\n--- stderr:\n{}",
+            i + 1,
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
