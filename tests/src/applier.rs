@@ -40,6 +40,11 @@ pub struct Applier {
 impl Applier {
     /// Starts an applier with `args` added to `serve --socket …`, and waits until it answers.
     pub async fn start(args: &[&str]) -> Result<Self> {
+        Self::start_as(args, &env().kubeconfig).await
+    }
+
+    /// [`Applier::start`] with another kubeconfig (an impersonating one, say).
+    pub async fn start_as(args: &[&str], kubeconfig: &std::path::Path) -> Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("applier"));
         std::fs::create_dir_all(&dir)?;
         let socket = dir.join("applier.sock");
@@ -49,7 +54,7 @@ impl Applier {
             .arg("--socket")
             .arg(&socket)
             .args(args)
-            .env("KUBECONFIG", &env().kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,status_applier=trace")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)

@@ -40,7 +40,24 @@ impl System {
         provider_delay_ms: u64,
         controller_args: &[&str],
     ) -> Result<Self> {
-        let applier = Applier::start(&[]).await?;
+        Self::start_as(
+            namespace,
+            provider_delay_ms,
+            controller_args,
+            &env().kubeconfig,
+        )
+        .await
+    }
+
+    /// [`System::start_with`], the applier and the controller using `kubeconfig` (the fake
+    /// provider, which is not part of the pod, stays an administrator).
+    pub async fn start_as(
+        namespace: &str,
+        provider_delay_ms: u64,
+        controller_args: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<Self> {
+        let applier = Applier::start_as(&[], kubeconfig).await?;
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
         let provider =
@@ -62,7 +79,7 @@ impl System {
             .arg("--applier-socket")
             .arg(&applier.socket)
             .args(controller_args)
-            .env("KUBECONFIG", &env().kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&controller_log)?)
@@ -228,4 +245,21 @@ impl Drop for System {
             eprintln!("--- fake provider log:\n{}", self.provider.log_text());
         }
     }
+}
+
+/// A copy of the environment's kubeconfig that impersonates `user` (e.g.
+/// `system:serviceaccount:capt-system:capt-controller`), written next to `dir`.
+pub fn impersonating_kubeconfig(user: &str, dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    let text = std::fs::read_to_string(&env().kubeconfig)?;
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    let users = config["users"]
+        .as_sequence_mut()
+        .context("kubeconfig has users")?;
+    for u in users {
+        u["user"]["as"] = serde_yaml::Value::from(user);
+    }
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("kubeconfig-{}", user.replace(':', "-")));
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
 }

@@ -1,0 +1,158 @@
+//! `manifests/` against the real API server: the kustomization passes a server-side dry run,
+//! and the ServiceAccount's RBAC is exactly enough: both processes, impersonating it,
+//! provision a Cluster; with a permission taken away, the refusal is reported clearly and
+//! nothing crashes.
+
+use anyhow::Result;
+use capt_tests::system::{System, impersonating_kubeconfig};
+use capt_tests::{TestNamespace, env, repo_root};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+fn install_rbac() -> Result<()> {
+    let deploy = repo_root().join("manifests/deploy");
+    for file in ["namespace.yaml", "rbac.yaml"] {
+        env().kubectl_ok(
+            &[
+                "apply",
+                "--server-side",
+                "-f",
+                deploy.join(file).to_str().unwrap(),
+            ],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_kustomization_passes_a_server_side_dry_run() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    install_rbac()?; // the namespace must exist for a dry run of what lives in it
+    let out = env().kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=testenv",
+            "-k",
+            repo_root().join("manifests").to_str().unwrap(),
+        ],
+        None,
+    )?;
+    assert!(
+        out.contains("deployment.apps/capt-controller serverside-applied (server dry run)"),
+        "{out}"
+    );
+    assert!(out.contains("clusterrole.rbac.authorization.k8s.io/capt-controller serverside-applied (server dry run)"), "{out}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_service_accounts_rbac_is_enough_to_provision_a_cluster() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    install_rbac()?;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "rbac").await?;
+    let kubeconfig = impersonating_kubeconfig(
+        "system:serviceaccount:capt-system:capt-controller",
+        &std::env::temp_dir().join(&ns.name),
+    )?;
+    let system = System::start_as(&ns.name, 50, &[], &kubeconfig).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
+    assert_eq!(conflicts, serde_json::json!([]));
+    assert!(
+        !system.controller_log_text().contains("forbidden"),
+        "{}",
+        system.controller_log_text()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    install_rbac()?;
+    // The same role without the Cluster status permission.
+    let role = env().kubectl_ok(
+        &["get", "clusterrole", "capt-controller", "-o", "json"],
+        None,
+    )?;
+    let mut role: serde_json::Value = serde_json::from_str(&role)?;
+    let rules = role["rules"].as_array_mut().unwrap();
+    for rule in rules.iter_mut() {
+        if rule["apiGroups"][0] == "cluster.x-k8s.io"
+            && rule["verbs"] == serde_json::json!(["patch"])
+        {
+            rule["resources"] = serde_json::json!(["clusters"]);
+        }
+    }
+    let limited = serde_json::json!({
+    "apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "capt-limited", "namespace": "capt-system"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "capt-limited"}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "capt-limited"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "capt-limited"},
+         "subjects": [{"kind": "ServiceAccount", "name": "capt-limited", "namespace": "capt-system"}]},
+    ]});
+    env().kubectl_ok(&["apply", "-f", "-"], Some(&limited.to_string()))?;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "rbac-missing").await?;
+    let kubeconfig = impersonating_kubeconfig(
+        "system:serviceaccount:capt-system:capt-limited",
+        &std::env::temp_dir().join(&ns.name),
+    )?;
+    let system = System::start_as(&ns.name, 50, &[], &kubeconfig).await?;
+    system.apply_samples(false).await?;
+    // The CAPT objects still progress; the Cluster's status is refused, and said so.
+    system
+        .wait_for(
+            "the Cluster status refusal in the applier",
+            Duration::from_secs(30),
+            || async {
+                let docs = system.applier.client.get("/v1/intents").await?.json();
+                Ok(docs.as_array().into_iter().flatten().any(|d| {
+                    d["object"]["kind"] == "Cluster"
+                        && d["subresource"] == "status"
+                        && d["last"]["action"] == "rejected"
+                        && d["last"]["message"].as_str().is_some_and(|m| {
+                            m.contains("refused by the API server (403)")
+                                && m.contains("clusters/status")
+                        })
+                }))
+            },
+        )
+        .await?;
+    system
+        .wait_for(
+            "the control plane Ready regardless",
+            Duration::from_secs(30),
+            || async {
+                Ok(system
+                    .get(&["captcontrolplane", "demo"])?
+                    .is_some_and(|c| c["status"]["phase"] == "Ready"))
+            },
+        )
+        .await?;
+    let log = system.applier.log_text();
+    assert!(
+        log.contains("Apply did not happen") && log.contains("403"),
+        "the applier logs it"
+    );
+    assert!(
+        system.applier.client.get("/healthz").await.is_ok(),
+        "the applier still runs"
+    );
+    assert!(
+        system
+            .controller_metric("capt_reconciles_total", &[])
+            .await?
+            > 0.0,
+        "the controller still runs"
+    );
+    Ok(())
+}
