@@ -36,12 +36,39 @@ struct Args {
     /// How often to look again while waiting for something not watched.
     #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = 5)]
     poll_interval_seconds: u64,
+    #[command(flatten)]
+    leader: LeaderArgs,
     /// Manage the objects of this namespace only (all namespaces by default).
     #[arg(long, env = "CAPT_NAMESPACE")]
     namespace: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "CAPT_LOG_JSON")]
     log_json: bool,
+}
+
+/// Leader election: only the holder of a coordination Lease runs the reconcilers and
+/// publishes; the others wait, and take over within the lease duration when it dies.
+#[derive(clap::Args)]
+struct LeaderArgs {
+    /// Run without leader election (a single replica).
+    #[arg(long, env = "CAPT_NO_LEADER_ELECTION")]
+    no_leader_election: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "CAPT_LEADER_ELECTION_LEASE",
+        default_value = "capt-controller"
+    )]
+    leader_election_lease: String,
+    /// How long a leader's claim lasts without renewal.
+    #[arg(long, env = "CAPT_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// How long before expiry the leader renews.
+    #[arg(long, env = "CAPT_LEASE_GRACE_SECONDS", default_value_t = 5)]
+    lease_grace_seconds: u64,
 }
 
 #[derive(Clone)]
@@ -86,8 +113,55 @@ async fn main() -> anyhow::Result<()> {
     let scope = capt_controller::run::Scope {
         namespace: args.namespace,
     };
-    capt_controller::run::run(ctx, scope).await;
-    Ok(())
+    if args.leader.no_leader_election {
+        capt_controller::run::run(ctx, scope).await;
+        return Ok(());
+    }
+    let mut leading = lead(&ctx.client, &args.leader).await?;
+    tokio::select! {
+        _ = capt_controller::run::run(ctx, scope) => Ok(()),
+        _ = leading.wait_for(|leader| !leader) => {
+            // Another replica may already be reconciling: stop at once, and let the
+            // kubelet restart this one as a candidate.
+            tracing::error!("Lost the leader lease; exiting");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Waits until this replica holds the lease; the receiver then reports its loss.
+async fn lead(
+    client: &kube::Client,
+    args: &LeaderArgs,
+) -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("capt-controller-{}", std::process::id()));
+    let manager =
+        kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.leader_election_lease)
+            .with_namespace(&args.leader_election_namespace)
+            .with_identity(&identity)
+            .with_duration(args.lease_duration_seconds)
+            .with_grace(
+                args.lease_grace_seconds
+                    .min(args.lease_duration_seconds.saturating_sub(1)),
+            )
+            .with_field_manager("capt-controller-leader")
+            .build()
+            .await
+            .context("setting up leader election")?;
+    let (mut leading, _task) = manager.watch().await;
+    tracing::info!(
+        identity,
+        lease = args.leader_election_lease,
+        namespace = args.leader_election_namespace,
+        "Waiting for the leader lease"
+    );
+    leading
+        .wait_for(|leader| *leader)
+        .await
+        .context("leader election stopped")?;
+    tracing::info!(identity, "Leading");
+    Ok(leading)
 }
 
 /// Ready when the status-applier answers: without it no status can be written.

@@ -136,6 +136,10 @@ pub struct DesiredView {
 
 struct Entry {
     document: Value,
+    /// False for a document rebuilt from managedFields that no intent of this process has
+    /// touched yet: it follows the live object instead of correcting it (a standby replica,
+    /// or a manager that moved to another applier, must not re-apply what it remembers).
+    from_intent: bool,
     /// The intent's uid precondition, if it gave one.
     precondition: Option<String>,
     /// The uid of the live object last checked.
@@ -154,6 +158,7 @@ impl Entry {
     fn new(document: Value, object_uid: Option<String>) -> Self {
         Self {
             document,
+            from_intent: false,
             precondition: None,
             object_uid,
             version: 0,
@@ -308,6 +313,7 @@ impl Engine {
             }
             return (answer, None);
         }
+        entry.from_intent = true;
         if changed {
             entry.document = merged.document;
             entry.precondition = intent.uid.or(entry.precondition.take());
@@ -531,11 +537,37 @@ impl Engine {
                     .map(|k| k.iter().cloned().collect())
                     .unwrap_or_default()
             };
-            for key in &keys {
+            let (intended, remembered): (Vec<DesiredKey>, Vec<DesiredKey>) = {
+                let state = self.state.lock().expect("lock");
+                keys.iter()
+                    .cloned()
+                    .partition(|k| state.entries.get(k).is_some_and(|e| e.from_intent))
+            };
+            for key in &intended {
                 self.requeue(key);
+            }
+            if !remembered.is_empty() {
+                self.refresh(&object, &remembered).await;
             }
             if !self.policy.allowed_managers.is_empty() {
                 self.rebuild(&object, &keys).await;
+            }
+        }
+    }
+
+    /// Takes the live values of documents no intent has touched yet.
+    async fn refresh(&self, object: &ObjectRef, keys: &[DesiredKey]) {
+        let Ok(kind) = self.live.kind(&object.api_version, &object.kind).await else {
+            return;
+        };
+        let Ok(Some(live)) = self.live.get(&kind, object).await else {
+            return;
+        };
+        let mut state = self.state.lock().expect("lock");
+        for key in keys {
+            if let Some(entry) = state.entries.get_mut(key).filter(|e| !e.from_intent) {
+                entry.document = apply::owned_document(&live, key);
+                entry.object_uid = live.metadata.uid.clone();
             }
         }
     }

@@ -67,6 +67,12 @@ impl System {
             .port();
         let metrics_addr = format!("127.0.0.1:{port}");
         let controller_log = applier.socket.with_file_name("controller.log");
+        // Each system elects its leader on a Lease of its own namespace.
+        let leader_args: &[&str] = if controller_args.contains(&"--leader-election-namespace") {
+            &[]
+        } else {
+            &["--leader-election-namespace", namespace]
+        };
         let controller = Command::new(binary("capt-controller"))
             .args([
                 "--namespace",
@@ -78,6 +84,7 @@ impl System {
             ])
             .arg("--applier-socket")
             .arg(&applier.socket)
+            .args(leader_args)
             .args(controller_args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
@@ -228,6 +235,17 @@ impl System {
             .split_once("\r\n\r\n")
             .map(|(_, b)| b.to_owned())
             .unwrap_or_default())
+    }
+
+    /// Kills the controller (SIGKILL, like a crashed pod).
+    pub fn kill_controller(&mut self) {
+        let _ = self.controller.kill();
+        let _ = self.controller.wait();
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// What the controller logged so far.

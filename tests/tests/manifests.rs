@@ -60,7 +60,14 @@ async fn the_service_accounts_rbac_is_enough_to_provision_a_cluster() -> Result<
         "system:serviceaccount:capt-system:capt-controller",
         &std::env::temp_dir().join(&ns.name),
     )?;
-    let system = System::start_as(&ns.name, 50, &[], &kubeconfig).await?;
+    let lease = format!("capt-{}", ns.name);
+    let args = [
+        "--leader-election-namespace",
+        "capt-system",
+        "--leader-election-lease",
+        &lease,
+    ];
+    let system = System::start_as(&ns.name, 50, &args, &kubeconfig).await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
@@ -106,7 +113,14 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
         "system:serviceaccount:capt-system:capt-limited",
         &std::env::temp_dir().join(&ns.name),
     )?;
-    let system = System::start_as(&ns.name, 50, &[], &kubeconfig).await?;
+    let lease = format!("capt-{}", ns.name);
+    let args = [
+        "--leader-election-namespace",
+        "capt-system",
+        "--leader-election-lease",
+        &lease,
+    ];
+    let system = System::start_as(&ns.name, 50, &args, &kubeconfig).await?;
     system.apply_samples(false).await?;
     // The CAPT objects still progress; the Cluster's status is refused, and said so.
     system

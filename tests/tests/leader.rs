@@ -1,0 +1,166 @@
+//! Two controller replicas on one Lease: only the leader reconciles and publishes; when it
+//! dies, the other takes over within the lease duration.
+
+use anyhow::Result;
+use capt_tests::applier::{binary, metric_value};
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LEASE: &[&str] = &[
+    "--lease-duration-seconds",
+    "4",
+    "--lease-grace-seconds",
+    "1",
+];
+
+async fn metrics(addr: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await?;
+    Ok(body)
+}
+
+#[tokio::test]
+async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_lease() -> Result<()>
+{
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "leader").await?;
+    let mut system = System::start_with(&ns.name, 50, LEASE).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+
+    // A second replica: same Lease, same applier socket.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = system.applier.socket.with_file_name("controller-2.log");
+    let mut second = Command::new(binary("capt-controller"))
+        .args([
+            "--namespace",
+            &ns.name,
+            "--leader-election-namespace",
+            &ns.name,
+            "--metrics-addr",
+            &addr,
+            "--poll-interval-seconds",
+            "1",
+        ])
+        .args(LEASE)
+        .arg("--applier-socket")
+        .arg(&system.applier.socket)
+        .env("KUBECONFIG", &env().kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let second_metric = |name: &'static str| {
+        let addr = addr.clone();
+        async move { Ok::<f64, anyhow::Error>(metric_value(&metrics(&addr).await?, name, &[])) }
+    };
+    system
+        .wait_for(
+            "the second replica's /metrics",
+            Duration::from_secs(20),
+            || async { Ok(metrics(&addr).await.is_ok()) },
+        )
+        .await?;
+
+    // While the first leads, the second reconciles nothing and publishes nothing, even
+    // when something changes.
+    let ws = format!("{}-demo-controlplane", ns.name);
+    env().kubectl_ok(
+        &[
+            "annotate",
+            "workspace",
+            &ws,
+            "--overwrite",
+            "fake.tf.upbound.io/revision=r1",
+        ],
+        None,
+    )?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        second_metric("capt_reconciles_total").await?,
+        0.0,
+        "the standby reconciled"
+    );
+    assert_eq!(
+        second_metric("capt_intents_published_total").await?,
+        0.0,
+        "the standby published"
+    );
+    assert!(
+        system
+            .controller_metric("capt_intents_published_total", &[])
+            .await?
+            > 0.0
+    );
+
+    // The leader dies; the standby leads within the lease duration and carries on.
+    let killed = Instant::now();
+    system.kill_controller();
+    system
+        .wait_for("the standby to lead", Duration::from_secs(10), || async {
+            Ok(std::fs::read_to_string(&log)?.contains("Leading"))
+        })
+        .await?;
+    let takeover = killed.elapsed();
+    println!("takeover after {:.1} s (lease 4 s)", takeover.as_secs_f64());
+    assert!(
+        takeover <= Duration::from_secs(5),
+        "took over after {takeover:?}"
+    );
+    env().kubectl_ok(
+        &[
+            "annotate",
+            "workspace",
+            &ws,
+            "--overwrite",
+            "fake.tf.upbound.io/revision=r2",
+        ],
+        None,
+    )?;
+    system
+        .wait_for(
+            "the new leader to mirror the rewrite",
+            Duration::from_secs(20),
+            || async {
+                let w = env().kubectl_ok(
+                    &[
+                        "get",
+                        "workspace",
+                        &ws,
+                        "-o",
+                        "jsonpath={.status.atProvider.checksum}",
+                    ],
+                    None,
+                )?;
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                Ok(env().kubectl_ok(
+                    &[
+                        "get",
+                        "workspace",
+                        &ws,
+                        "-o",
+                        "jsonpath={.metadata.annotations.fake\\.tf\\.upbound\\.io/revision}",
+                    ],
+                    None,
+                )? == "r2"
+                    && cp["status"]["workspaceStatus"]["atProvider"]["checksum"] == w)
+            },
+        )
+        .await?;
+    assert!(
+        second_metric("capt_intents_published_total").await? > 0.0,
+        "the new leader publishes"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
+    Ok(())
+}
