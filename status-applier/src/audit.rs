@@ -157,6 +157,24 @@ pub fn audit(object: &Value, expectations: &[Expectation]) -> Result<ObjectAudit
     })
 }
 
+/// The "present when its source has it" check: a violation when `source_has` and `object`
+/// lacks `path` (dotted, like `status.workspaceStatus.atProvider`).
+pub fn missing_from_source(
+    object: &Value,
+    path: &str,
+    source_has: bool,
+    source: &str,
+) -> Option<Violation> {
+    let present = path
+        .split('.')
+        .try_fold(object, |v, k| v.get(k))
+        .is_some_and(|v| !v.is_null());
+    (source_has && !present).then(|| Violation {
+        path: format!(".{path}"),
+        problem: format!("missing: its source ({source}) has it"),
+    })
+}
+
 fn value_leaves(set: &FieldSet) -> Vec<Vec<PathElement>> {
     let paths = set.leaf_paths();
     paths
@@ -466,6 +484,38 @@ mod tests {
             parsed["status"]["phase"],
             serde_yaml::Value::from("Ready"),
             "the annotated YAML is YAML"
+        );
+    }
+
+    #[test]
+    fn a_value_missing_while_its_source_has_it_is_a_violation() {
+        let obj = json!({"status": {"workspaceStatus": {"ready": true}}});
+        let v = missing_from_source(
+            &obj,
+            "status.workspaceStatus.atProvider",
+            true,
+            "Workspace w",
+        )
+        .unwrap();
+        assert_eq!(v.problem, "missing: its source (Workspace w) has it");
+        assert!(
+            missing_from_source(
+                &obj,
+                "status.workspaceStatus.atProvider",
+                false,
+                "Workspace w"
+            )
+            .is_none()
+        );
+        let with = json!({"status": {"workspaceStatus": {"atProvider": {"checksum": "c"}}}});
+        assert!(
+            missing_from_source(
+                &with,
+                "status.workspaceStatus.atProvider",
+                true,
+                "Workspace w"
+            )
+            .is_none()
         );
     }
 

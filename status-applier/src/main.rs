@@ -455,11 +455,14 @@ async fn audit(args: AuditArgs) -> Result<()> {
         None => fetch_objects(args.target.as_deref(), args.namespace.as_deref()).await?,
     };
     let expectations: Vec<Expectation> = args.expectations.into_iter().map(|e| e.0).collect();
-    let audits = objects
+    let mut audits = objects
         .iter()
         .map(|o| status_applier::audit::audit(o, &expectations))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
+    if args.file.is_none() {
+        check_at_provider_sources(&objects, &mut audits).await?;
+    }
     match args.output {
         AuditFormat::Table => print!("{}", status_applier::audit::table(&audits)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&audits)?),
@@ -473,6 +476,60 @@ async fn audit(args: AuditArgs) -> Result<()> {
         );
     }
     eprintln!("audited {} object(s): no violation", audits.len());
+    Ok(())
+}
+
+/// CAPT's "present when its source has it": a CAPTControlPlane whose Workspace reports
+/// `atProvider` must mirror it. The Workspace is found through the control plane's apply
+/// (`spec.workspaceTemplateApplyName` → `status.workspaceName`). Only from the cluster.
+async fn check_at_provider_sources(
+    objects: &[serde_json::Value],
+    audits: &mut [status_applier::audit::ObjectAudit],
+) -> Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let applies = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        "WorkspaceTemplateApply",
+    ));
+    let workspaces = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "tf.upbound.io",
+        "v1beta1",
+        "Workspace",
+    ));
+    for (object, audit) in objects.iter().zip(audits.iter_mut()) {
+        let (Some("CAPTControlPlane"), Some(ns), Some(apply)) = (
+            object["kind"].as_str(),
+            object["metadata"]["namespace"].as_str(),
+            object["spec"]["workspaceTemplateApplyName"].as_str(),
+        ) else {
+            continue;
+        };
+        let api: kube::Api<DynamicObject> =
+            kube::Api::namespaced_with(client.clone(), ns, &applies);
+        let Some(apply) = api.get_opt(apply).await? else {
+            continue;
+        };
+        let Some(name) = apply.data["status"]["workspaceName"].as_str() else {
+            continue;
+        };
+        let api: kube::Api<DynamicObject> = kube::Api::all_with(client.clone(), &workspaces);
+        let source_has = api
+            .get_opt(name)
+            .await?
+            .is_some_and(|w| !w.data["status"]["atProvider"].is_null());
+        if let Some(v) = status_applier::audit::missing_from_source(
+            object,
+            "status.workspaceStatus.atProvider",
+            source_has,
+            &format!("Workspace {name}"),
+        ) {
+            audit.violations.push(v);
+        }
+    }
     Ok(())
 }
 

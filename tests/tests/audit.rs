@@ -113,6 +113,28 @@ async fn the_audit_is_clean_after_a_normal_run_and_finds_a_planted_foreign_owner
         "{annotated}"
     );
     assert!(String::from_utf8(from_stdin.stderr)?.contains("1 ownership violation(s)"));
+
+    // With the system stopped, a writer removes atProvider while the Workspace still has
+    // one: the audit from the cluster reports it missing.
+    drop(system);
+    env().kubectl_ok(
+        &[
+            "patch",
+            "captcontrolplane",
+            "demo",
+            "-n",
+            &ns.name,
+            "--subresource=status",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/status/workspaceStatus/atProvider"}]"#,
+        ],
+        None,
+    )?;
+    let missing = audit(&["captcontrolplane/demo", "-n", &ns.name], None)?;
+    assert_eq!(missing.status.code(), Some(1));
+    let table = String::from_utf8(missing.stdout)?;
+    assert!(table.contains(&format!("VIOLATION .status.workspaceStatus.atProvider: missing: its source (Workspace {}-demo-controlplane) has it", ns.name)), "{table}");
     Ok(())
 }
 
