@@ -136,19 +136,35 @@ async fn lead(
 ) -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
     let identity = std::env::var("POD_NAME")
         .unwrap_or_else(|_| format!("capt-controller-{}", std::process::id()));
-    let manager =
-        kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.leader_election_lease)
-            .with_namespace(&args.leader_election_namespace)
-            .with_identity(&identity)
-            .with_duration(args.lease_duration_seconds)
-            .with_grace(
-                args.lease_grace_seconds
-                    .min(args.lease_duration_seconds.saturating_sub(1)),
-            )
-            .with_field_manager("capt-controller-leader")
-            .build()
-            .await
-            .context("setting up leader election")?;
+    // A Lease that cannot be used (RBAC, say) is reported and retried, not a crash loop.
+    let manager = loop {
+        let built = kube_lease_manager::LeaseManagerBuilder::new(
+            client.clone(),
+            &args.leader_election_lease,
+        )
+        .with_namespace(&args.leader_election_namespace)
+        .with_identity(&identity)
+        .with_duration(args.lease_duration_seconds)
+        .with_grace(
+            args.lease_grace_seconds
+                .min(args.lease_duration_seconds.saturating_sub(1)),
+        )
+        .with_field_manager("capt-controller-leader")
+        .build()
+        .await;
+        match built {
+            Ok(manager) => break manager,
+            Err(error) => {
+                tracing::error!(
+                    ?error,
+                    lease = args.leader_election_lease,
+                    namespace = args.leader_election_namespace,
+                    "Cannot use the leader Lease; retrying in 10 s"
+                );
+                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            }
+        }
+    };
     let (mut leading, _task) = manager.watch().await;
     tracing::info!(
         identity,

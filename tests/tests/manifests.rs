@@ -105,7 +105,11 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "capt-limited"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "capt-limited"},
          "subjects": [{"kind": "ServiceAccount", "name": "capt-limited", "namespace": "capt-system"}]},
-    ]});
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "capt-limited-leader-election", "namespace": "capt-system"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capt-controller-leader-election"},
+             "subjects": [{"kind": "ServiceAccount", "name": "capt-limited", "namespace": "capt-system"}]},
+        ]});
     env().kubectl_ok(&["apply", "-f", "-"], Some(&limited.to_string()))?;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "rbac-missing").await?;
@@ -168,5 +172,42 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
             > 0.0,
         "the controller still runs"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lease_the_controller_may_not_use_is_reported_and_retried_not_a_crash() -> Result<()> {
+    let dir = std::env::temp_dir().join(capt_tests::unique_name("lease-forbidden"));
+    let kubeconfig = impersonating_kubeconfig("system:serviceaccount:capt-system:nobody", &dir)?;
+    let log = dir.join("controller.log");
+    let mut controller = std::process::Command::new(capt_tests::applier::binary("capt-controller"))
+        .args([
+            "--leader-election-namespace",
+            "capt-system",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--applier-socket",
+        ])
+        .arg(dir.join("none.sock"))
+        .env("KUBECONFIG", &kubeconfig)
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)?.contains("Cannot use the leader Lease") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no report: {}",
+            std::fs::read_to_string(&log)?
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = std::fs::read_to_string(&log)?;
+    assert!(text.contains("forbidden"), "the reason is given: {text}");
+    assert!(
+        controller.try_wait()?.is_none(),
+        "the controller keeps running"
+    );
+    let _ = controller.kill();
+    let _ = controller.wait();
     Ok(())
 }
