@@ -50,6 +50,51 @@ pub struct Publication {
     pub release: Vec<String>,
 }
 
+impl Publication {
+    /// A status-subresource intent of `obj` under `manager`.
+    pub fn status<K: kube::Resource<DynamicType = ()>>(
+        obj: &K,
+        manager: &'static str,
+        fragment: Value,
+    ) -> Self {
+        Self {
+            target: target(obj),
+            subresource: Some(Subresource::Status),
+            field_manager: manager,
+            fragment,
+            release: vec![],
+        }
+    }
+
+    /// A main-resource intent of `obj` under `manager`, releasing `release`.
+    pub fn main<K: kube::Resource<DynamicType = ()>>(
+        obj: &K,
+        manager: &'static str,
+        fragment: Value,
+        release: Vec<String>,
+    ) -> Self {
+        Self {
+            target: target(obj),
+            subresource: None,
+            field_manager: manager,
+            fragment,
+            release,
+        }
+    }
+}
+
+/// The status-applier target of an object, with its uid as a precondition.
+pub fn target<K: kube::Resource<DynamicType = ()>>(obj: &K) -> Target {
+    use kube::ResourceExt;
+    Target {
+        api_version: K::api_version(&()).into(),
+        kind: K::kind(&()).into(),
+        namespace: obj.namespace(),
+        name: obj.name_any(),
+        uid: obj.uid(),
+    }
+}
+
 /// What a delivery is remembered by: the object, the subresource and the manager.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {

@@ -13,7 +13,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-use status_applier::intent::{Subresource, Target};
 use std::sync::Arc;
 
 /// Finalizer kept on an apply until its Workspace is gone.
@@ -201,13 +200,11 @@ async fn publish(
     if let Some(t) = last_applied {
         status["lastAppliedTime"] = json!(t);
     }
-    ctx.publish(Publication {
-        target: target(apply),
-        subresource: Some(Subresource::Status),
-        field_manager: MANAGER,
-        fragment: json!({"status": status}),
-        release: vec![],
-    })
+    ctx.publish(Publication::status(
+        apply,
+        MANAGER,
+        json!({"status": status}),
+    ))
     .await?;
     Ok(())
 }
@@ -266,17 +263,6 @@ async fn delete(
         &apply.name_any(),
     );
     Ok(Action::await_change())
-}
-
-/// The status-applier target of an object (with its uid as a precondition).
-pub fn target<K: Resource<DynamicType = ()>>(obj: &K) -> Target {
-    Target {
-        api_version: K::api_version(&()).into(),
-        kind: K::kind(&()).into(),
-        namespace: obj.namespace(),
-        name: obj.name_any(),
-        uid: obj.uid(),
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! [`crate::status::capt_cluster`]. Deletion waits for the control plane, then deletes the
 //! VPC apply (or orphans it with `retainVpcOnDelete`) and waits for its Workspace to go.
 
-use super::apply::target;
 use super::deletion::{self, Deletion};
 use super::shared::{ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster};
 use super::{Result, after, kube_err};
@@ -22,7 +21,6 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use status_applier::intent::Subresource;
 use std::sync::Arc;
 
 /// Reconciles one CAPTCluster.
@@ -71,13 +69,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         waiting_for_cluster: cluster.is_none(),
     };
     let desired = desired_capt_cluster(&input);
-    let status = Publication {
-        target: target(&*cc),
-        subresource: Some(Subresource::Status),
-        field_manager: MANAGER_CAPT_CLUSTER,
-        fragment: desired.status_fragment,
-        release: vec![],
-    };
+    let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);
     ctx.publish(status).await?;
     Ok(after(desired.recheck_after))
 }

@@ -2,7 +2,6 @@
 //! `Provisioned` and `spec.controlPlaneEndpoint`, computed by [`crate::status::cluster`]
 //! from the CAPTCluster and CAPTControlPlane the Cluster references.
 
-use super::apply::target;
 use super::{Result, after, kube_err};
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
 use crate::context::Context;
@@ -12,7 +11,6 @@ use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use status_applier::intent::Subresource;
 use std::sync::Arc;
 
 /// Reconciles one Cluster.
@@ -59,13 +57,11 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             .is_some_and(|c| c.meta().deletion_timestamp.is_some()),
     };
     let desired = desired_cluster(&input);
-    ctx.publish(Publication {
-        target: target(&*cluster),
-        subresource: Some(Subresource::Status),
-        field_manager: MANAGER_CLUSTER,
-        fragment: desired.status_fragment,
-        release: vec![],
-    })
+    ctx.publish(Publication::status(
+        &*cluster,
+        MANAGER_CLUSTER,
+        desired.status_fragment,
+    ))
     .await?;
     if let Some(fragment) = desired.main_fragment {
         let release = if desired.release_endpoint {
@@ -73,13 +69,12 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         } else {
             vec![]
         };
-        ctx.publish(Publication {
-            target: target(&*cluster),
-            subresource: None,
-            field_manager: MANAGER_CLUSTER,
+        ctx.publish(Publication::main(
+            &*cluster,
+            MANAGER_CLUSTER,
             fragment,
             release,
-        })
+        ))
         .await?;
     }
     Ok(after(None))

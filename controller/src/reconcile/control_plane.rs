@@ -2,7 +2,6 @@
 //! publishes the status and endpoint computed by [`crate::status::control_plane`]. Deletion
 //! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
 
-use super::apply::target;
 use super::deletion::{self, Deletion};
 use super::shared::{
     ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster, secret_endpoint,
@@ -24,7 +23,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use status_applier::intent::Subresource;
 use std::sync::Arc;
 
 /// Reconciles one CAPTControlPlane.
@@ -75,22 +73,15 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     };
     let desired = desired_control_plane(&input);
     observe_phase(&ctx, &cp, desired.phase);
-    let status = Publication {
-        target: target(&*cp),
-        subresource: Some(Subresource::Status),
-        field_manager: MANAGER_CAPT_CONTROL_PLANE,
-        fragment: desired.status_fragment,
-        release: vec![],
-    };
+    let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
     ctx.publish(status).await?;
     if let Some(endpoint) = desired.endpoint {
-        let main = Publication {
-            target: target(&*cp),
-            subresource: None,
-            field_manager: MANAGER_CAPT_CONTROL_PLANE,
-            fragment: json!({"spec": {"controlPlaneEndpoint": endpoint}}),
-            release: vec![],
-        };
+        let main = Publication::main(
+            &*cp,
+            MANAGER_CAPT_CONTROL_PLANE,
+            json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+            vec![],
+        );
         ctx.publish(main).await?;
     }
     Ok(after(desired.recheck_after))
@@ -248,13 +239,12 @@ pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
 
 /// Publishes the release of the Cluster's endpoint under `capt-cluster`.
 pub async fn release_cluster_endpoint(ctx: &Context, cluster: &Cluster) -> Result<()> {
-    let release = Publication {
-        target: target(cluster),
-        subresource: None,
-        field_manager: MANAGER_CLUSTER,
-        fragment: json!({"spec": {"controlPlaneEndpoint": null}}),
-        release: vec![ENDPOINT_PATH.to_owned()],
-    };
+    let release = Publication::main(
+        cluster,
+        MANAGER_CLUSTER,
+        json!({"spec": {"controlPlaneEndpoint": null}}),
+        vec![ENDPOINT_PATH.to_owned()],
+    );
     ctx.publish(release).await?;
     Ok(())
 }

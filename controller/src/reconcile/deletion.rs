@@ -2,7 +2,6 @@
 //! [`crate::status::deletion`] plans: the Cluster endpoint released, the apply deleted, its
 //! Workspace gone, then the finalizer removed. Progress is published as conditions.
 
-use super::apply::target;
 use super::shared::{get_apply, observe_workspace, orphan_apply};
 use super::{Result, kube_err};
 use crate::api::{Cluster, WorkspaceTemplateApply};
@@ -17,7 +16,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use status_applier::intent::Subresource;
 use std::fmt::Debug;
 
 /// What a deleting object is, besides the facts of its deletion.
@@ -80,13 +78,7 @@ where
     }
     if plan.step != DeletionStep::RemoveFinalizer {
         let fragment = deletion_status_fragment(&d.existing, d.own_types, &plan);
-        let status = Publication {
-            target: target(obj),
-            subresource: Some(Subresource::Status),
-            field_manager: d.manager,
-            fragment,
-            release: vec![],
-        };
+        let status = Publication::status(obj, d.manager, fragment);
         ctx.publish(status).await?;
     }
     match plan.step {
