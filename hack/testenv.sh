@@ -8,6 +8,7 @@
 #   hack/testenv.sh stop    stop everything started by `start`; leaves no process behind
 #   hack/testenv.sh env     print the exports of a running environment
 #   hack/testenv.sh crds    print the paths of the upstream CRD files in the module cache
+#   hack/testenv.sh apiserver-stop|apiserver-start   fault injection: the API server alone
 #
 # Environment: CAPT_TESTENV_DIR (state; default .testenv in the repo), CAPT_CACHE_DIR
 # (built binaries; default ~/.cache/capt-testenv).
@@ -148,13 +149,15 @@ cmd_start() {
 	local token
 	token=$(openssl rand -hex 24)
 	echo "$token,admin,admin,system:masters" >"$STATE/certs/tokens.csv"
-	"$bin/kube-apiserver" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-		--etcd-servers "http://127.0.0.1:$etcd_port" --cert-dir "$STATE/certs" \
-		--token-auth-file "$STATE/certs/tokens.csv" --authorization-mode RBAC \
-		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$STATE/certs/sa.pub" \
-		--service-account-signing-key-file "$STATE/certs/sa.key" --service-cluster-ip-range 10.0.0.0/24 \
-		--disable-admission-plugins ServiceAccount --enable-priority-and-fairness=false \
-		>"$STATE/kube-apiserver.log" 2>&1 &
+	local apiserver=("$bin/kube-apiserver" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port"
+		--etcd-servers "http://127.0.0.1:$etcd_port" --cert-dir "$STATE/certs"
+		--token-auth-file "$STATE/certs/tokens.csv" --authorization-mode RBAC
+		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$STATE/certs/sa.pub"
+		--service-account-signing-key-file "$STATE/certs/sa.key" --service-cluster-ip-range 10.0.0.0/24
+		--disable-admission-plugins ServiceAccount --enable-priority-and-fairness=false)
+	# Kept so that fault tests can stop and restart the API server alone (apiserver-stop/start).
+	printf '%q ' "${apiserver[@]}" >"$STATE/kube-apiserver.cmd"
+	"${apiserver[@]}" >"$STATE/kube-apiserver.log" 2>&1 &
 	echo $! >"$STATE/kube-apiserver.pid"
 
 	cat >"$STATE/kubeconfig" <<EOF
@@ -209,11 +212,33 @@ cmd_stop() {
 	log "stopped"
 }
 
+# Fault injection: the API server alone goes down and comes back on the same port and data.
+cmd_apiserver_stop() {
+	local pid
+	pid=$(cat "$STATE/kube-apiserver.pid")
+	kill "$pid"
+	for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$pid" 2>/dev/null || true # its graceful shutdown can outlast a fault test
+	for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	log "kube-apiserver stopped"
+}
+
+cmd_apiserver_start() {
+	is_running kube-apiserver && die "kube-apiserver is running"
+	eval "exec $(cat "$STATE/kube-apiserver.cmd")" >>"$STATE/kube-apiserver.log" 2>&1 &
+	echo $! >"$STATE/kube-apiserver.pid"
+	export KUBECONFIG="$STATE/kubeconfig" PATH="$(cat "$STATE/bin-dir"):$PATH"
+	wait_for kube-apiserver 600 kubectl get --raw /readyz
+	log "kube-apiserver started again"
+}
+
 case "${1:-}" in
 build) cmd_build ;;
+apiserver-stop) cmd_apiserver_stop ;;
+apiserver-start) cmd_apiserver_start ;;
 start) cmd_start ;;
 stop) cmd_stop ;;
 env) is_running kube-apiserver || die "not running (hack/testenv.sh start)"; print_env ;;
 crds) cmd_crds ;;
-*) echo "usage: $0 build|start|stop|env|crds" >&2; exit 2 ;;
+*) echo "usage: $0 build|start|stop|env|crds|apiserver-stop|apiserver-start" >&2; exit 2 ;;
 esac

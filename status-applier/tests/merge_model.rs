@@ -40,21 +40,36 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn tree() -> impl Strategy<Value = Tree> {
-    let key = prop_oneof![Just("x".to_owned()), Just("y".to_owned()), Just("z".to_owned())];
+    let key = prop_oneof![
+        Just("x".to_owned()),
+        Just("y".to_owned()),
+        Just("z".to_owned())
+    ];
     let keys = proptest::collection::btree_map(key, op(), 0..3);
-    prop_oneof![Just(Tree::Keep), Just(Tree::Null), keys.prop_map(Tree::Keys)]
+    prop_oneof![
+        Just(Tree::Keep),
+        Just(Tree::Null),
+        keys.prop_map(Tree::Keys)
+    ]
 }
 
 fn step() -> impl Strategy<Value = Step> {
-    (op(), tree(), tree(), proptest::bool::weighted(0.2), proptest::bool::weighted(0.2)).prop_map(
-        |(plain, endpoint, at_provider, release_endpoint, release_at_provider)| Step {
-            plain,
-            endpoint,
-            at_provider,
-            release_endpoint,
-            release_at_provider,
-        },
+    (
+        op(),
+        tree(),
+        tree(),
+        proptest::bool::weighted(0.2),
+        proptest::bool::weighted(0.2),
     )
+        .prop_map(
+            |(plain, endpoint, at_provider, release_endpoint, release_at_provider)| Step {
+                plain,
+                endpoint,
+                at_provider,
+                release_endpoint,
+                release_at_provider,
+            },
+        )
 }
 
 fn op_json(op: &Op) -> Option<Value> {
@@ -69,9 +84,11 @@ fn tree_json(tree: &Tree) -> Option<Value> {
     match tree {
         Tree::Keep => None,
         Tree::Null => Some(Value::Null),
-        Tree::Keys(keys) => {
-            Some(Value::Object(keys.iter().filter_map(|(k, o)| Some((k.clone(), op_json(o)?))).collect()))
-        }
+        Tree::Keys(keys) => Some(Value::Object(
+            keys.iter()
+                .filter_map(|(k, o)| Some((k.clone(), op_json(o)?)))
+                .collect(),
+        )),
     }
 }
 

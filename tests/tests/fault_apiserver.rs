@@ -1,0 +1,124 @@
+//! The API server stopped for 10 s and restarted: the status-applier's readiness shows the
+//! outage, and both processes carry on afterwards without being restarted. (This test stops
+//! the shared API server, so it lives alone in its own test binary.)
+
+use anyhow::Result;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env, repo_root};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn testenv(cmd: &str) -> Result<()> {
+    let out = Command::new(repo_root().join("hack/testenv.sh"))
+        .arg(cmd)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/testenv.sh {cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn both_processes_recover_from_a_10_second_api_server_outage_without_restarting() -> Result<()>
+{
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-apiserver").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    assert_eq!(
+        system.applier.client.get("/readyz").await?.status.as_u16(),
+        200
+    );
+
+    testenv("apiserver-stop")?;
+    let stopped = Instant::now();
+    let mut saw_outage = String::new();
+    while stopped.elapsed() < Duration::from_secs(10) {
+        let ready = system.applier.client.get("/readyz").await?;
+        if ready.status.as_u16() == 503 && saw_outage.is_empty() {
+            saw_outage = ready.body;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("readiness during the outage: {saw_outage}");
+    assert!(
+        !saw_outage.is_empty(),
+        "the applier's /readyz showed the outage"
+    );
+    testenv("apiserver-start")?;
+
+    system
+        .wait_for(
+            "the applier ready again",
+            Duration::from_secs(30),
+            || async { Ok(system.applier.client.get("/readyz").await?.status.as_u16() == 200) },
+        )
+        .await?;
+    // Both processes (never restarted) still do their work: a new Workspace rewrite reaches
+    // the control plane.
+    let ws = format!("{}-demo-controlplane", ns.name);
+    system
+        .wait_for(
+            "the annotation accepted",
+            Duration::from_secs(30),
+            || async {
+                Ok(env()
+                    .kubectl_run(
+                        &[
+                            "annotate",
+                            "workspace",
+                            &ws,
+                            "--overwrite",
+                            "fake.tf.upbound.io/revision=after-outage",
+                        ],
+                        None,
+                    )?
+                    .status
+                    .success())
+            },
+        )
+        .await?;
+    system
+        .wait_for(
+            "the rewrite mirrored after the outage",
+            Duration::from_secs(60),
+            || async {
+                let w = env().kubectl_ok(
+                    &[
+                        "get",
+                        "workspace",
+                        &ws,
+                        "-o",
+                        "jsonpath={.status.atProvider.checksum}",
+                    ],
+                    None,
+                )?;
+                let annotated = env().kubectl_ok(
+                    &[
+                        "get",
+                        "workspace",
+                        &ws,
+                        "-o",
+                        "jsonpath={.metadata.annotations.fake\\.tf\\.upbound\\.io/revision}",
+                    ],
+                    None,
+                )?;
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                Ok(annotated == "after-outage"
+                    && !w.is_empty()
+                    && cp["status"]["workspaceStatus"]["atProvider"]["checksum"] == w)
+            },
+        )
+        .await?;
+    assert!(
+        system
+            .controller_metric("capt_reconciles_total", &[])
+            .await?
+            > 0.0,
+        "the controller answers: it was not restarted"
+    );
+    Ok(())
+}
