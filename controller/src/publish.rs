@@ -2,8 +2,9 @@
 //!
 //! A reconcile that computes what it computed last time publishes nothing: the publisher
 //! remembers the last fragment it delivered per (object, subresource, manager), so steady
-//! state costs no request at all. A failed delivery is forgotten, so the next reconcile
-//! sends it again.
+//! state costs no request at all. Delivered means the applier acted on it (the publisher
+//! waits for the outcome); a failed delivery is forgotten, so the next reconcile sends it
+//! again.
 
 use serde_json::Value;
 use status_applier::client::Client;
@@ -153,13 +154,20 @@ impl Publisher {
             release: p.release,
         };
         self.delivered.lock().expect("lock").remove(&key);
-        let answer = self.client.submit(&intent, false).await.map_err(|source| {
+        // Waiting for the apply's outcome means an intent is remembered only once the
+        // applier acted on it: an applier that dies with intents queued makes the next
+        // reconcile send them again, so nothing is lost.
+        let answer = self.client.submit(&intent, true).await.map_err(|source| {
             PublishError::Unreachable {
                 subject: subject.clone(),
                 source,
             }
         })?;
-        if !answer.status.is_success() {
+        // 409 (a conflict) and 422 (a missing object, an API refusal) are delivered: the
+        // applier keeps the document and retries when the object changes. Anything else
+        // (a bad intent, an API outage) is not.
+        let delivered = answer.status.is_success() || matches!(answer.status.as_u16(), 409 | 422);
+        if !delivered {
             return Err(PublishError::Refused {
                 subject,
                 status: answer.status.as_u16(),

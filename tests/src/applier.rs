@@ -35,6 +35,8 @@ pub struct Applier {
     pub client: Client,
     child: Child,
     log: PathBuf,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
 }
 
 impl Applier {
@@ -49,33 +51,42 @@ impl Applier {
         std::fs::create_dir_all(&dir)?;
         let socket = dir.join("applier.sock");
         let log = dir.join("applier.log");
-        let child = Command::new(binary("status-applier"))
-            .arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,status_applier=trace")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting status-applier")?;
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let child = spawn(&socket, &args, kubeconfig, &log)?;
         let applier = Self {
             client: Client::new(&socket),
             socket,
             child,
             log,
+            args,
+            kubeconfig: kubeconfig.to_owned(),
         };
+        applier.wait_healthy().await?;
+        Ok(applier)
+    }
+
+    /// Kills the process (SIGKILL, like a crash) and starts a new one on the same socket.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.kill();
+        let log = self
+            .log
+            .with_extension(format!("{}.log", std::process::id()));
+        self.child = spawn(&self.socket, &self.args, &self.kubeconfig, &log)?;
+        self.log = log;
+        self.wait_healthy().await
+    }
+
+    async fn wait_healthy(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if applier.client.get("/healthz").await.is_ok() {
-                return Ok(applier);
+            if self.client.get("/healthz").await.is_ok() {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!(
             "status-applier did not answer within 20 s; log:\n{}",
-            applier.log_text()
+            self.log_text()
         )
     }
 
@@ -109,6 +120,25 @@ impl Drop for Applier {
             );
         }
     }
+}
+
+fn spawn(
+    socket: &std::path::Path,
+    args: &[String],
+    kubeconfig: &std::path::Path,
+    log: &std::path::Path,
+) -> Result<Child> {
+    Command::new(binary("status-applier"))
+        .arg("serve")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info,status_applier=trace")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .context("starting status-applier")
 }
 
 /// The sum of the samples of `name` carrying all `labels` (`manager="x"`) in Prometheus text.
