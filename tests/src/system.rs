@@ -212,6 +212,41 @@ impl System {
         .await
     }
 
+    /// True when the control plane's Workspace carries the `revision` annotation and the
+    /// control plane mirrors the `atProvider` checksum the provider wrote for it.
+    pub fn mirrors_revision(&self, revision: &str) -> Result<bool> {
+        let ws = env().kubectl_ok(
+            &[
+                "get",
+                "workspace",
+                &format!("{}-demo-controlplane", self.namespace),
+                "-o",
+                "json",
+            ],
+            None,
+        )?;
+        let ws: Value = serde_json::from_str(&ws)?;
+        let checksum = &ws["status"]["atProvider"]["checksum"];
+        let cp = self
+            .get(&["captcontrolplane", "demo"])?
+            .context("the control plane exists")?;
+        Ok(
+            ws["metadata"]["annotations"]["fake.tf.upbound.io/revision"] == revision
+                && checksum.is_string()
+                && cp["status"]["workspaceStatus"]["atProvider"]["checksum"] == *checksum,
+        )
+    }
+
+    /// Waits until [`System::mirrors_revision`].
+    pub async fn wait_mirrored(&self, revision: &str, timeout: Duration) -> Result<()> {
+        self.wait_for(
+            &format!("the control plane to mirror revision {revision}"),
+            timeout,
+            || async { self.mirrors_revision(revision) },
+        )
+        .await
+    }
+
     /// The sum of a controller metric's samples carrying `labels`.
     pub async fn controller_metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
         Ok(metric_value(

@@ -82,36 +82,7 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
         )
         .await?;
     system
-        .wait_for(
-            "the rewrite mirrored after the outage",
-            Duration::from_secs(60),
-            || async {
-                let w = env().kubectl_ok(
-                    &[
-                        "get",
-                        "workspace",
-                        &ws,
-                        "-o",
-                        "jsonpath={.status.atProvider.checksum}",
-                    ],
-                    None,
-                )?;
-                let annotated = env().kubectl_ok(
-                    &[
-                        "get",
-                        "workspace",
-                        &ws,
-                        "-o",
-                        "jsonpath={.metadata.annotations.fake\\.tf\\.upbound\\.io/revision}",
-                    ],
-                    None,
-                )?;
-                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-                Ok(annotated == "after-outage"
-                    && !w.is_empty()
-                    && cp["status"]["workspaceStatus"]["atProvider"]["checksum"] == w)
-            },
-        )
+        .wait_mirrored("after-outage", Duration::from_secs(60))
         .await?;
     assert!(
         system

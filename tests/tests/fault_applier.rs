@@ -40,38 +40,7 @@ async fn an_applier_killed_mid_burst_loses_nothing_and_settles() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    system
-        .wait_for(
-            "the last rewrite mirrored",
-            Duration::from_secs(60),
-            || async {
-                let w = env().kubectl_ok(
-                    &[
-                        "get",
-                        "workspace",
-                        &ws,
-                        "-o",
-                        "jsonpath={.status.atProvider.checksum}",
-                    ],
-                    None,
-                )?;
-                let annotated = env().kubectl_ok(
-                    &[
-                        "get",
-                        "workspace",
-                        &ws,
-                        "-o",
-                        "jsonpath={.metadata.annotations.fake\\.tf\\.upbound\\.io/revision}",
-                    ],
-                    None,
-                )?;
-                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-                Ok(annotated == "r6"
-                    && !w.is_empty()
-                    && cp["status"]["workspaceStatus"]["atProvider"]["checksum"] == w)
-            },
-        )
-        .await?;
+    system.wait_mirrored("r6", Duration::from_secs(60)).await?;
     let after = system.get(&["captcontrolplane", "demo"])?.unwrap();
     assert_eq!(fields(&after), fields(&before), "no status field dropped");
     assert_eq!(after["status"]["phase"], "Ready");

@@ -126,36 +126,7 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
         ],
         None,
     )?;
-    system
-        .wait_for(
-            "the new leader to mirror the rewrite",
-            Duration::from_secs(20),
-            || async {
-                let w = env().kubectl_ok(
-                    &[
-                        "get",
-                        "workspace",
-                        &ws,
-                        "-o",
-                        "jsonpath={.status.atProvider.checksum}",
-                    ],
-                    None,
-                )?;
-                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-                Ok(env().kubectl_ok(
-                    &[
-                        "get",
-                        "workspace",
-                        &ws,
-                        "-o",
-                        "jsonpath={.metadata.annotations.fake\\.tf\\.upbound\\.io/revision}",
-                    ],
-                    None,
-                )? == "r2"
-                    && cp["status"]["workspaceStatus"]["atProvider"]["checksum"] == w)
-            },
-        )
-        .await?;
+    system.wait_mirrored("r2", Duration::from_secs(20)).await?;
     assert!(
         second_metric("capt_intents_published_total").await? > 0.0,
         "the new leader publishes"
