@@ -27,6 +27,24 @@ fn install_rbac() -> Result<()> {
     Ok(())
 }
 
+/// The applier and the controller of a system in a new namespace, both impersonating the
+/// ServiceAccount `capt-system/<account>`, electing their leader on a Lease in capt-system.
+async fn start_as_service_account(prefix: &str, account: &str) -> Result<(TestNamespace, System)> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
+    let user = format!("system:serviceaccount:capt-system:{account}");
+    let kubeconfig = impersonating_kubeconfig(&user, &std::env::temp_dir().join(&ns.name))?;
+    let lease = format!("capt-{}", ns.name);
+    let args = [
+        "--leader-election-namespace",
+        "capt-system",
+        "--leader-election-lease",
+        &lease,
+    ];
+    let system = System::start_as(&ns.name, 50, &args, &kubeconfig).await?;
+    Ok((ns, system))
+}
+
 #[tokio::test]
 async fn the_kustomization_passes_a_server_side_dry_run() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -54,20 +72,7 @@ async fn the_kustomization_passes_a_server_side_dry_run() -> Result<()> {
 async fn the_service_accounts_rbac_is_enough_to_provision_a_cluster() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     install_rbac()?;
-    let client = env().client().await?;
-    let ns = TestNamespace::create(&client, "rbac").await?;
-    let kubeconfig = impersonating_kubeconfig(
-        "system:serviceaccount:capt-system:capt-controller",
-        &std::env::temp_dir().join(&ns.name),
-    )?;
-    let lease = format!("capt-{}", ns.name);
-    let args = [
-        "--leader-election-namespace",
-        "capt-system",
-        "--leader-election-lease",
-        &lease,
-    ];
-    let system = System::start_as(&ns.name, 50, &args, &kubeconfig).await?;
+    let (_ns, system) = start_as_service_account("rbac", "capt-controller").await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
@@ -111,20 +116,7 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
              "subjects": [{"kind": "ServiceAccount", "name": "capt-limited", "namespace": "capt-system"}]},
         ]});
     env().kubectl_ok(&["apply", "-f", "-"], Some(&limited.to_string()))?;
-    let client = env().client().await?;
-    let ns = TestNamespace::create(&client, "rbac-missing").await?;
-    let kubeconfig = impersonating_kubeconfig(
-        "system:serviceaccount:capt-system:capt-limited",
-        &std::env::temp_dir().join(&ns.name),
-    )?;
-    let lease = format!("capt-{}", ns.name);
-    let args = [
-        "--leader-election-namespace",
-        "capt-system",
-        "--leader-election-lease",
-        &lease,
-    ];
-    let system = System::start_as(&ns.name, 50, &args, &kubeconfig).await?;
+    let (_ns, system) = start_as_service_account("rbac-missing", "capt-limited").await?;
     system.apply_samples(false).await?;
     // The CAPT objects still progress; the Cluster's status is refused, and said so.
     system
