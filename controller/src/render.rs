@@ -74,6 +74,13 @@ pub fn render_workspace(
         apply.namespace().unwrap_or_default(),
     );
     labels.insert(APPLY_NAME_LABEL.to_owned(), apply.name_any());
+    // The CAPT object the apply serves, so that a change of the Workspace alone (new outputs,
+    // same conditions) wakes that object's reconciler directly.
+    for (k, v) in apply.labels() {
+        if k.starts_with(OWNER_LABEL_PREFIX) {
+            labels.insert(k.clone(), v.clone());
+        }
+    }
     let annotations = substitute_map(metadata.annotations.unwrap_or_default(), &variables);
     Ok(json!({
         "apiVersion": "tf.upbound.io/v1beta1",
@@ -162,6 +169,27 @@ mod tests {
         assert_eq!(ws["metadata"]["annotations"]["note"], "demo");
         assert_eq!(ws["metadata"]["labels"][APPLY_NAME_LABEL], "demo-eks");
         assert_eq!(ws["metadata"]["labels"][APPLY_NAMESPACE_LABEL], "default");
+    }
+
+    #[test]
+    fn the_workspace_carries_the_owner_labels_of_its_apply() {
+        let mut apply = mk_apply(json!({}), None);
+        apply.metadata.labels = Some(BTreeMap::from([
+            (
+                format!("{OWNER_LABEL_PREFIX}kind"),
+                "CAPTControlPlane".to_owned(),
+            ),
+            (format!("{OWNER_LABEL_PREFIX}name"), "demo".to_owned()),
+            ("unrelated".to_owned(), "x".to_owned()),
+        ]));
+        let ws = render_workspace(&apply, &mk_template(json!({}))).unwrap();
+        let labels = &ws["metadata"]["labels"];
+        assert_eq!(
+            labels[format!("{OWNER_LABEL_PREFIX}kind")],
+            "CAPTControlPlane"
+        );
+        assert_eq!(labels[format!("{OWNER_LABEL_PREFIX}name")], "demo");
+        assert!(labels.get("unrelated").is_none());
     }
 
     #[test]

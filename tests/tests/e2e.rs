@@ -258,6 +258,52 @@ async fn at_provider_never_disappears_through_100_rewrites_and_a_failure_and_rec
 }
 
 #[tokio::test]
+async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_cluster() -> Result<()>
+{
+    // Terraform re-applied with a new endpoint output and nothing else changed: the
+    // Workspace's conditions stay the same, so only the Workspace itself says so.
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, mut system) = provisioned("e2e-output", false).await?;
+    system.provider.kill(); // the test plays the provider from here on
+    let api: Api<TerraformWorkspace> = Api::all(env().client().await?);
+    let name = workspace_name(&ns.name, "demo-controlplane");
+    let mut status = serde_json::to_value(api.get_status(&name).await?)?["status"].clone();
+    let conditions = status["conditions"].clone();
+    let host = "moved.example.com";
+    status["atProvider"]["outputs"]["cluster_endpoint"] = json!(format!("https://{host}"));
+    status["atProvider"]["checksum"] = json!("moved");
+    let body =
+        json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace", "status": status});
+    api.patch_status(
+        &name,
+        &PatchParams::apply(capt_tests::fake_provider::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    assert_eq!(
+        serde_json::to_value(api.get_status(&name).await?)?["status"]["conditions"],
+        conditions,
+        "only the outputs changed"
+    );
+    let moved = json!({"host": host, "port": 443});
+    system
+        .wait_for(
+            "the new endpoint on the CAPTControlPlane and the Cluster",
+            Duration::from_secs(10),
+            || async {
+                let cp = system
+                    .get(&["captcontrolplane", "demo"])?
+                    .unwrap_or_default();
+                let cluster = system.get(&["cluster", "demo"])?.unwrap_or_default();
+                Ok(cp["spec"]["controlPlaneEndpoint"] == moved
+                    && cluster["spec"]["controlPlaneEndpoint"] == moved)
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn steady_state_makes_no_writes_and_no_reconciles_over_30_seconds() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("e2e-steady", false).await?;
