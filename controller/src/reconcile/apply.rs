@@ -2,6 +2,7 @@
 //! Workspace's conditions (manager `capt-workspacetemplateapply`), and on deletion deletes
 //! the Workspace (unless retained) and keeps its finalizer until the Workspace is gone.
 
+use super::shared::contains;
 use super::{Result, after, kube_err};
 use crate::api::{TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
 use crate::context::Context;
@@ -148,16 +149,6 @@ fn needs_apply(live: Option<&TerraformWorkspace>, rendered: &Value) -> bool {
     !["spec", "metadata"]
         .iter()
         .all(|k| contains(&live[*k], &rendered[*k]))
-}
-
-/// True when every field of `wanted` is in `live` with the same value.
-fn contains(live: &Value, wanted: &Value) -> bool {
-    match (live, wanted) {
-        (Value::Object(live), Value::Object(wanted)) => wanted
-            .iter()
-            .all(|(k, v)| live.get(k).is_some_and(|l| contains(l, v))),
-        (live, wanted) => live == wanted,
-    }
 }
 
 /// Publishes the apply's status: the Workspace's name, whether it was rendered, and the

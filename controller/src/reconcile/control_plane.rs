@@ -74,16 +74,21 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let desired = desired_control_plane(&input);
     observe_phase(&ctx, &cp, desired.phase);
     let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
-    ctx.publish(status).await?;
-    if let Some(endpoint) = desired.endpoint {
-        let main = Publication::main(
+    let main = desired.endpoint.map(|endpoint| {
+        Publication::main(
             &*cp,
             MANAGER_CAPT_CONTROL_PLANE,
             json!({"spec": {"controlPlaneEndpoint": endpoint}}),
             vec![],
-        );
+        )
+    });
+    // The endpoint first: it is what the Cluster waits for. One at a time: status applies
+    // carry the resourceVersion they were planned on, so a concurrent main-resource write
+    // would turn the status apply into a retry.
+    if let Some(main) = main {
         ctx.publish(main).await?;
     }
+    ctx.publish(status).await?;
     Ok(after(desired.recheck_after))
 }
 

@@ -90,10 +90,30 @@ where
     } else {
         body["spec"] = wanted.spec;
     }
+    // Applying what is already there changes nothing at the server but still costs a write
+    // on every reconcile: skip it. The spec must match exactly (a field we stopped wanting
+    // must go); labels and annotations only need to be there (others may add theirs).
+    if let Some(existing) = existing {
+        let live = serde_json::to_value(&existing).unwrap_or_default();
+        let spec_matches = adopted || live.get("spec") == body.get("spec");
+        if spec_matches && contains(&live["metadata"], &body["metadata"]) {
+            return Ok(existing);
+        }
+    }
     let params = PatchParams::apply(SPEC_MANAGER).force();
     api.patch(&wanted.name, &params, &Patch::Apply(&body))
         .await
         .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))
+}
+
+/// True when every field of `wanted` is in `live` with the same value.
+pub fn contains(live: &Value, wanted: &Value) -> bool {
+    match (live, wanted) {
+        (Value::Object(live), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(k, v)| live.get(k).is_some_and(|l| contains(l, v))),
+        (live, wanted) => live == wanted,
+    }
 }
 
 /// Gives an apply up (`retainVpcOnDelete`): drops any owner reference an adopted apply
