@@ -41,6 +41,10 @@ struct Args {
     /// Manage the objects of this namespace only (all namespaces by default).
     #[arg(long, env = "CAPT_NAMESPACE")]
     namespace: Option<String>,
+    /// Benchmark baseline only: write status as upstream CAPT did (a full update on every
+    /// reconcile, woken by every change), straight to the API server, without the applier.
+    #[arg(long, hide_short_help = true)]
+    baseline_full_update: bool,
     /// Log as JSON lines.
     #[arg(long, env = "CAPT_LOG_JSON")]
     log_json: bool,
@@ -88,8 +92,12 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Metrics::register(&mut registry);
     let applier = status_applier::client::Client::new(&args.applier_socket);
     let ctx = Arc::new(Context {
-        client,
-        publisher: Publisher::new(applier.clone()),
+        client: client.clone(),
+        publisher: if args.baseline_full_update {
+            Publisher::full_update_baseline(client.clone())
+        } else {
+            Publisher::new(applier.clone())
+        },
         metrics,
         settings: Settings {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),
@@ -112,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(axum::serve(listener, app).into_future());
     let scope = capt_controller::run::Scope {
         namespace: args.namespace,
+        wake_on_every_change: args.baseline_full_update,
     };
     if args.leader.no_leader_election {
         capt_controller::run::run(ctx, scope).await;

@@ -5,6 +5,10 @@
 //! state costs no request at all. Delivered means the applier acted on it (the publisher
 //! waits for the outcome); a failed delivery is forgotten, so the next reconcile sends it
 //! again.
+//!
+//! For benchmarks only, a publisher can instead behave as upstream CAPT did
+//! ([`Publisher::full_update_baseline`]): read the object, set the computed fields and write
+//! the whole object (or its status) back with an update, on every reconcile.
 
 use serde_json::Value;
 use status_applier::client::Client;
@@ -23,6 +27,15 @@ pub enum PublishError {
         /// The cause.
         #[source]
         source: status_applier::client::ClientError,
+    },
+    /// The baseline's full update failed.
+    #[error("{subject}: the full update failed: {source}")]
+    Update {
+        /// `kind/namespace/name [manager]`.
+        subject: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
     },
     /// The status-applier refused the intent.
     #[error("{subject}: the status-applier refused the intent ({status}): {body}")]
@@ -110,9 +123,17 @@ struct Key {
 /// What was delivered: the uid precondition, the fragment and the releases.
 type Delivered = (Option<String>, Value, Vec<String>);
 
+/// Where publications go.
+enum Sink {
+    /// The status-applier's socket.
+    Applier(Client),
+    /// Straight to the API server, as full updates (the benchmark baseline).
+    FullUpdate(kube::Client),
+}
+
 /// Delivers intents, skipping repeats.
 pub struct Publisher {
-    client: Client,
+    sink: Sink,
     delivered: Mutex<HashMap<Key, Delivered>>,
 }
 
@@ -120,13 +141,27 @@ impl Publisher {
     /// A publisher talking to the status-applier's socket.
     pub fn new(client: Client) -> Self {
         Self {
-            client,
+            sink: Sink::Applier(client),
+            delivered: Mutex::default(),
+        }
+    }
+
+    /// The naive baseline of the benchmark, as upstream CAPT wrote status: every publication
+    /// is a read of the object, the fragment merged into it, and an update (PUT) of the whole
+    /// object or its status, sent every time, even when nothing changed. Releases are ignored.
+    pub fn full_update_baseline(client: kube::Client) -> Self {
+        Self {
+            sink: Sink::FullUpdate(client),
             delivered: Mutex::default(),
         }
     }
 
     /// Publishes unless the same fragment was delivered last time; answers whether it sent.
     pub async fn publish(&self, p: Publication) -> Result<bool, PublishError> {
+        let client = match &self.sink {
+            Sink::Applier(client) => client,
+            Sink::FullUpdate(kube) => return full_update(kube, p).await.map(|()| true),
+        };
         let key = Key {
             api_version: p.target.api_version.clone(),
             kind: p.target.kind.clone(),
@@ -157,12 +192,14 @@ impl Publisher {
         // Waiting for the apply's outcome means an intent is remembered only once the
         // applier acted on it: an applier that dies with intents queued makes the next
         // reconcile send them again, so nothing is lost.
-        let answer = self.client.submit(&intent, true).await.map_err(|source| {
-            PublishError::Unreachable {
-                subject: subject.clone(),
-                source,
-            }
-        })?;
+        let answer =
+            client
+                .submit(&intent, true)
+                .await
+                .map_err(|source| PublishError::Unreachable {
+                    subject: subject.clone(),
+                    source,
+                })?;
         // 409 (a conflict) and 422 (a missing object, an API refusal) are delivered: the
         // applier keeps the document and retries when the object changes. Anything else
         // (a bad intent, an API outage) is not.
@@ -184,4 +221,43 @@ impl Publisher {
             !(k.kind == kind && k.namespace.as_deref() == namespace && k.name == name)
         });
     }
+}
+
+/// The baseline's write: GET, merge the fragment, PUT.
+async fn full_update(client: &kube::Client, p: Publication) -> Result<(), PublishError> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let subject = format!(
+        "{}/{}/{} [{}]",
+        p.target.kind,
+        p.target.namespace.as_deref().unwrap_or(""),
+        p.target.name,
+        p.field_manager
+    );
+    let err = |source| PublishError::Update {
+        subject: subject.clone(),
+        source,
+    };
+    let (group, version) = match p.target.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", p.target.api_version.as_str()),
+    };
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &p.target.kind));
+    let api: Api<DynamicObject> = match &p.target.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let live = api.get(&p.target.name).await.map_err(err)?;
+    let mut object = serde_json::to_value(&live).expect("an object read is serializable");
+    json_patch::merge(&mut object, &p.fragment);
+    let object: DynamicObject =
+        serde_json::from_value(object).expect("a merged object is still an object");
+    let params = PostParams {
+        field_manager: Some(p.field_manager.to_owned()),
+        ..Default::default()
+    };
+    let written = match p.subresource {
+        Some(Subresource::Status) => api.replace_status(&p.target.name, &params, &object).await,
+        None => api.replace(&p.target.name, &params, &object).await,
+    };
+    written.map(drop).map_err(err)
 }

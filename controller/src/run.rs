@@ -28,6 +28,9 @@ pub struct Scope {
     /// One namespace, or every namespace when `None`. Workspaces are cluster-scoped: with a
     /// namespace, only those rendered from applies of that namespace are watched.
     pub namespace: Option<String>,
+    /// Wake reconcilers on every change of their own objects, status included: the benchmark
+    /// baseline, as upstream CAPT did. Our own status writes then wake us again.
+    pub wake_on_every_change: bool,
 }
 
 impl Scope {
@@ -52,10 +55,10 @@ impl Scope {
 /// Runs every controller until a shutdown signal.
 pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let client = ctx.client.clone();
-    let (applies, apply_controller) = controller::<WorkspaceTemplateApply>(scope.api(&client));
-    let (control_planes, cp_controller) = controller::<CAPTControlPlane>(scope.api(&client));
-    let (capt_clusters, cc_controller) = controller::<CAPTCluster>(scope.api(&client));
-    let (_, cluster_controller) = controller::<Cluster>(scope.api(&client));
+    let (applies, apply_controller) = controller::<WorkspaceTemplateApply>(&scope, &client);
+    let (control_planes, cp_controller) = controller::<CAPTControlPlane>(&scope, &client);
+    let (capt_clusters, cc_controller) = controller::<CAPTCluster>(&scope, &client);
+    let (_, cluster_controller) = controller::<Cluster>(&scope, &client);
     let wc = watcher::Config::default();
     let workspaces = || Api::<TerraformWorkspace>::all(client.clone());
     let ws_config = scope.workspaces();
@@ -129,10 +132,11 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
 }
 
-/// A controller of `K` woken by lifecycle changes only, and the store of its objects.
-fn controller<K>(api: Api<K>) -> (Store<K>, Controller<K>)
+/// A controller of `K` woken by lifecycle changes only (unless the scope says every change),
+/// and the store of its objects.
+fn controller<K>(scope: &Scope, client: &kube::Client) -> (Store<K>, Controller<K>)
 where
-    K: Resource<DynamicType = ()>
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
@@ -141,11 +145,19 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
+    let every_change = scope.wake_on_every_change;
+    let wakes = move |obj: &K| {
+        if every_change {
+            kube::runtime::predicates::resource_version(obj)
+        } else {
+            lifecycle(obj)
+        }
+    };
+    let stream = watcher(scope.api(client), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
-        .predicate_filter(lifecycle, Default::default());
+        .predicate_filter(wakes, Default::default());
     (reader.clone(), Controller::for_stream(stream, reader))
 }
 
