@@ -57,7 +57,26 @@ impl System {
         controller_args: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Result<Self> {
-        let applier = Applier::start_as(&[], kubeconfig).await?;
+        Self::start_tuned(
+            namespace,
+            provider_delay_ms,
+            controller_args,
+            &[],
+            kubeconfig,
+        )
+        .await
+    }
+
+    /// [`System::start_as`], with more flags for the status-applier (a longer coalescing
+    /// window, say).
+    pub async fn start_tuned(
+        namespace: &str,
+        provider_delay_ms: u64,
+        controller_args: &[&str],
+        applier_args: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<Self> {
+        let applier = Applier::start_as(applier_args, kubeconfig).await?;
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
         let provider =
@@ -276,6 +295,11 @@ impl System {
     pub fn kill_controller(&mut self) {
         let _ = self.controller.kill();
         let _ = self.controller.wait();
+    }
+
+    /// The controller's process id.
+    pub fn controller_pid(&self) -> u32 {
+        self.controller.id()
     }
 
     /// The namespace.

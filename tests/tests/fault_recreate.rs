@@ -1,0 +1,625 @@
+//! A CAPT object deleted and recreated under the same name while intents for the deleted
+//! incarnation are still queued in the status-applier (a coalescing window longer than the
+//! recreation). What must hold:
+//!
+//! - the queued intents carry the old uid, and none of them is applied to the new object:
+//!   no version of the new object ever shows a value only the old intents carried (status or
+//!   `spec.controlPlaneEndpoint`), and no queued intent is answered `applied`; when its apply
+//!   is attempted it is `rejected` with the uid precondition named;
+//! - a waiting submitter hears what became of its intent: an old intent dropped because the
+//!   new incarnation's first intent replaced its document before its apply is answered
+//!   `rejected` (422), like any intent for a recreated object, not "the apply continues";
+//! - the old incarnation's desired document does not leak into the new one: the first intent
+//!   for the new uid starts from what the new object holds, not from what the old one did,
+//!   and changes of the new object never make the applier write the old document;
+//! - the system converges on the new object: the controller publishes for the new uid only,
+//!   and the new control plane gets its own status and endpoint, and the Cluster its endpoint.
+
+use anyhow::{Context, Result, bail, ensure};
+use capt_controller::api::{CAPTCluster, CAPTControlPlane, Cluster};
+use capt_tests::applier::Applier;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env, repo_root};
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use status_applier::client::Answer;
+use status_applier::intent::Intent;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const CP_API: &str = "controlplane.cluster.x-k8s.io/v1beta1";
+const CC_API: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+const STALE_HOST: &str = "stale.example.com";
+const STALE_MESSAGE: &str = "queued for the deleted incarnation";
+const HOLD: &str = "capt-tests.example.com/hold";
+const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
+
+fn intent(
+    api_version: &str,
+    kind: &str,
+    ns: &str,
+    uid: &str,
+    manager: &str,
+    subresource: Option<&str>,
+    fragment: Value,
+) -> Result<Intent> {
+    let mut v = json!({
+        "target": {"apiVersion": api_version, "kind": kind, "namespace": ns, "name": "demo", "uid": uid},
+        "fieldManager": manager,
+        "fragment": fragment,
+    });
+    if let Some(s) = subresource {
+        v["subresource"] = json!(s);
+    }
+    Ok(serde_json::from_value(v)?)
+}
+
+/// The sample document of `kind` (from `manifests/samples/cluster.yaml`) in `ns`.
+fn sample(kind: &str, ns: &str) -> Result<Value> {
+    let text = std::fs::read_to_string(repo_root().join("manifests/samples/cluster.yaml"))?;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut v: Value = serde::Deserialize::deserialize(doc)?;
+        if v["kind"] == kind {
+            v["metadata"]["namespace"] = json!(ns);
+            return Ok(v);
+        }
+    }
+    bail!("no {kind} in the samples")
+}
+
+fn uid_of<K: kube::Resource>(obj: &K) -> String {
+    obj.meta().uid.clone().unwrap_or_default()
+}
+
+/// The managers that have a managedFields entry on `obj`.
+fn managers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["manager"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Submits `intent` without waiting (so that it is merged and queued), then again with
+/// waiting, in a task: the second answer is the outcome of the apply that carries it.
+async fn queue(applier: &Applier, intent: Intent) -> Result<tokio::task::JoinHandle<Answer>> {
+    let queued = applier.client.submit(&intent, false).await?;
+    ensure!(
+        matches!(
+            queued.json()["action"].as_str(),
+            Some("queued" | "coalesced")
+        ),
+        "the intent is queued: {}",
+        queued.body
+    );
+    let client = applier.client.clone();
+    Ok(tokio::spawn(async move {
+        client
+            .submit(&intent, true)
+            .await
+            .expect("the applier answers")
+    }))
+}
+
+/// Socket level, with a bare control plane and CAPTCluster (no controller): intents for the
+/// old uid, queued for a one-second coalescing window, meet the recreated objects.
+#[tokio::test]
+async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-recreate-sa").await?;
+    let applier = Applier::start(&["--coalesce-window-ms", "1000"]).await?;
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    let ccs: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
+    let cp_doc = sample("CAPTControlPlane", &ns.name)?;
+    let cc_doc = sample("CAPTCluster", &ns.name)?;
+    let pp = PostParams::default();
+    let old_cp = uid_of(
+        &cps.create(&pp, &serde_json::from_value(cp_doc.clone())?)
+            .await?,
+    );
+    let old_cc = uid_of(
+        &ccs.create(&pp, &serde_json::from_value(cc_doc.clone())?)
+            .await?,
+    );
+    let cp_status = "capt-captcontrolplane";
+    let cc_status = "capt-captcluster";
+
+    // The old incarnation has a status of its manager's.
+    let first = [
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &old_cp,
+            cp_status,
+            Some("status"),
+            json!({"status": {"phase": "Creating", "ready": false}}),
+        )?,
+        intent(
+            CC_API,
+            "CAPTCluster",
+            &ns.name,
+            &old_cc,
+            cc_status,
+            Some("status"),
+            json!({"status": {"ready": false}}),
+        )?,
+    ];
+    for i in &first {
+        let out = applier.client.submit(i, true).await?;
+        assert_eq!(out.json()["action"], "applied", "{}", out.body);
+    }
+
+    // Intents for the old uid, queued: status, endpoint, and the CAPTCluster's status.
+    let stale = [
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &old_cp,
+            cp_status,
+            Some("status"),
+            json!({"status": {"phase": "Ready", "ready": true, "failureMessage": STALE_MESSAGE,
+                "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": format!("https://{STALE_HOST}")}}}}}),
+        )?,
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &old_cp,
+            cp_status,
+            None,
+            json!({"spec": {"controlPlaneEndpoint": {"host": STALE_HOST, "port": 6443}}}),
+        )?,
+        intent(
+            CC_API,
+            "CAPTCluster",
+            &ns.name,
+            &old_cc,
+            cc_status,
+            Some("status"),
+            json!({"status": {"ready": true, "vpcId": "vpc-stale"}}),
+        )?,
+    ];
+    let queued_at = Instant::now();
+    let mut outcomes = Vec::new();
+    for i in stale {
+        outcomes.push(queue(&applier, i).await?);
+    }
+
+    // Deleted (no finalizer: at once) and recreated under the same name, within the window.
+    let dp = DeleteParams::default();
+    cps.delete("demo", &dp).await?;
+    ccs.delete("demo", &dp).await?;
+    let new_cp = uid_of(&cps.create(&pp, &serde_json::from_value(cp_doc)?).await?);
+    let new_cc = uid_of(&ccs.create(&pp, &serde_json::from_value(cc_doc)?).await?);
+    let recreated = queued_at.elapsed();
+    println!(
+        "deleted and recreated {:.0} ms after the intents were queued (window 1000 ms)",
+        recreated.as_secs_f64() * 1000.0
+    );
+    ensure!(
+        recreated < Duration::from_millis(800),
+        "inconclusive: the recreation took longer than the coalescing window"
+    );
+    assert_ne!(new_cp, old_cp);
+    assert_ne!(new_cc, old_cc);
+
+    for outcome in outcomes {
+        let answer = outcome.await?;
+        let out = answer.json();
+        println!("queued intent for the old uid: {}", answer.body);
+        assert_eq!(out["action"], "rejected", "{}", answer.body);
+        assert_eq!(answer.status.as_u16(), 422, "{}", answer.body);
+        assert!(
+            out["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("uid precondition failed")),
+            "the answer names the uid precondition: {}",
+            answer.body
+        );
+    }
+    let untouched = |obj: &Value| {
+        obj.get("status").is_none()
+            && obj["spec"].get("controlPlaneEndpoint").is_none()
+            && !managers(obj)
+                .iter()
+                .any(|m| m == cp_status || m == cc_status)
+    };
+    let cp = serde_json::to_value(cps.get("demo").await?)?;
+    let cc = serde_json::to_value(ccs.get("demo").await?)?;
+    assert!(untouched(&cp), "the new control plane was written: {cp}");
+    assert!(untouched(&cc), "the new CAPTCluster was written: {cc}");
+
+    // Changes of the new objects make the applier check its documents again (drift): the
+    // old documents must still not be written.
+    let writes = applier
+        .metric("status_applier_api_writes_total", &[])
+        .await?;
+    for i in 0..3 {
+        let patch = json!({"metadata": {"annotations": {"touched": i.to_string()}}});
+        cps.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        ccs.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let cp = serde_json::to_value(cps.get("demo").await?)?;
+    let cc = serde_json::to_value(ccs.get("demo").await?)?;
+    assert!(untouched(&cp), "a drift check wrote the old document: {cp}");
+    assert!(untouched(&cc), "a drift check wrote the old document: {cc}");
+    assert_eq!(
+        applier
+            .metric("status_applier_api_writes_total", &[])
+            .await?,
+        writes,
+        "no write for the old documents"
+    );
+
+    // The new incarnation's first intents start from the new objects: nothing of the old
+    // documents (ready, failureMessage, atProvider, the endpoint, vpcId) comes along.
+    let fresh = [
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &new_cp,
+            cp_status,
+            Some("status"),
+            json!({"status": {"phase": "Creating"}}),
+        )?,
+        intent(
+            CC_API,
+            "CAPTCluster",
+            &ns.name,
+            &new_cc,
+            cc_status,
+            Some("status"),
+            json!({"status": {"ready": false}}),
+        )?,
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &new_cp,
+            cp_status,
+            None,
+            json!({"spec": {"controlPlaneEndpoint": {"host": "new.example.com", "port": 443}}}),
+        )?,
+    ];
+    for i in &fresh {
+        let out = applier.client.submit(i, true).await?;
+        assert_eq!(out.json()["action"], "applied", "{}", out.body);
+    }
+    let cp = serde_json::to_value(cps.get("demo").await?)?;
+    let cc = serde_json::to_value(ccs.get("demo").await?)?;
+    assert_eq!(
+        cp["status"],
+        json!({"phase": "Creating"}),
+        "only the new incarnation's status"
+    );
+    assert_eq!(
+        cp["spec"]["controlPlaneEndpoint"],
+        json!({"host": "new.example.com", "port": 443})
+    );
+    assert_eq!(
+        cc["status"],
+        json!({"ready": false}),
+        "only the new incarnation's status"
+    );
+    let docs = applier.client.get("/v1/intents").await?.json();
+    for doc in docs.as_array().context("a list of documents")? {
+        let expected = match doc["object"]["kind"].as_str() {
+            Some("CAPTControlPlane") => &new_cp,
+            _ => &new_cc,
+        };
+        assert_eq!(doc["uid"], expected.as_str(), "{doc}");
+        assert!(
+            !doc["document"].to_string().contains("stale"),
+            "the applier keeps no old value: {doc}"
+        );
+    }
+    Ok(())
+}
+
+/// Socket level: the new incarnation's first intent arrives while the old uid's intent is
+/// still queued (the controller reconciles a recreated object at once). The new one is
+/// applied; the old one is not, and its waiting submitter is told so (`rejected`, as for
+/// any intent whose object was recreated), not that its apply continues.
+#[tokio::test]
+async fn an_intent_superseded_by_the_new_incarnation_is_answered_rejected() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-recreate-sup").await?;
+    let applier = Applier::start(&["--coalesce-window-ms", "1000"]).await?;
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    let cp_doc = sample("CAPTControlPlane", &ns.name)?;
+    let pp = PostParams::default();
+    let old = uid_of(
+        &cps.create(&pp, &serde_json::from_value(cp_doc.clone())?)
+            .await?,
+    );
+    let manager = "capt-captcontrolplane";
+    let stale = intent(
+        CP_API,
+        "CAPTControlPlane",
+        &ns.name,
+        &old,
+        manager,
+        Some("status"),
+        json!({"status": {"phase": "Ready", "failureMessage": STALE_MESSAGE}}),
+    )?;
+    let queued_at = Instant::now();
+    let old_outcome = queue(&applier, stale).await?;
+    cps.delete("demo", &DeleteParams::default()).await?;
+    let new = uid_of(&cps.create(&pp, &serde_json::from_value(cp_doc)?).await?);
+    let fresh = intent(
+        CP_API,
+        "CAPTControlPlane",
+        &ns.name,
+        &new,
+        manager,
+        Some("status"),
+        json!({"status": {"phase": "Creating"}}),
+    )?;
+    let arrived = queued_at.elapsed();
+    ensure!(
+        arrived < Duration::from_millis(800),
+        "inconclusive: the new intent came after the old one's coalescing window"
+    );
+    let new_answer = applier.client.submit(&fresh, true).await?;
+    println!(
+        "the old intent's submitter was answered within {:.1} s (wait timeout 30 s): {}",
+        queued_at.elapsed().as_secs_f64(),
+        old_outcome.is_finished()
+    );
+    let old_answer = old_outcome.await?;
+    println!("old uid: {} {}", old_answer.status, old_answer.body);
+    println!("new uid: {} {}", new_answer.status, new_answer.body);
+    assert_eq!(
+        new_answer.json()["action"],
+        "applied",
+        "{}",
+        new_answer.body
+    );
+    let cp = serde_json::to_value(cps.get("demo").await?)?;
+    assert_eq!(
+        cp["status"],
+        json!({"phase": "Creating"}),
+        "only the new intent's status"
+    );
+    assert_eq!(
+        old_answer.json()["action"],
+        "rejected",
+        "the old uid's intent was dropped: its submitter must hear `rejected`, got {} {}",
+        old_answer.status,
+        old_answer.body
+    );
+    assert_eq!(old_answer.status.as_u16(), 422, "{}", old_answer.body);
+    Ok(())
+}
+
+/// End to end: the whole system provisions the sample Cluster; its control plane is deleted
+/// (the controller carries out the deletion; a test finalizer holds the object at the end),
+/// intents for the old uid are queued, and the object is released and recreated at once.
+#[tokio::test]
+async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-recreate").await?;
+    let system = System::start_tuned(
+        &ns.name,
+        20,
+        &[],
+        &["--coalesce-window-ms", "500"],
+        &env().kubeconfig,
+    )
+    .await?;
+    let started = Instant::now();
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    println!(
+        "provisioned in {:.1} s with a 500 ms coalescing window",
+        started.elapsed().as_secs_f64()
+    );
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns.name);
+    let old = uid_of(&cps.get("demo").await?);
+
+    // Every version of every incarnation of the control plane, by uid.
+    let versions: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let watch = {
+        let (versions, cps) = (versions.clone(), cps.clone());
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=demo");
+            let mut events = watcher(cps, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(cp)) = events.next().await {
+                let v = serde_json::to_value(&cp).unwrap_or_default();
+                versions.lock().unwrap().push((uid_of(&cp), v));
+            }
+        })
+    };
+
+    // Held by a finalizer of ours, the controller's deletion runs to its end.
+    let hold = json!([{"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}]);
+    env().kubectl_ok(
+        &[
+            "patch",
+            "captcontrolplane",
+            "demo",
+            "-n",
+            &ns.name,
+            "--type=json",
+            "-p",
+            &hold.to_string(),
+        ],
+        None,
+    )?;
+    cps.delete("demo", &DeleteParams::background()).await?;
+    system
+        .wait_for(
+            "the controller's deletion to finish (only the test's finalizer left)",
+            Duration::from_secs(30),
+            || async {
+                let cp = cps.get("demo").await?;
+                Ok(cp.metadata.finalizers.unwrap_or_default() == [HOLD])
+            },
+        )
+        .await?;
+
+    // Intents for the old uid, queued, then the object released and recreated at once.
+    let cp_status = "capt-captcontrolplane";
+    let stale = [
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &old,
+            cp_status,
+            Some("status"),
+            json!({"status": {"failureReason": "StaleIntent", "failureMessage": STALE_MESSAGE,
+                "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": format!("https://{STALE_HOST}")}}}}}),
+        )?,
+        intent(
+            CP_API,
+            "CAPTControlPlane",
+            &ns.name,
+            &old,
+            cp_status,
+            None,
+            json!({"spec": {"controlPlaneEndpoint": {"host": STALE_HOST, "port": 6443}}}),
+        )?,
+    ];
+    let queued_at = Instant::now();
+    let mut outcomes = Vec::new();
+    for i in stale {
+        outcomes.push(queue(&system.applier, i).await?);
+    }
+    cps.patch(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    let cluster_uid = uid_of(&clusters.get("demo").await?);
+    let mut doc = sample("CAPTControlPlane", &ns.name)?;
+    doc["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Cluster", "name": "demo", "uid": cluster_uid, "blockOwnerDeletion": true}]);
+    let new = uid_of(
+        &cps.create(&PostParams::default(), &serde_json::from_value(doc)?)
+            .await?,
+    );
+    let recreated = queued_at.elapsed();
+    println!(
+        "released and recreated {:.0} ms after the old intents were queued (window 500 ms)",
+        recreated.as_secs_f64() * 1000.0
+    );
+    ensure!(
+        recreated < Duration::from_millis(450),
+        "inconclusive: the recreation took longer than the coalescing window"
+    );
+    assert_ne!(new, old);
+
+    // The old intents never succeed: rejected by the uid precondition, or dropped when the
+    // controller's first intent for the new uid replaced the old document.
+    for outcome in outcomes {
+        let answer = outcome.await?;
+        println!("queued intent for the old uid: {}", answer.body);
+        let action = answer.json()["action"].as_str().unwrap_or("").to_owned();
+        assert!(
+            !matches!(action.as_str(), "applied" | "unchanged" | "conflict"),
+            "an intent for the deleted object was applied: {}",
+            answer.body
+        );
+    }
+
+    // The system converges on the new object.
+    system
+        .wait_for(
+            "the new control plane Ready with its endpoint, and the Cluster's",
+            Duration::from_secs(40),
+            || async {
+                let cp = cps.get("demo").await?;
+                let cluster = clusters.get("demo").await?;
+                let endpoint = |e: Option<&capt_controller::api::ApiEndpoint>| {
+                    e.is_some_and(|e| e.host == ENDPOINT_HOST && e.port == 443)
+                };
+                Ok(uid_of(&cp) == new
+                    && cp
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.ready == Some(true) && s.phase.is_some())
+                    && endpoint(cp.spec.control_plane_endpoint.as_ref())
+                    && endpoint(cluster.spec.control_plane_endpoint.as_ref())
+                    && cluster
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.control_plane_ready == Some(true)))
+            },
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    watch.abort();
+
+    let versions = versions.lock().unwrap().clone();
+    let uids: BTreeSet<&str> = versions.iter().map(|(u, _)| u.as_str()).collect();
+    let of_new: Vec<&Value> = versions
+        .iter()
+        .filter(|(u, _)| *u == new)
+        .map(|(_, v)| v)
+        .collect();
+    let stale_seen = of_new
+        .iter()
+        .filter(|v| {
+            let text = v["status"].to_string() + &v["spec"].to_string();
+            text.contains(STALE_HOST)
+                || text.contains(STALE_MESSAGE)
+                || text.contains("StaleIntent")
+        })
+        .count();
+    println!(
+        "watched {} versions of {} incarnations; {} of the new one, {stale_seen} with an old intent's value",
+        versions.len(),
+        uids.len(),
+        of_new.len()
+    );
+    assert!(of_new.len() >= 3, "the watch followed the new object");
+    assert_eq!(
+        stale_seen, 0,
+        "an old intent's value reached the new object"
+    );
+    let cp = system
+        .get(&["captcontrolplane", "demo"])?
+        .context("the control plane")?;
+    assert!(
+        cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["cluster_endpoint"].is_string(),
+        "the new object has its own atProvider: {}",
+        cp["status"]
+    );
+    assert!(cp["status"].get("failureMessage").is_none());
+
+    // The controller publishes for the new uid only, and the applier's documents hold no
+    // old value.
+    let docs = system
+        .applier
+        .client
+        .get("/v1/intents?kind=CAPTControlPlane&name=demo")
+        .await?
+        .json();
+    let docs = docs.as_array().context("a list of documents")?;
+    assert!(!docs.is_empty());
+    for doc in docs {
+        assert_eq!(doc["uid"], new.as_str(), "{doc}");
+        assert!(
+            !doc["document"].to_string().contains(STALE_HOST),
+            "the applier keeps an old value: {doc}"
+        );
+    }
+    Ok(())
+}
