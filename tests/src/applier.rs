@@ -65,6 +65,11 @@ impl Applier {
         Ok(applier)
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the process (SIGKILL, like a crash) and starts a new one on the same socket.
     pub async fn restart(&mut self) -> Result<()> {
         self.kill();
