@@ -15,4 +15,4 @@ eval "$(hack/testenv.sh start)"
 cargo build --release -p status-applier -p capt-controller -p capt-tests --bins
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -m); $(date -u +%Y-%m-%d); commit $(git rev-parse --short HEAD)"
 echo "command: hack/bench.sh $*"
-target/release/bench-system "$@"
+"${CARGO_TARGET_DIR:-target}/release/bench-system" "$@"
