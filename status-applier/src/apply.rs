@@ -180,18 +180,21 @@ async fn send(
 }
 
 /// What to send, if anything.
-struct Plan {
+#[derive(Debug)]
+pub struct Plan {
     /// The document to apply: the desired one less the paths left to other owners.
-    body: Value,
+    pub body: Value,
     /// Whether the apply forces (only for managers the policy allows, never on protected paths).
-    force: bool,
+    pub force: bool,
     /// Paths another owner holds with other values.
-    conflicts: Vec<Conflict>,
+    pub conflicts: Vec<Conflict>,
     /// True when the manager already owns exactly `body` on the live object.
-    unchanged: bool,
+    pub unchanged: bool,
 }
 
-fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObject) -> Plan {
+/// Plans one apply of `document` for `key` against `object` as last seen (with its
+/// `managedFields`). Pure: no request is made.
+pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObject) -> Plan {
     // An empty object would claim the field itself (and conflict with its other owners);
     // it is what is left of a removed subtree, so it is not sent.
     let document = &without_empty_objects(document);
@@ -220,6 +223,11 @@ fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObj
             remove_at(&mut body, &c.elements);
         }
     }
+    // Removing a conflicting field can leave its parent empty (`status: {}`), which the
+    // API server records as owning `status` itself. Pruned to `{}` when nothing else is
+    // wanted, the body then equals what we own once we own nothing: no write per re-check,
+    // the conflict is still reported.
+    let body = without_empty_objects(&body);
     let owned = conflict::owned_document(&owners, &key.field_manager, subresource, &live);
     let unchanged = same_content(&owned, &body);
     Plan {
@@ -302,4 +310,59 @@ pub fn our_apply_entries(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intent::ObjectRef;
+
+    fn status_key() -> DesiredKey {
+        DesiredKey {
+            object: ObjectRef {
+                api_version: "controlplane.cluster.x-k8s.io/v1beta1".into(),
+                kind: "CAPTControlPlane".into(),
+                namespace: Some("default".into()),
+                name: "demo".into(),
+            },
+            subresource: Some(Subresource::Status),
+            field_manager: "capt-captcontrolplane".into(),
+        }
+    }
+
+    /// The object after `foreign-a` applied `phase: Creating`, with our entry's fieldsV1.
+    fn object(ours: Option<Value>) -> DynamicObject {
+        let mut managed = vec![json!({"manager": "foreign-a", "operation": "Apply",
+            "subresource": "status", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:status": {"f:phase": {}}}})];
+        if let Some(fields) = ours {
+            managed.push(
+                json!({"manager": "capt-captcontrolplane", "operation": "Apply",
+                "subresource": "status", "fieldsType": "FieldsV1", "fieldsV1": fields}),
+            );
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "metadata": {"name": "demo", "namespace": "default", "managedFields": managed},
+            "status": {"phase": "Creating"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_conflict_left_out_leaves_no_empty_object_and_settles() {
+        let document = json!({"status": {"phase": "Ready"}});
+        // We still co-own the phase: the apply (of nothing) releases it.
+        let owning = object(Some(json!({"f:status": {"f:phase": {}}})));
+        let planned = plan(&Policy::default(), &status_key(), &document, &owning);
+        assert_eq!(planned.body, json!({}));
+        assert_eq!(planned.conflicts.len(), 1, "{:?}", planned.conflicts);
+        assert_eq!(planned.conflicts[0].owner, "foreign-a");
+        assert!(!planned.unchanged);
+        // Once we own nothing, nothing is left to apply: no write, the conflict reported.
+        let planned = plan(&Policy::default(), &status_key(), &document, &object(None));
+        assert_eq!(planned.body, json!({}));
+        assert_eq!(planned.conflicts.len(), 1);
+        assert!(planned.unchanged);
+    }
 }

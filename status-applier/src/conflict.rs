@@ -2,7 +2,9 @@
 //! foreign managers as recorded in the live object's `managedFields` (predicted). The 409 of
 //! the API server confirms what prediction missed.
 
-use crate::document::{claimed_fields, same_content, value_at};
+use crate::document::{
+    claimed_fields, list_map_keys, same_content, value_at, without_empty_objects,
+};
 use crate::fieldsv1::{FieldSet, PathElement, path_to_string};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde::Serialize;
@@ -104,6 +106,9 @@ pub fn predict(
         .filter(|o| !o.is_apply_of(manager, subresource))
     {
         for path in value_leaves(&claimed.intersection(&owner.fields)) {
+            if !owns_value(&owner.fields, &path, live) {
+                continue;
+            }
             let ours = value_at(desired, &path);
             let theirs = value_at(live, &path);
             if differs(ours, theirs) {
@@ -121,13 +126,47 @@ pub fn predict(
     conflicts
 }
 
+/// True when `fields` owns the value at `path` on `live`, so that changing it is a conflict.
+///
+/// A leaf without children above `path` owns it only when the live value of that leaf is
+/// atomic. On a map (or a keyed list) it is ownership of the container alone: the API server
+/// keeps `f:status: {}` for a manager that applied `status: {}` or lost every field below a
+/// map it created, and accepts other managers' applies below it without a 409 (its
+/// conflicts are the fields an apply modifies or adds, and an existing map is neither).
+/// Without the schema an atomic map looks like any map; the API server's 409 reports
+/// what this misses.
+fn owns_value(fields: &FieldSet, path: &[PathElement], live: &Value) -> bool {
+    let Some(len) = fields.covering_leaf(path) else {
+        return true;
+    };
+    let leaf = &path[..len];
+    match value_at(live, leaf) {
+        // `null` is what server-side apply leaves of such a map once the last fields below
+        // it are released; the API server accepts applies below it without a 409 too.
+        Some(Value::Object(_) | Value::Null) => false,
+        Some(Value::Array(_)) => {
+            let schema_path: Vec<PathElement> = leaf
+                .iter()
+                .filter(|e| matches!(e, PathElement::Field(_)))
+                .cloned()
+                .collect();
+            list_map_keys(&schema_path).is_none()
+        }
+        // A scalar replaced by our fields, or absent: the apply modifies or adds the leaf.
+        _ => true,
+    }
+}
+
 /// Paths where `desired` and another of our managers' documents for the same object and
 /// subresource want different values. Such an intent is refused before any request.
 pub fn local(desired: &Value, others: &[(&str, &Value)]) -> Vec<Conflict> {
-    let claimed = claimed_fields(desired);
+    // Empty objects are never applied (see `apply::plan`); claimed, `{}` would be a leaf
+    // owning every field another document sets below it.
+    let claimed = claimed_fields(&without_empty_objects(desired));
     let mut conflicts = Vec::new();
     for (manager, doc) in others {
-        for path in value_leaves(&claimed.intersection(&claimed_fields(doc))) {
+        let theirs = claimed_fields(&without_empty_objects(doc));
+        for path in value_leaves(&claimed.intersection(&theirs)) {
             let ours = value_at(desired, &path);
             let theirs = value_at(doc, &path);
             if differs(ours, theirs) {
@@ -237,6 +276,44 @@ mod tests {
     }
 
     #[test]
+    fn a_foreign_owner_of_a_map_alone_does_not_own_its_fields() {
+        // What the API server keeps after `foreign-u` created atProvider with a checksum by an
+        // update and then removed the checksum, and after `foreign-a` applied `spec: {}`.
+        let live = json!({"spec": {"controlPlaneEndpoint": {"host": "a", "port": 443}},
+                          "status": {"workspaceStatus": {"atProvider": {}}}});
+        let emptied = json!({"status": {"workspaceStatus": {"atProvider": null}}});
+        let (owners, errors) = owners(&[
+            entry(
+                "foreign-u",
+                "Update",
+                "status",
+                json!({"f:status": {".": {}, "f:workspaceStatus": {".": {}, "f:atProvider": {}}}}),
+            ),
+            entry("foreign-a", "Apply", "", json!({"f:spec": {}})),
+        ]);
+        assert!(errors.is_empty());
+        let desired = json!({"status": {"workspaceStatus": {"atProvider": {"checksum": "ours"}}}});
+        assert!(predict(&desired, "capt", "status", &live, &owners).is_empty());
+        assert!(predict(&desired, "capt", "status", &emptied, &owners).is_empty());
+        let desired = json!({"spec": {"controlPlaneEndpoint": {"host": "b", "port": 443}}});
+        assert!(predict(&desired, "capt", "", &live, &owners).is_empty());
+        // A leaf on an atomic value still owns what replaces it, and one on an absent map
+        // owns the map our apply would add.
+        let live = json!({"spec": {"controlPlaneEndpoint": "atomic"}});
+        let (atomic, _) = super::owners(&[entry(
+            "foreign-a",
+            "Apply",
+            "",
+            json!({"f:spec": {"f:controlPlaneEndpoint": {}, "f:x": {}}}),
+        )]);
+        let conflicts = predict(&desired, "capt", "", &live, &atomic);
+        assert_eq!(conflicts.len(), 2, "{conflicts:?}");
+        let desired = json!({"spec": {"x": {"y": 1}}});
+        let conflicts = predict(&desired, "capt", "", &live, &atomic);
+        assert_eq!(conflicts[0].path, ".spec.x.y");
+    }
+
+    #[test]
     fn our_own_apply_entry_is_not_a_foreign_owner() {
         let (live, owners) = live_cluster();
         let desired = json!({"status": {"infrastructureReady": false}});
@@ -266,6 +343,11 @@ mod tests {
         assert_eq!(conflicts[0].owner, "other-manager");
         let agreeing = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
         assert!(local(&ours, &[("other-manager", &agreeing)]).is_empty());
+        // An empty map left in a document by a fragment claims nothing.
+        let emptied = json!({"status": {"phase": "Ready", "workspaceStatus": {}}});
+        let other = json!({"status": {"workspaceStatus": {"ready": true}}});
+        assert!(local(&emptied, &[("other-manager", &other)]).is_empty());
+        assert!(local(&other, &[("other-manager", &emptied)]).is_empty());
     }
 
     #[test]

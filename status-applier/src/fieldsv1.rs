@@ -19,10 +19,12 @@
 //! # Ownership semantics
 //!
 //! A node without children (a leaf) owns its whole subtree: owning `.spec.controlPlaneEndpoint`
-//! owns `.spec.controlPlaneEndpoint.host`. A node marked `.` that also has children owns only
-//! itself and the listed children, as in server-side apply: `.status` marked `.` does not make
-//! its manager own `.status.anythingElse`. A set decoded from `{".":{}}` alone and one decoded
-//! from `{}` are the same leaf.
+//! owns `.spec.controlPlaneEndpoint.host`. (For conflicts that holds only when the value is
+//! atomic: on a map the API server means the map itself, see [`FieldSet::covering_leaf`].)
+//! A node marked `.` that also has children owns only itself and the listed children, as in
+//! server-side apply: `.status` marked `.` does not make its manager own
+//! `.status.anythingElse`. A set decoded from `{".":{}}` alone and one decoded from `{}` are
+//! the same leaf.
 //!
 //! # Limits
 //!
@@ -308,6 +310,24 @@ impl FieldSet {
             Walk::Reached(node) => node.self_owned,
             Walk::Missing => false,
         }
+    }
+
+    /// When `path` lies strictly below a leaf without children, the length of that leaf's
+    /// path (a prefix of `path`); `None` when `path` is reached or leaves the set.
+    ///
+    /// Such a leaf owns the whole value at its path, which covers `path` only if that value is
+    /// atomic: a leaf on a map (`f:status: {}`, recorded for a manager that applied the map
+    /// empty or lost every field below it) owns the map itself, not its fields. The set alone
+    /// cannot tell which; the caller decides from the live value.
+    pub fn covering_leaf(&self, path: &[PathElement]) -> Option<usize> {
+        let mut node = self;
+        for (depth, element) in path.iter().enumerate() {
+            if node.is_leaf() {
+                return Some(depth);
+            }
+            node = &node.children.get(&element.encode())?.set;
+        }
+        None
     }
 
     /// True when the set owns `path` or anything below it.
@@ -1080,6 +1100,20 @@ mod tests {
         let mut other = path("status.conditions");
         other.push(key(json!({"type": "WorkspaceReady"})));
         assert!(!set.owns(&other));
+    }
+
+    #[test]
+    fn covering_leaf_names_the_childless_leaf_above_a_path() {
+        let set = decode(&json!({"f:status":{".":{},"f:workspaceStatus":{"f:atProvider":{}}}}));
+        let below = path("status.workspaceStatus.atProvider.checksum");
+        assert_eq!(set.covering_leaf(&below), Some(3));
+        assert_eq!(
+            set.covering_leaf(&path("status.workspaceStatus.atProvider")),
+            None
+        );
+        // `.` with children covers nothing below it.
+        assert_eq!(set.covering_leaf(&path("status.phase")), None);
+        assert_eq!(set.covering_leaf(&path("spec.x")), None);
     }
 
     #[test]

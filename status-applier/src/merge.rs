@@ -70,13 +70,22 @@ fn set(value: &mut Value, path: &FieldPath, new: Value) {
     *here = new;
 }
 
-/// True for what counts as removing a protected value: null, "", {} and [].
+/// True for what counts as removing a protected value: null, "", [] and an object that
+/// holds nothing once its empty objects are pruned (`{}`, `{"outputs": {}}`), since the
+/// apply body is pruned the same way and would then remove the path from the object.
 fn is_empty(value: &Value) -> bool {
     match value {
-        Value::Null => true,
         Value::String(s) => s.is_empty(),
-        Value::Object(m) => m.is_empty(),
         Value::Array(a) => a.is_empty(),
+        other => holds_nothing(other),
+    }
+}
+
+/// True for null and for objects whose members all hold nothing.
+fn holds_nothing(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(m) => m.values().all(holds_nothing),
         _ => false,
     }
 }
@@ -158,6 +167,32 @@ mod tests {
         );
         assert_eq!(merged.document, current);
         assert_eq!(merged.kept, vec![path("status.workspaceStatus.atProvider")]);
+    }
+
+    #[test]
+    fn replacing_a_protected_path_with_a_map_of_empty_maps_keeps_it() {
+        // `atProvider` is replaced whole: `{outputs: {}}` holds nothing once pruned, so the
+        // apply would remove atProvider from the object.
+        let current = json!({"status": {"workspaceStatus": {"atProvider": {"checksum": "c1"}}}});
+        let merged = merge(
+            current.clone(),
+            json!({"status": {"workspaceStatus": {"atProvider": {"outputs": {}}}}}),
+        );
+        assert_eq!(merged.document, current);
+        assert_eq!(merged.kept, vec![path("status.workspaceStatus.atProvider")]);
+        // The same through nulls below a merged protected path, and released it goes.
+        let current = json!({"spec": {"controlPlaneEndpoint": {"host": "h"}}});
+        let fragment = json!({"spec": {"controlPlaneEndpoint": {"host": null, "extra": {}}}});
+        let merged = merge(current.clone(), fragment.clone());
+        assert_eq!(merged.document, current);
+        assert_eq!(merged.kept, vec![path("spec.controlPlaneEndpoint")]);
+        let released = merge_fragment(
+            &current,
+            &fragment,
+            &control_plane_rules(),
+            &[path("spec.controlPlaneEndpoint")],
+        );
+        assert!(released.kept.is_empty());
     }
 
     #[test]
