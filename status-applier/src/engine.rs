@@ -375,7 +375,11 @@ impl Engine {
             .get(key)
             .is_none_or(|e| uid.is_some() && e.precondition.as_deref() != uid);
         if reload {
-            state.insert(key.clone(), Entry::new(document, object_uid));
+            let mut fresh = Entry::new(document, object_uid);
+            if let Some(old) = state.entries.get_mut(key) {
+                supersede(key, old, &mut fresh, uid);
+            }
+            state.insert(key.clone(), fresh);
         }
         drop(state);
         self.loading.lock().expect("lock").remove(key);
@@ -702,6 +706,24 @@ impl Engine {
             .iter()
             .cloned()
             .collect()
+    }
+}
+
+/// Replaces the document of an older incarnation of the object with `fresh`: the old
+/// intents' waiting submitters hear that theirs were dropped (`rejected`, like any intent for
+/// a recreated object), and the key keeps its queue state and version count, so that it is
+/// never queued twice and an old apply still in flight answers none of the new waiters.
+fn supersede(key: &DesiredKey, old: &mut Entry, fresh: &mut Entry, uid: Option<&str>) {
+    fresh.version = old.version;
+    fresh.queued = old.queued;
+    fresh.in_flight = old.in_flight;
+    let dropped = Outcome::new(key, Action::rejected).with_message(format!(
+        "uid precondition failed: the object was recreated (uid {}), and an intent for the \
+         new incarnation replaced this one before it was applied",
+        uid.unwrap_or("unknown")
+    ));
+    for (_, tx) in old.waiters.drain(..) {
+        let _ = tx.send(dropped.clone());
     }
 }
 
