@@ -83,6 +83,13 @@ const STATUS_MANAGERS: [&str; 4] = [
     "capt-workspacetemplateapply",
 ];
 
+/// How long an output change may take to reach the Cluster before it counts as missed.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The change phase stops after this many misses, or after `CHANGES_BUDGET` (a saturated
+/// baseline would take hours); the table says how many changes were made.
+const MISSES_BEFORE_GIVING_UP: usize = 10;
+const CHANGES_BUDGET: Duration = Duration::from_secs(300);
+
 /// Counters at one moment.
 #[derive(Clone)]
 struct Snapshot {
@@ -131,6 +138,7 @@ struct ProcessStats {
 struct Round {
     mode: Mode,
     clusters: usize,
+    provisioned: usize,
     provisioned_in: f64,
     provisioning: Delta,
     steady: Delta,
@@ -224,6 +232,14 @@ impl Probe<'_> {
     }
 }
 
+/// The benchmark's own creates, named in the audit log.
+fn bench_creates() -> PostParams {
+    PostParams {
+        field_manager: Some("capt-bench".into()),
+        ..Default::default()
+    }
+}
+
 fn resource(group: &str, kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1beta1", kind))
 }
@@ -256,7 +272,7 @@ async fn create_templates(client: &kube::Client, ns: &str) -> Result<()> {
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc)?;
         v["metadata"]["namespace"] = json!(ns);
-        api.create(&PostParams::default(), &serde_json::from_value(v)?)
+        api.create(&bench_creates(), &serde_json::from_value(v)?)
             .await?;
     }
     Ok(())
@@ -281,7 +297,7 @@ async fn create_stack(client: kube::Client, ns: String, name: String) -> Result<
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &ns, &resource(&group, &kind));
         let created = api
-            .create(&PostParams::default(), &serde_json::from_value(doc)?)
+            .create(&bench_creates(), &serde_json::from_value(doc)?)
             .await
             .with_context(|| format!("creating {kind} {ns}/{name}"))?;
         if kind == "Cluster" {
@@ -455,23 +471,17 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
     .await?;
     let deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 2);
     let mut reported = Instant::now();
-    while clusters.provisioned() < n {
-        if Instant::now() > deadline {
-            bail!(
-                "only {}/{n} Clusters provisioned in time\n--- controller log (tail):\n{}",
-                clusters.provisioned(),
-                tail(&system.controller_log_text(), 40)
-            );
-        }
+    while clusters.provisioned() < n && Instant::now() < deadline {
         if reported.elapsed() > Duration::from_secs(10) {
             eprintln!("  provisioned {}/{n}", clusters.provisioned());
             reported = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let provisioned = clusters.provisioned();
     let provisioned_at = round.snapshot(&system).await?;
     let provisioned_in = (provisioned_at.at - start.at).as_secs_f64();
-    eprintln!("  all {n} provisioned in {provisioned_in:.1} s");
+    eprintln!("  {provisioned}/{n} provisioned in {provisioned_in:.1} s");
     let settled = settle(
         &round,
         &system,
@@ -503,19 +513,20 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
     let mut missed = 0;
     let before = round.snapshot(&system).await?;
     for c in 0..changes {
+        if missed >= MISSES_BEFORE_GIVING_UP || before.at.elapsed() > CHANGES_BUDGET {
+            eprintln!("  {c} output changes made, {missed} missed: the phase stops here");
+            break;
+        }
         let stack = stack_name(c * n / changes);
         let host = endpoint_host(&stack, c);
         let sent = Instant::now();
-        change_output(
-            &workspaces,
-            &format!("{}-{stack}-controlplane", ns.name),
-            &host,
-        )
-        .await?;
-        match clusters
-            .endpoint_seen(&stack, &host, Duration::from_secs(30))
-            .await
-        {
+        let ws = format!("{}-{stack}-controlplane", ns.name);
+        if let Err(e) = change_output(&workspaces, &ws, &host).await {
+            eprintln!("  cannot change {ws}: {e:#}");
+            missed += 1;
+            continue;
+        }
+        match clusters.endpoint_seen(&stack, &host, CHANGE_TIMEOUT).await {
             Some(at) => latencies_ms.push((at - sent).as_secs_f64() * 1000.0),
             None => missed += 1,
         }
@@ -567,6 +578,7 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
     Ok(Round {
         mode,
         clusters: n,
+        provisioned,
         provisioned_in,
         provisioning,
         steady,
@@ -620,11 +632,6 @@ async fn socket_burst(
     round.delta(&before, &round.snapshot(system).await?)
 }
 
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -657,7 +664,11 @@ fn print_tables(rounds: &[Round], args: &Args) {
         };
         let per = |n: u64, d: usize| format!("{:.2}", n as f64 / d.max(1) as f64);
         row("provisioned in (s)", &|r| {
-            format!("{:.1}", r.provisioned_in)
+            if r.provisioned == r.clusters {
+                format!("{:.1}", r.provisioned_in)
+            } else {
+                format!("only {} after {:.0}", r.provisioned, r.provisioned_in)
+            }
         });
         row("provisioning: status writes (all managers)", &|r| {
             r.provisioning.status_writes().to_string()
@@ -704,7 +715,9 @@ fn print_tables(rounds: &[Round], args: &Args) {
         row("output → Cluster endpoint p99 (ms)", &|r| {
             latency(r, 0.99)
         });
-        row("output changes missed (30 s)", &|r| r.missed.to_string());
+        row("output changes made / missed (10 s)", &|r| {
+            format!("{} / {}", r.latencies_ms.len() + r.missed, r.missed)
+        });
         row(
             &format!("burst of {} output changes: status writes", args.burst),
             &|r| r.burst.status_writes().to_string(),
