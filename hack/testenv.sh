@@ -150,7 +150,8 @@ cmd_start() {
 	token=$(openssl rand -hex 24)
 	echo "$token,admin,admin,system:masters" >"$STATE/certs/tokens.csv"
 	# An audit log of every write (not Events, not Leases): hack/bench.sh counts API writes per
-	# field manager from it. Metadata level: no request or response bodies (Secrets stay out).
+	# field manager from it. Metadata level: no request or response bodies (Secrets stay out);
+	# never rotated (the benchmark reads it by offset).
 	cat >"$STATE/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -168,7 +169,7 @@ EOF
 		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$STATE/certs/sa.pub"
 		--service-account-signing-key-file "$STATE/certs/sa.key" --service-cluster-ip-range 10.0.0.0/24
 		--disable-admission-plugins ServiceAccount --enable-priority-and-fairness=false
-		--audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/audit.log" --audit-log-format json)
+		--audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/audit.log" --audit-log-format json --audit-log-maxsize 1000000)
 	# Kept so that fault tests can stop and restart the API server alone (apiserver-stop/start).
 	printf '%q ' "${apiserver[@]}" >"$STATE/kube-apiserver.cmd"
 	"${apiserver[@]}" >"$STATE/kube-apiserver.log" 2>&1 &

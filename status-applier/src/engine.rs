@@ -28,6 +28,10 @@ pub struct Settings {
     /// How long a queued key waits for more intents before its apply: the apply starts once
     /// no intent arrived for this long (and at the latest after ten windows).
     pub coalesce_window: Duration,
+    /// Wait a window before the first apply of a burst too. By default an intent for a key
+    /// that saw no intent for a window is applied at once (a lone change pays no window), and
+    /// what arrives while that apply runs is coalesced into the next one.
+    pub delay_first_apply: bool,
     /// Applies in flight at once (for different keys).
     pub max_concurrent_applies: usize,
     /// First retry delay after an API error; doubles per failure, with jitter.
@@ -44,6 +48,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             coalesce_window: Duration::from_millis(10),
+            delay_first_apply: false,
             max_concurrent_applies: 16,
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(60),
@@ -150,6 +155,10 @@ struct Entry {
     retry_at: Option<Instant>,
     failures: u32,
     waiters: Vec<(u64, oneshot::Sender<Outcome>)>,
+    /// When the last intent for the key arrived.
+    last_intent: Option<Instant>,
+    /// The queued apply is the first after a quiet window: it need not wait for another.
+    apply_at_once: bool,
     last: Option<Outcome>,
     reported: BTreeSet<String>,
 }
@@ -167,6 +176,8 @@ impl Entry {
             retry_at: None,
             failures: 0,
             waiters: Vec::new(),
+            last_intent: None,
+            apply_at_once: false,
             last: None,
             reported: BTreeSet::new(),
         }
@@ -289,6 +300,11 @@ impl Engine {
             .map(|k| (k.field_manager.clone(), state.entries[k].document.clone()))
             .collect();
         let entry = state.entries.get_mut(&key).expect("loaded");
+        let now = Instant::now();
+        let after_quiet = entry
+            .last_intent
+            .is_none_or(|at| now - at >= self.settings.coalesce_window);
+        entry.last_intent = Some(now);
         let merged = merge_fragment(&entry.document, &intent.fragment, &rules, &intent.release);
         let mut outcome = Outcome::new(&key, Action::queued);
         outcome.kept = merged.kept.iter().map(ToString::to_string).collect();
@@ -331,6 +347,7 @@ impl Engine {
                 .inc();
         } else {
             entry.queued = true;
+            entry.apply_at_once = after_quiet && !self.settings.delay_first_apply;
             let _ = self.queue.send(key.clone());
         }
         let waiter = wait.then(|| {
@@ -430,7 +447,14 @@ impl Engine {
     /// windows), so a burst becomes one apply.
     async fn quiet(&self, key: &DesiredKey) {
         let window = self.settings.coalesce_window;
-        if window.is_zero() {
+        let at_once = self
+            .state
+            .lock()
+            .expect("lock")
+            .entries
+            .get_mut(key)
+            .is_some_and(|e| std::mem::take(&mut e.apply_at_once));
+        if window.is_zero() || at_once {
             return;
         }
         let version = || {

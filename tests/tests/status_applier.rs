@@ -204,16 +204,51 @@ async fn a_no_op_intent_makes_no_write() -> Result<()> {
     Ok(())
 }
 
+/// How long a lone intent takes to be applied (answered with `wait`), under `args`.
+async fn lone_intent_latency(prefix: &str, args: &[&str]) -> Result<Duration> {
+    let f = fixture(prefix).await?;
+    let applier = Applier::start(args).await?;
+    let started = Instant::now();
+    let answer = applier
+        .client
+        .submit(&f.status(json!({"phase": "Creating"})), true)
+        .await?;
+    let took = started.elapsed();
+    assert!(answer.status.is_success(), "{}", answer.body);
+    assert_eq!(f.object().await?["status"]["phase"], "Creating");
+    Ok(took)
+}
+
+#[tokio::test]
+async fn a_lone_intent_is_applied_without_waiting_a_coalescing_window() -> Result<()> {
+    // A 2 s window: applied at once means well under it; delayed means at least it.
+    let window = ["--coalesce-window-ms", "2000"];
+    let at_once = lone_intent_latency("sa-lone", &window).await?;
+    let delayed = lone_intent_latency(
+        "sa-lone-delayed",
+        &[&window[..], &["--delay-first-apply"]].concat(),
+    )
+    .await?;
+    println!("lone intent: {at_once:?} by default, {delayed:?} with --delay-first-apply");
+    assert!(at_once < Duration::from_millis(1000), "{at_once:?}");
+    assert!(delayed >= Duration::from_millis(2000), "{delayed:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_burst_of_100_intents_for_one_object_makes_at_most_2_applies() -> Result<()> {
     let f = fixture("sa-burst").await?;
     // outputs merge key by key here (by default they are replaced whole).
+    // A window wide enough that 100 concurrent submissions arrive within it on a loaded machine.
     let applier = Applier::start(&[
         "--replace",
         "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider",
+        "--coalesce-window-ms",
+        "100",
     ])
     .await?;
-    // 100 intents at once, each adding one output: all must land, in at most 2 applies.
+    // 100 intents at once, each adding one output: all must land, in at most 2 applies (the
+    // first intent is applied at once; the rest coalesce into the next apply).
     let intents: Vec<Intent> = (0..100)
         .map(|i| {
             f.status(

@@ -53,6 +53,9 @@ struct Args {
     /// Size of the bursts.
     #[arg(long, default_value_t = 100)]
     burst: usize,
+    /// More flags for `status-applier serve` (e.g. `--applier-args=--coalesce-window-ms=0`).
+    #[arg(long, value_delimiter = ' ', allow_hyphen_values = true)]
+    applier_args: Vec<String>,
     /// The fake provider's apply time while provisioning.
     #[arg(long, default_value_t = 100)]
     provider_delay_ms: u64,
@@ -185,6 +188,12 @@ impl Probe<'_> {
 
     /// The writes to this round's objects between two snapshots, by field manager.
     fn delta(&self, from: &Snapshot, to: &Snapshot) -> Result<Delta> {
+        if to.audit_offset < from.audit_offset {
+            bail!(
+                "the audit log {} was rotated during a phase",
+                self.audit.display()
+            );
+        }
         let mut file = std::fs::File::open(self.audit)?;
         file.seek(std::io::SeekFrom::Start(from.audit_offset))?;
         let reader = std::io::BufReader::new(file.take(to.audit_offset - from.audit_offset));
@@ -451,7 +460,15 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
         Mode::Sidecar => &["--no-leader-election"],
         Mode::Baseline => &["--no-leader-election", "--baseline-full-update"],
     };
-    let mut system = System::start_with(&ns.name, args.provider_delay_ms, controller_args).await?;
+    let applier_args: Vec<&str> = args.applier_args.iter().map(String::as_str).collect();
+    let mut system = System::start_tuned(
+        &ns.name,
+        args.provider_delay_ms,
+        controller_args,
+        &applier_args,
+        &env().kubeconfig,
+    )
+    .await?;
     let round = Probe {
         mode,
         ns: &ns.name,
