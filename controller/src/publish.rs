@@ -97,6 +97,19 @@ impl Publication {
     }
 }
 
+impl Publication {
+    /// `kind/namespace/name [manager]`, for errors.
+    fn subject(&self) -> String {
+        format!(
+            "{}/{}/{} [{}]",
+            self.target.kind,
+            self.target.namespace.as_deref().unwrap_or(""),
+            self.target.name,
+            self.field_manager
+        )
+    }
+}
+
 /// The status-applier target of an object, with its uid as a precondition.
 pub fn target<K: kube::Resource<DynamicType = ()>>(obj: &K) -> Target {
     use kube::ResourceExt;
@@ -174,13 +187,7 @@ impl Publisher {
         if self.delivered.lock().expect("lock").get(&key) == Some(&remembered) {
             return Ok(false);
         }
-        let subject = format!(
-            "{}/{}/{} [{}]",
-            p.target.kind,
-            p.target.namespace.as_deref().unwrap_or(""),
-            p.target.name,
-            p.field_manager
-        );
+        let subject = p.subject();
         let intent = Intent {
             target: p.target,
             subresource: p.subresource,
@@ -226,13 +233,7 @@ impl Publisher {
 /// The baseline's write: GET, merge the fragment, PUT.
 async fn full_update(client: &kube::Client, p: Publication) -> Result<(), PublishError> {
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-    let subject = format!(
-        "{}/{}/{} [{}]",
-        p.target.kind,
-        p.target.namespace.as_deref().unwrap_or(""),
-        p.target.name,
-        p.field_manager
-    );
+    let subject = p.subject();
     let err = |source| PublishError::Update {
         subject: subject.clone(),
         source,

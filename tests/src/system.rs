@@ -297,6 +297,30 @@ impl System {
         let _ = self.controller.wait();
     }
 
+    /// Changes the `cluster_endpoint` output of the sample's control-plane Workspace where
+    /// it comes from: the WorkspaceTemplate (the controller renders the Workspace from it, and
+    /// takes back an annotation changed on the Workspace itself).
+    pub fn set_endpoint_output(&self, endpoint: &str) -> Result<()> {
+        let outputs =
+            serde_json::json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
+        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+            "fake.tf.upbound.io/outputs": outputs.to_string()}}}}});
+        env().kubectl_ok(
+            &[
+                "patch",
+                "workspacetemplate",
+                "eks",
+                "-n",
+                &self.namespace,
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+            None,
+        )?;
+        Ok(())
+    }
+
     /// The controller's process id.
     pub fn controller_pid(&self) -> u32 {
         self.controller.id()

@@ -84,28 +84,6 @@ fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
 }
 
-/// Changes the `cluster_endpoint` output where it comes from: the WorkspaceTemplate (the
-/// controller renders the Workspace from it).
-fn set_endpoint_output(ns: &str, endpoint: &str) -> Result<()> {
-    let outputs = json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
-    let patch = json!({"spec": {"template": {"metadata": {"annotations": {
-        "fake.tf.upbound.io/outputs": outputs.to_string()}}}}});
-    env().kubectl_ok(
-        &[
-            "patch",
-            "workspacetemplate",
-            "eks",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        None,
-    )?;
-    Ok(())
-}
-
 /// The sum of the applier's `name` samples for CAPT's two endpoint managers.
 async fn endpoint_managers_metric(system: &System, name: &str) -> Result<f64> {
     let mut sum = 0.0;
@@ -205,7 +183,7 @@ async fn foreign_update_and_forced_apply_on_the_endpoint_are_reported_never_foug
         }
         if i % 3 == 0 {
             last_output = format!("https://ws-{i}.example.com");
-            set_endpoint_output(&ns.name, &last_output)?;
+            system.set_endpoint_output(&last_output)?;
         }
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
@@ -421,7 +399,7 @@ async fn foreign_update_and_forced_apply_on_the_endpoint_are_reported_never_foug
         "released: CAPT's endpoint back after {:.1} s",
         released.elapsed().as_secs_f64()
     );
-    set_endpoint_output(&ns.name, "https://after-release.example.com")?;
+    system.set_endpoint_output("https://after-release.example.com")?;
     system
         .wait_for(
             "both endpoints following the Workspace again",

@@ -169,29 +169,6 @@ fn entry_name(e: &Value) -> String {
     )
 }
 
-/// Changes the `cluster_endpoint` output of the control plane's Workspaces where it comes
-/// from: the WorkspaceTemplate (the controller renders the Workspace from it, and takes back
-/// an annotation changed on the Workspace itself).
-fn set_endpoint_output(ns: &str, endpoint: &str) -> Result<()> {
-    let outputs = json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
-    let patch = json!({"spec": {"template": {"metadata": {"annotations": {
-        "fake.tf.upbound.io/outputs": outputs.to_string()}}}}});
-    env().kubectl_ok(
-        &[
-            "patch",
-            "workspacetemplate",
-            "eks",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        None,
-    )?;
-    Ok(())
-}
-
 #[tokio::test]
 async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_lost() -> Result<()>
 {
@@ -294,7 +271,7 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
         ],
         None,
     )?;
-    set_endpoint_output(&ns.name, "https://failover.example.com:6443")?;
+    system.set_endpoint_output("https://failover.example.com:6443")?;
     system
         .wait_for(
             "the standby to lead",
@@ -351,7 +328,7 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
     system
         .wait_mirrored("during-failover", Duration::from_secs(10))
         .await?;
-    set_endpoint_output(&ns.name, "https://after-failover.example.com")?;
+    system.set_endpoint_output("https://after-failover.example.com")?;
     system
         .wait_for(
             "the endpoint changed after the failover",
