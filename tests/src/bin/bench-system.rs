@@ -563,7 +563,10 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
     let ws = format!("{}-{stack}-controlplane", ns.name);
     let before = round.snapshot(&system).await?;
     for b in 0..args.burst {
-        change_output(&workspaces, &ws, &endpoint_host(&stack, 100_000 + b)).await?;
+        if let Err(e) = change_output(&workspaces, &ws, &endpoint_host(&stack, 100_000 + b)).await {
+            eprintln!("  the burst cannot change {ws}: {e:#}");
+            break;
+        }
     }
     let last = endpoint_host(&stack, 100_000 + args.burst - 1);
     if clusters
@@ -656,28 +659,30 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn print_tables(rounds: &[Round], args: &Args) {
+fn tables(rounds: &[Round], args: &Args) -> String {
+    use std::fmt::Write;
+    let out = std::cell::RefCell::new(String::new());
     let mut sizes: Vec<usize> = rounds.iter().map(|r| r.clusters).collect();
     sizes.dedup();
     for n in sizes {
         let rs: Vec<&Round> = rounds.iter().filter(|r| r.clusters == n).collect();
-        println!("\n### {n} clusters\n");
-        print!("| measure |");
+        let _ = writeln!(out.borrow_mut(), "\n### {n} clusters\n");
+        out.borrow_mut().push_str("| measure |");
         for r in &rs {
-            print!(" {} |", r.mode.name());
+            let _ = write!(out.borrow_mut(), " {} |", r.mode.name());
         }
-        println!();
-        print!("| --- |");
+        out.borrow_mut().push('\n');
+        out.borrow_mut().push_str("| --- |");
         for _ in &rs {
-            print!(" ---: |");
+            out.borrow_mut().push_str(" ---: |");
         }
-        println!();
+        out.borrow_mut().push('\n');
         let row = |label: &str, cell: &dyn Fn(&Round) -> String| {
-            print!("| {label} |");
+            let _ = write!(out.borrow_mut(), "| {label} |");
             for r in &rs {
-                print!(" {} |", cell(r));
+                let _ = write!(out.borrow_mut(), " {} |", cell(r));
             }
-            println!();
+            out.borrow_mut().push('\n');
         };
         let per = |n: u64, d: usize| format!("{:.2}", n as f64 / d.max(1) as f64);
         row("provisioned in (s)", &|r| {
@@ -774,7 +779,8 @@ fn print_tables(rounds: &[Round], args: &Args) {
             Some(a) => format!("{:.1}", a.cpu_seconds),
             None => "n/a".into(),
         });
-        println!("\nWrites by field manager in each phase (API server audit log):\n");
+        out.borrow_mut()
+            .push_str("\nWrites by field manager in each phase (API server audit log):\n\n");
         for r in &rs {
             for (phase, d) in [
                 ("provisioning", &r.provisioning),
@@ -783,10 +789,16 @@ fn print_tables(rounds: &[Round], args: &Args) {
                 ("burst", &r.burst),
             ] {
                 let list: Vec<String> = d.writes.iter().map(|(m, n)| format!("{m} {n}")).collect();
-                println!("- {} / {phase}: {}", r.mode.name(), list.join(", "));
+                let _ = writeln!(
+                    out.borrow_mut(),
+                    "- {} / {phase}: {}",
+                    r.mode.name(),
+                    list.join(", ")
+                );
             }
         }
     }
+    out.into_inner()
 }
 
 fn rate(r: &Round, count: f64) -> String {
@@ -810,8 +822,11 @@ async fn main() -> Result<()> {
         for &mode in &args.modes {
             let round = run_round(&args, mode, n).await?;
             rounds.push(round);
+            // Each round's numbers as soon as it ends (on stderr): a later round that fails
+            // does not take them along.
+            eprintln!("{}", tables(&rounds[rounds.len() - 1..], &args));
         }
     }
-    print_tables(&rounds, &args);
+    print!("{}", tables(&rounds, &args));
     Ok(())
 }
