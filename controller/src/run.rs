@@ -153,8 +153,11 @@ where
             lifecycle(obj)
         }
     };
+    // The reconcilers read managedFields from fresh GETs only: the cache need not hold them
+    // (they are most of an object's size, and 1,000 clusters make thousands of objects).
     let stream = watcher(scope.api(client), watcher::Config::default())
         .default_backoff()
+        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(wakes, Default::default());
