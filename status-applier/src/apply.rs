@@ -41,6 +41,7 @@ pub async fn attempt(
     };
     // A 409 means the cached object was stale (a conflict prediction missed, or the
     // resourceVersion precondition failed): read it again and plan again, a few times.
+    let mut reread = false;
     for tries in 1.. {
         let object = match live.get(&kind, &key.object).await {
             Ok(Some(object)) => object,
@@ -51,6 +52,15 @@ pub async fn attempt(
         if let Some(expected) = precondition
             && uid.as_deref() != Some(expected)
         {
+            // The cache may not have seen the object recreated yet: ask the API server once
+            // before refusing an intent for the new incarnation.
+            if !reread {
+                reread = true;
+                if let Err(e) = live.reread(&kind, &key.object).await {
+                    return failed(metrics, key, e, None);
+                }
+                continue;
+            }
             let found = uid.clone().unwrap_or_else(|| "none".into());
             return failed(
                 metrics,

@@ -144,6 +144,22 @@ impl Live {
         }
     }
 
+    /// Reads an object from the API server, not the cache, and caches what it found.
+    pub async fn reread(&self, kind: &Kind, obj: &ObjectRef) -> Result<(), ApplyError> {
+        match kind
+            .api(&self.client, obj.namespace.as_deref())
+            .get_opt(&obj.name)
+            .await
+        {
+            Ok(Some(found)) => {
+                kind.observe(found);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(ApplyError::from_kube(e)),
+        }
+    }
+
     /// Records what an apply answered.
     pub fn observe(&self, kind: &Kind, obj: DynamicObject) {
         kind.observe(obj);

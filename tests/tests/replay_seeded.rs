@@ -15,7 +15,9 @@
 //!
 //! By default the generated writes stay within what the pure model covers: merge patches
 //! only write fields whose parent maps exist, applies write no maps below `atProvider`, and
-//! intents never replace `atProvider` with a map that holds nothing but is not `{}`. (These
+//! intents never replace `atProvider` with a map that holds nothing but is not `{}`, nor
+//! release it while a foreign manager owns a field below it (the API server would leave
+//! `atProvider: null`, which the CRD refuses with a 422: a known limit). (The first three
 //! limits first kept the replay clear of three applier bugs the property found; they are
 //! fixed, and the `real_*` tests below replay each against the real server.)
 //! `REPLAY_ALL_WRITES=1` lifts the limits: then a few seeds stop when a foreign writer's own
@@ -277,6 +279,22 @@ fn value_for(rng: &mut Rng, field: &str) -> Value {
         "failureMessage" => word(rng, "m"),
         _ => word(rng, "o"),
     }
+}
+
+/// True when a manager other than ours owns a field below `atProvider`: releasing it then
+/// would leave `atProvider: null`, which the CRD refuses (422), so the default replay does
+/// not generate that release (a known limit, reported; `REPLAY_ALL_WRITES=1` generates it).
+fn foreign_owns_under_at_provider(live: &Value) -> bool {
+    live["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["manager"] != OURS)
+        .any(|e| {
+            e["fieldsV1"]["f:status"]["f:workspaceStatus"]["f:atProvider"]
+                .as_object()
+                .is_some_and(|m| m.keys().any(|k| k != "."))
+        })
 }
 
 fn intent_step(rng: &mut Rng, all_writes: bool) -> Step {
@@ -601,11 +619,17 @@ async fn a_seeded_replay_of_intents_and_foreign_writes_keeps_at_provider() -> Re
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for i in 0..total {
         let live = replay.object().await?;
-        let step = if rng.chance(50) {
+        let mut step = if rng.chance(50) {
             intent_step(&mut rng, all_writes)
         } else {
             foreign_step(&mut rng, &live, all_writes)
         };
+        if !all_writes
+            && matches!(step, Step::Intent { release: true, .. })
+            && foreign_owns_under_at_provider(&live)
+        {
+            step = foreign_step(&mut rng, &live, all_writes);
+        }
         let at = |what: &str, replay: &Replay, object: Option<&Value>| {
             format!(
                 "replay seed {} (rerun with REPLAY_SEED={}), step {i} of {total}: {step}\n{what}{}",
