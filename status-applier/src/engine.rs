@@ -28,10 +28,11 @@ pub struct Settings {
     /// How long a queued key waits for more intents before its apply: the apply starts once
     /// no intent arrived for this long (and at the latest after ten windows).
     pub coalesce_window: Duration,
-    /// Wait a window before the first apply of a burst too. By default an intent for a key
-    /// that saw no intent for a window is applied at once (a lone change pays no window), and
-    /// what arrives while that apply runs is coalesced into the next one.
-    pub delay_first_apply: bool,
+    /// Apply an intent for a key that saw no intent for a window at once (a lone change pays
+    /// no window; what arrives while that apply runs coalesces into the next one, so a burst
+    /// becomes two applies). Off by default: the apply may then be planned on a cache that has
+    /// not yet seen a write made just before the intent.
+    pub apply_lone_intents_at_once: bool,
     /// Applies in flight at once (for different keys).
     pub max_concurrent_applies: usize,
     /// First retry delay after an API error; doubles per failure, with jitter.
@@ -48,7 +49,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             coalesce_window: Duration::from_millis(10),
-            delay_first_apply: false,
+            apply_lone_intents_at_once: false,
             max_concurrent_applies: 16,
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(60),
@@ -347,7 +348,7 @@ impl Engine {
                 .inc();
         } else {
             entry.queued = true;
-            entry.apply_at_once = after_quiet && !self.settings.delay_first_apply;
+            entry.apply_at_once = after_quiet && self.settings.apply_lone_intents_at_once;
             let _ = self.queue.send(key.clone());
         }
         let waiter = wait.then(|| {

@@ -227,11 +227,11 @@ struct TuningArgs {
     /// How long a queued document waits for more intents before its apply.
     #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = 10)]
     coalesce_window_ms: u64,
-    /// Wait a window before the first apply of a burst too: a burst becomes one apply, and
-    /// every lone change pays one window of latency (by default a lone change is applied at
-    /// once and a burst becomes two applies).
-    #[arg(long, env = "STATUS_APPLIER_DELAY_FIRST_APPLY")]
-    delay_first_apply: bool,
+    /// Apply a lone intent at once instead of after a quiet window: lower latency, a burst
+    /// becomes two applies, and an apply may be planned on a cache that has not yet seen a
+    /// write made just before the intent (see docs/status-applier.md: off by default).
+    #[arg(long, env = "STATUS_APPLIER_APPLY_LONE_INTENTS_AT_ONCE")]
+    apply_lone_intents_at_once: bool,
     /// Applies in flight at once.
     #[arg(
         long,
@@ -378,7 +378,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let t = args.tuning;
     let settings = Settings {
         coalesce_window: Duration::from_millis(t.coalesce_window_ms),
-        delay_first_apply: t.delay_first_apply,
+        apply_lone_intents_at_once: t.apply_lone_intents_at_once,
         max_concurrent_applies: t.max_concurrent_applies.max(1),
         backoff_base: Duration::from_millis(t.backoff_base_ms),
         backoff_max: Duration::from_secs(t.backoff_max_seconds),

@@ -111,7 +111,7 @@ async fn queue(applier: &Applier, intent: Intent) -> Result<tokio::task::JoinHan
 async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate-sa").await?;
-    let applier = Applier::start(&["--coalesce-window-ms", "1000", "--delay-first-apply"]).await?;
+    let applier = Applier::start(&["--coalesce-window-ms", "1000"]).await?;
     let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
     let ccs: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
     let cp_doc = sample("CAPTControlPlane", &ns.name)?;
@@ -335,7 +335,7 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
 async fn an_intent_superseded_by_the_new_incarnation_is_answered_rejected() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate-sup").await?;
-    let applier = Applier::start(&["--coalesce-window-ms", "1000", "--delay-first-apply"]).await?;
+    let applier = Applier::start(&["--coalesce-window-ms", "1000"]).await?;
     let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
     let cp_doc = sample("CAPTControlPlane", &ns.name)?;
     let pp = PostParams::default();
@@ -414,7 +414,7 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
         &ns.name,
         20,
         &[],
-        &["--coalesce-window-ms", "500", "--delay-first-apply"],
+        &["--coalesce-window-ms", "500"],
         &env().kubeconfig,
     )
     .await?;

@@ -220,16 +220,16 @@ async fn lone_intent_latency(prefix: &str, args: &[&str]) -> Result<Duration> {
 }
 
 #[tokio::test]
-async fn a_lone_intent_is_applied_without_waiting_a_coalescing_window() -> Result<()> {
+async fn a_lone_intent_waits_one_window_unless_applied_at_once() -> Result<()> {
     // A 2 s window: applied at once means well under it; delayed means at least it.
     let window = ["--coalesce-window-ms", "2000"];
-    let at_once = lone_intent_latency("sa-lone", &window).await?;
-    let delayed = lone_intent_latency(
-        "sa-lone-delayed",
-        &[&window[..], &["--delay-first-apply"]].concat(),
+    let delayed = lone_intent_latency("sa-lone", &window).await?;
+    let at_once = lone_intent_latency(
+        "sa-lone-at-once",
+        &[&window[..], &["--apply-lone-intents-at-once"]].concat(),
     )
     .await?;
-    println!("lone intent: {at_once:?} by default, {delayed:?} with --delay-first-apply");
+    println!("lone intent: {delayed:?} by default, {at_once:?} with --apply-lone-intents-at-once");
     assert!(at_once < Duration::from_millis(1000), "{at_once:?}");
     assert!(delayed >= Duration::from_millis(2000), "{delayed:?}");
     Ok(())
@@ -247,8 +247,7 @@ async fn a_burst_of_100_intents_for_one_object_makes_at_most_2_applies() -> Resu
         "100",
     ])
     .await?;
-    // 100 intents at once, each adding one output: all must land, in at most 2 applies (the
-    // first intent is applied at once; the rest coalesce into the next apply).
+    // 100 intents at once, each adding one output: all must land, in at most 2 applies.
     let intents: Vec<Intent> = (0..100)
         .map(|i| {
             f.status(
