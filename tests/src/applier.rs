@@ -65,6 +65,14 @@ impl Applier {
         Ok(applier)
     }
 
+    /// The PATCH requests the applier sends during `period`, once `settle` has passed.
+    pub async fn writes_over(&self, settle: Duration, period: Duration) -> Result<f64> {
+        tokio::time::sleep(settle).await;
+        let before = self.metric("status_applier_api_writes_total", &[]).await?;
+        tokio::time::sleep(period).await;
+        Ok(self.metric("status_applier_api_writes_total", &[]).await? - before)
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
