@@ -1,193 +1,15 @@
-//! One apply attempt of a desired document: check the live object, leave out what another
-//! owner holds with other values, skip the request when nothing would change, and send a
-//! server-side apply with `force=false` (unless the policy allows forcing that manager
-//! outside protected paths).
+//! Planning one apply of a desired document, with no request: leave out what another owner
+//! holds with other values, tell whether anything would change, and build the apply
+//! configuration with its preconditions. Also what a manager owns on an object, read from
+//! its `managedFields`.
 
 use crate::config::{FieldPath, Policy};
-use crate::conflict::{self, Conflict};
-use crate::document::{remove_at, same_content, without_empty_objects};
-use crate::engine::Outcome;
-use crate::error::ApplyError;
-use crate::fieldsv1::PathElement;
+use crate::conflict::{self, Conflict, Owner};
+use crate::document::{remove_at, same_content, value_at, without_empty_objects};
+use crate::fieldsv1::{FieldSet, PathElement};
 use crate::intent::{DesiredKey, Subresource};
-use crate::live::{Kind, Live};
-use crate::metrics::{Action, CodeLabel, ManagerLabel, Metrics};
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use serde_json::{Value, json};
-use std::sync::Arc;
-
-/// What an attempt did.
-pub struct Attempt {
-    /// The outcome.
-    pub outcome: Outcome,
-    /// The uid of the live object, when it was found.
-    pub object_uid: Option<String>,
-    /// Whether to back off before the next attempt (a 409 that prediction missed).
-    pub retry: bool,
-}
-
-/// Applies `document` for `key` if the live object needs it.
-pub async fn attempt(
-    live: &Live,
-    policy: &Policy,
-    metrics: &Metrics,
-    key: &DesiredKey,
-    document: &Value,
-    precondition: Option<&str>,
-) -> Attempt {
-    let kind = match live.kind(&key.object.api_version, &key.object.kind).await {
-        Ok(kind) => kind,
-        Err(e) => return failed(metrics, key, e, None),
-    };
-    // A 409 means the cached object was stale (a conflict prediction missed, or the
-    // resourceVersion precondition failed): read it again and plan again, a few times.
-    let mut reread = false;
-    for tries in 1.. {
-        let object = match live.get(&kind, &key.object).await {
-            Ok(Some(object)) => object,
-            Ok(None) => return failed(metrics, key, ApplyError::NotFound, None),
-            Err(e) => return failed(metrics, key, e, None),
-        };
-        let uid = object.metadata.uid.clone();
-        if let Some(expected) = precondition
-            && uid.as_deref() != Some(expected)
-        {
-            // The cache may not have seen the object recreated yet: ask the API server once
-            // before refusing an intent for the new incarnation.
-            if !reread {
-                reread = true;
-                if let Err(e) = live.reread(&kind, &key.object).await {
-                    return failed(metrics, key, e, None);
-                }
-                continue;
-            }
-            let found = uid.clone().unwrap_or_else(|| "none".into());
-            return failed(
-                metrics,
-                key,
-                ApplyError::UidMismatch {
-                    expected: expected.into(),
-                    found,
-                },
-                uid,
-            );
-        }
-        let plan = plan(policy, key, document, &object);
-        if plan.unchanged {
-            let action = if plan.conflicts.is_empty() {
-                Action::unchanged
-            } else {
-                Action::conflict
-            };
-            let mut outcome = Outcome::new(key, action);
-            outcome.conflicts = plan.conflicts;
-            outcome.resource_version = object.metadata.resource_version.clone();
-            return Attempt {
-                outcome,
-                object_uid: uid,
-                retry: false,
-            };
-        }
-        metrics
-            .writes
-            .get_or_create(&ManagerLabel {
-                manager: key.field_manager.clone(),
-            })
-            .inc();
-        let mut body = apply_body(key, uid.as_deref(), &plan.body);
-        if precondition.is_some() {
-            // The uid in the body is a precondition for the main resource only: the status
-            // subresource ignores metadata. The resourceVersion of the object whose uid was
-            // checked is a precondition for both.
-            body["metadata"]["resourceVersion"] = json!(object.metadata.resource_version);
-        }
-        match send(live, &kind, key, body, plan.force).await {
-            Ok(applied) => {
-                let action = if plan.conflicts.is_empty() {
-                    Action::applied
-                } else {
-                    Action::conflict
-                };
-                let mut outcome = Outcome::new(key, action);
-                outcome.resource_version = applied.metadata.resource_version.clone();
-                outcome.conflicts = plan.conflicts;
-                live.observe(&kind, applied);
-                return Attempt {
-                    outcome,
-                    object_uid: uid,
-                    retry: false,
-                };
-            }
-            Err(e @ (ApplyError::Conflict(_) | ApplyError::Stale)) if tries < 3 => {
-                tracing::debug!(subject = %key.object, error = %e, "Apply refused as stale; re-reading the object");
-                refresh(live, &kind, key).await;
-            }
-            Err(e) => {
-                let retry = matches!(e, ApplyError::Conflict(_) | ApplyError::Stale);
-                let mut attempt = failed(metrics, key, e, uid);
-                attempt.retry = retry;
-                return attempt;
-            }
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-fn failed(
-    metrics: &Metrics,
-    key: &DesiredKey,
-    error: ApplyError,
-    object_uid: Option<String>,
-) -> Attempt {
-    metrics
-        .api_errors
-        .get_or_create(&CodeLabel {
-            code: error.code().into(),
-        })
-        .inc();
-    let action = match &error {
-        ApplyError::Transient(_) => Action::error,
-        ApplyError::Conflict(_) | ApplyError::Stale => Action::conflict,
-        _ => Action::rejected,
-    };
-    tracing::warn!(subject = %key.object, manager = key.field_manager, error = %error, "Apply did not happen");
-    Attempt {
-        outcome: Outcome::new(key, action).with_message(format!("{}: {error}", key.object)),
-        object_uid,
-        retry: false,
-    }
-}
-
-async fn refresh(live: &Live, kind: &Kind, key: &DesiredKey) {
-    if let Ok(Some(object)) = kind
-        .api(live.client(), key.object.namespace.as_deref())
-        .get_opt(&key.object.name)
-        .await
-    {
-        live.observe(kind, object);
-    }
-}
-
-async fn send(
-    live: &Live,
-    kind: &Arc<Kind>,
-    key: &DesiredKey,
-    body: Value,
-    force: bool,
-) -> Result<DynamicObject, ApplyError> {
-    let api = kind.api(live.client(), key.object.namespace.as_deref());
-    let params = PatchParams {
-        field_manager: Some(key.field_manager.clone()),
-        force,
-        ..PatchParams::default()
-    };
-    let patch = Patch::Apply(body);
-    let result = match key.subresource {
-        Some(Subresource::Status) => api.patch_status(&key.object.name, &params, &patch).await,
-        None => api.patch(&key.object.name, &params, &patch).await,
-    };
-    result.map_err(ApplyError::from_kube)
-}
 
 /// What to send, if anything.
 #[derive(Debug)]
@@ -237,8 +59,25 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
     // API server records as owning `status` itself. Pruned to `{}` when nothing else is
     // wanted, the body then equals what we own once we own nothing: no write per re-check,
     // the conflict is still reported.
-    let body = without_empty_objects(&body);
-    let owned = conflict::owned_document(&owners, &key.field_manager, subresource, &live);
+    let mut body = without_empty_objects(&body);
+    let mut owned = conflict::owned_document(&owners, &key.field_manager, subresource, &live);
+    if let Some(ours) = owners
+        .iter()
+        .find(|o| o.is_apply_of(&key.field_manager, subresource))
+    {
+        let others: Vec<&Owner> = owners
+            .iter()
+            .filter(|o| !o.is_apply_of(&key.field_manager, subresource))
+            .collect();
+        for path in shared_containers(&ours.fields, &others, &live, &body) {
+            set_empty_map(&mut body, &path);
+            if ours.fields.is_leaf_at(&path) {
+                // Owned as a whole, the map projects with the others' fields in it; what we
+                // claim of it is the empty map.
+                set_empty_map(&mut owned, &path);
+            }
+        }
+    }
     let unchanged = same_content(&owned, &body);
     Plan {
         body,
@@ -246,6 +85,48 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
         conflicts,
         unchanged,
     }
+}
+
+/// Maps this manager owns as such (created them: `.`, or a leaf) that `body` leaves out while
+/// another manager owns fields below them. Left out, the API server removes such a map with
+/// the other manager's fields in it, or leaves `null` in its parent (which a schema may
+/// refuse with a 422): so the apply keeps it, empty, for as long as others' fields live in it.
+fn shared_containers(
+    ours: &FieldSet,
+    others: &[&Owner],
+    live: &Value,
+    body: &Value,
+) -> Vec<Vec<PathElement>> {
+    ours.leaf_paths()
+        .into_iter()
+        .filter(|p| !p.is_empty() && p.iter().all(|e| matches!(e, PathElement::Field(_))))
+        .filter(|p| value_at(live, p).is_some_and(Value::is_object))
+        .filter(|p| value_at(body, p).is_none())
+        .filter(|p| {
+            others
+                .iter()
+                .any(|o| o.fields.touches(p) && !o.fields.owns(p))
+        })
+        .collect()
+}
+
+/// Sets `{}` at `path` (field names only), creating the maps on the way.
+fn set_empty_map(doc: &mut Value, path: &[PathElement]) {
+    let mut here = doc;
+    for element in path {
+        let PathElement::Field(name) = element else {
+            return;
+        };
+        if !here.is_object() {
+            *here = json!({});
+        }
+        here = here
+            .as_object_mut()
+            .expect("an object")
+            .entry(name.clone())
+            .or_insert_with(|| json!({}));
+    }
+    *here = json!({});
 }
 
 fn is_under(path: &[PathElement], prefix: &FieldPath) -> bool {
@@ -257,16 +138,25 @@ fn is_under(path: &[PathElement], prefix: &FieldPath) -> bool {
             .all(|(name, element)| matches!(element, PathElement::Field(f) if f == name))
 }
 
-/// The apply configuration for `document`: the object's identity (with the uid as a
-/// precondition, so a recreated object is never written and nothing is created) plus the
-/// document.
-pub fn apply_body(key: &DesiredKey, uid: Option<&str>, document: &Value) -> Value {
+/// The apply configuration for `document`: the object's identity plus the document. With a
+/// `uid`, the apply never writes a recreated object and never creates one; with a
+/// `resource_version`, the API server refuses it (409) once the object has changed since
+/// that version, so that a plan made on an older view is never carried out.
+pub fn apply_body(
+    key: &DesiredKey,
+    uid: Option<&str>,
+    resource_version: Option<&str>,
+    document: &Value,
+) -> Value {
     let mut metadata = json!({"name": key.object.name});
     if let Some(ns) = &key.object.namespace {
         metadata["namespace"] = json!(ns);
     }
     if let Some(uid) = uid {
         metadata["uid"] = json!(uid);
+    }
+    if let Some(version) = resource_version {
+        metadata["resourceVersion"] = json!(version);
     }
     let mut body = json!({"apiVersion": key.object.api_version, "kind": key.object.kind, "metadata": metadata});
     if let (Value::Object(body), Value::Object(fields)) = (&mut body, document) {
@@ -374,5 +264,76 @@ mod tests {
         assert_eq!(planned.body, json!({}));
         assert_eq!(planned.conflicts.len(), 1);
         assert!(planned.unchanged);
+    }
+
+    /// The control plane with `atProvider` as our manager and `foreign-u` (an update) left
+    /// it: we created `outputs` (`.`), they own `outputs.f`.
+    fn shared_outputs(ours: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "metadata": {"name": "demo", "namespace": "default", "managedFields": [
+                {"manager": "capt-captcontrolplane", "operation": "Apply", "subresource": "status",
+                 "fieldsType": "FieldsV1", "fieldsV1": ours},
+                {"manager": "foreign-u", "operation": "Update", "subresource": "status",
+                 "fieldsType": "FieldsV1", "fieldsV1":
+                    {"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:outputs": {"f:f": {}}}}}}},
+            ]},
+            "status": {"workspaceStatus": {"ready": true,
+                       "atProvider": {"checksum": "c1", "outputs": {"a": "o1", "f": "x"}}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_map_we_created_is_kept_empty_while_another_manager_owns_keys_in_it() {
+        let ours = json!({"f:status": {"f:workspaceStatus": {"f:ready": {},
+            "f:atProvider": {"f:checksum": {}, "f:outputs": {".": {}, "f:a": {}}}}}});
+        // atProvider released: without the map, the server would drop `outputs.f` with it
+        // and leave `atProvider: null`.
+        let document = json!({"status": {"workspaceStatus": {"ready": true}}});
+        let planned = plan(
+            &Policy::default(),
+            &status_key(),
+            &document,
+            &shared_outputs(ours),
+        );
+        assert_eq!(
+            planned.body,
+            json!({"status": {"workspaceStatus": {"ready": true, "atProvider": {"outputs": {}}}}})
+        );
+        assert!(
+            !planned.unchanged,
+            "checksum and outputs.a are ours to remove"
+        );
+    }
+
+    #[test]
+    fn a_kept_empty_map_costs_no_write_once_applied() {
+        // After the apply above: we own the map as a leaf, the foreign key lives in it.
+        let ours = json!({"f:status": {"f:workspaceStatus": {"f:ready": {},
+            "f:atProvider": {"f:outputs": {}}}}});
+        let document = json!({"status": {"workspaceStatus": {"ready": true}}});
+        let planned = plan(
+            &Policy::default(),
+            &status_key(),
+            &document,
+            &shared_outputs(ours),
+        );
+        assert!(planned.unchanged, "{:?}", planned.body);
+    }
+
+    #[test]
+    fn a_map_we_only_fill_is_left_to_the_server_as_before() {
+        // We own keys in `outputs` but not the map itself: leaving them out removes only them.
+        let ours = json!({"f:status": {"f:workspaceStatus": {"f:ready": {},
+            "f:atProvider": {"f:outputs": {"f:a": {}}}}}});
+        let document = json!({"status": {"workspaceStatus": {"ready": true}}});
+        let planned = plan(
+            &Policy::default(),
+            &status_key(),
+            &document,
+            &shared_outputs(ours),
+        );
+        assert_eq!(planned.body, document);
     }
 }

@@ -330,6 +330,12 @@ impl FieldSet {
         None
     }
 
+    /// True when the node at `path` is owned itself and has no children: it owns the value
+    /// there as a whole (for a map: the map itself).
+    pub fn is_leaf_at(&self, path: &[PathElement]) -> bool {
+        matches!(self.walk(path), Walk::Reached(node) if node.is_leaf())
+    }
+
     /// True when the set owns `path` or anything below it.
     pub fn touches(&self, path: &[PathElement]) -> bool {
         match self.walk(path) {

@@ -19,5 +19,6 @@ pub mod intent;
 pub mod live;
 pub mod merge;
 pub mod metrics;
+pub mod outcome;
 pub mod server;
 pub mod telemetry;

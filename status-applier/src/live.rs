@@ -40,8 +40,9 @@ impl Kind {
         self.objects.read().expect("lock").get(name).cloned()
     }
 
-    /// Keeps `obj` unless the cache holds a newer version of it; returns whether it was kept.
-    fn observe(&self, obj: DynamicObject) -> bool {
+    /// Keeps `obj` unless the cache holds a newer version of it; answers the kept object, or
+    /// `None` when the cache already had a newer one.
+    fn observe(&self, obj: DynamicObject) -> Option<Arc<DynamicObject>> {
         let name = (
             obj.metadata.namespace.clone(),
             obj.metadata.name.clone().unwrap_or_default(),
@@ -51,10 +52,11 @@ impl Kind {
             && current.metadata.uid == obj.metadata.uid
             && version(current) > version(&obj)
         {
-            return false;
+            return None;
         }
-        objects.insert(name, Arc::new(obj));
-        true
+        let kept = Arc::new(obj);
+        objects.insert(name, kept.clone());
+        Some(kept)
     }
 }
 
@@ -68,17 +70,20 @@ fn version(obj: &DynamicObject) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// A change the watches saw: the object as cached now, or `None` once it is deleted.
+pub type Change = (ObjectRef, Option<Arc<DynamicObject>>);
+
 /// The caches of every kind met so far.
 pub struct Live {
     client: kube::Client,
     kinds: tokio::sync::Mutex<HashMap<(String, String), Arc<Kind>>>,
-    changes: mpsc::UnboundedSender<ObjectRef>,
+    changes: mpsc::UnboundedSender<Change>,
     watched: Mutex<Vec<Arc<Kind>>>,
 }
 
 impl Live {
     /// A cache that reports every object change it sees on `changes`.
-    pub fn new(client: kube::Client, changes: mpsc::UnboundedSender<ObjectRef>) -> Self {
+    pub fn new(client: kube::Client, changes: mpsc::UnboundedSender<Change>) -> Self {
         Self {
             client,
             kinds: Default::default(),
@@ -130,39 +135,35 @@ impl Live {
         if let Some(found) = kind.cached(&name) {
             return Ok(Some(found));
         }
+        self.reread(kind, obj).await
+    }
+
+    /// Reads an object from the API server, not the cache, and caches what it found (unless
+    /// the cache already holds a newer version, which is then answered).
+    pub async fn reread(
+        &self,
+        kind: &Kind,
+        obj: &ObjectRef,
+    ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
         match kind
             .api(&self.client, obj.namespace.as_deref())
             .get_opt(&obj.name)
             .await
         {
-            Ok(Some(found)) => {
-                kind.observe(found);
-                Ok(kind.cached(&name))
-            }
+            Ok(Some(found)) => Ok(self.observe(kind, found)),
             Ok(None) => Ok(None),
             Err(e) => Err(ApplyError::from_kube(e)),
         }
     }
 
-    /// Reads an object from the API server, not the cache, and caches what it found.
-    pub async fn reread(&self, kind: &Kind, obj: &ObjectRef) -> Result<(), ApplyError> {
-        match kind
-            .api(&self.client, obj.namespace.as_deref())
-            .get_opt(&obj.name)
-            .await
-        {
-            Ok(Some(found)) => {
-                kind.observe(found);
-                Ok(())
-            }
-            Ok(None) => Ok(()),
-            Err(e) => Err(ApplyError::from_kube(e)),
-        }
-    }
-
-    /// Records what an apply answered.
-    pub fn observe(&self, kind: &Kind, obj: DynamicObject) {
-        kind.observe(obj);
+    /// Records an object the API server answered (an apply's answer, a read); answers the
+    /// newest version the cache now holds.
+    pub fn observe(&self, kind: &Kind, obj: DynamicObject) -> Option<Arc<DynamicObject>> {
+        let name = (
+            obj.metadata.namespace.clone(),
+            obj.metadata.name.clone().unwrap_or_default(),
+        );
+        kind.observe(obj).or_else(|| kind.cached(&name))
     }
 
     /// True when every watched kind has listed its objects once.
@@ -172,22 +173,6 @@ impl Live {
             .expect("lock")
             .iter()
             .all(|k| k.synced.load(Ordering::Relaxed))
-    }
-
-    /// Every cached object of every kind met so far.
-    pub fn all_objects(&self) -> Vec<Arc<DynamicObject>> {
-        let kinds = self.watched.lock().expect("lock").clone();
-        kinds
-            .iter()
-            .flat_map(|k| {
-                k.objects
-                    .read()
-                    .expect("lock")
-                    .values()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .collect()
     }
 }
 
@@ -200,7 +185,7 @@ fn object_ref(kind: &Kind, obj: &DynamicObject) -> ObjectRef {
     }
 }
 
-async fn watch(client: kube::Client, kind: Arc<Kind>, changes: mpsc::UnboundedSender<ObjectRef>) {
+async fn watch(client: kube::Client, kind: Arc<Kind>, changes: mpsc::UnboundedSender<Change>) {
     let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
@@ -216,8 +201,8 @@ async fn watch(client: kube::Client, kind: Arc<Kind>, changes: mpsc::UnboundedSe
                     obj.metadata.name.clone().unwrap_or_default(),
                 ));
                 let changed = object_ref(&kind, &obj);
-                if kind.observe(obj) {
-                    let _ = changes.send(changed);
+                if let Some(kept) = kind.observe(obj) {
+                    let _ = changes.send((changed, Some(kept)));
                 }
             }
             Ok(watcher::Event::InitDone) => {
@@ -234,7 +219,7 @@ async fn watch(client: kube::Client, kind: Arc<Kind>, changes: mpsc::UnboundedSe
                     obj.metadata.name.clone().unwrap_or_default(),
                 );
                 kind.objects.write().expect("lock").remove(&name);
-                let _ = changes.send(object_ref(&kind, &obj));
+                let _ = changes.send((object_ref(&kind, &obj), None));
             }
             Err(e) => {
                 warn!(kind = %kind.resource.kind, error = %e, "Watch failed; retrying with backoff")

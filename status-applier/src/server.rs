@@ -166,7 +166,7 @@ async fn desired(State(state): State<AppState>, Query(q): Query<FormatQuery>) ->
 pub fn apply_configurations(views: &[DesiredView]) -> String {
     let mut out = String::new();
     for view in views {
-        let body = apply_body(&view.key, view.uid.as_deref(), &view.document);
+        let body = apply_body(&view.key, view.uid.as_deref(), None, &view.document);
         out.push_str("---\n");
         out.push_str(&format!("# {}\n# {}\n", view.key, kubectl_command(view)));
         out.push_str(&serde_yaml::to_string(&body).unwrap_or_default());

@@ -140,14 +140,39 @@ fn unflatten(flat: &Flat) -> Value {
     out
 }
 
-/// The first `null` or empty object in `v`, if any.
-fn null_or_empty_object(v: &Value) -> Option<String> {
+/// The paths of the empty objects in `v` (the root aside).
+fn empty_objects(v: &Value) -> BTreeSet<Path> {
+    fn walk(v: &Value, p: &mut Path, out: &mut BTreeSet<Path>) {
+        if let Value::Object(map) = v {
+            if map.is_empty() && !p.is_empty() {
+                out.insert(p.clone());
+            }
+            for (k, x) in map {
+                p.push(k.clone());
+                walk(x, p, out);
+                p.pop();
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(v, &mut Vec::new(), &mut out);
+    out
+}
+
+/// True when `set` owns the node at `p` itself: `p`, or an ancestor it owns whole (a path
+/// with nothing of the set below it).
+fn owns_node(set: &BTreeSet<Path>, p: &[String]) -> bool {
+    set.iter().any(|q| {
+        p.starts_with(q)
+            && (q.len() == p.len() || !set.iter().any(|r| r.len() > q.len() && r.starts_with(q)))
+    })
+}
+
+/// The first `null` in `v`, if any.
+fn null_in(v: &Value) -> Option<String> {
     fn walk(v: &Value, p: &mut Path) -> Option<String> {
         match v {
             Value::Null => Some(format!("null at {}", show(p))),
-            Value::Object(map) if map.is_empty() && !p.is_empty() => {
-                Some(format!("{{}} at {}", show(p)))
-            }
             Value::Object(map) => map.iter().find_map(|(k, x)| {
                 p.push(k.clone());
                 let found = walk(x, p);
@@ -428,15 +453,44 @@ impl Server {
         let mut live = self.live.clone();
         merge_apply(&mut live, config);
         // What this manager applied before and applies no more goes, unless another owner
-        // keeps it; maps left empty by that go with it, unless owned.
+        // keeps it; maps left empty by that go with it, unless owned. A map this manager
+        // owned as such goes whole unless another entry owns the map itself: the real API
+        // server then drops the fields other managers own in it too (and, where that leaves
+        // a parent empty, writes `null` there, which the CRD refuses with a 422). Either is
+        // a loss of another manager's fields, refused here.
         let mut gone: Vec<&Path> = last.difference(&claimed).collect();
         gone.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for p in gone {
+            if let Some(Value::Object(map)) = get(&live, p)
+                && !map.is_empty()
+            {
+                if entries
+                    .iter()
+                    .any(|(other, set)| *other != id && set.contains(p))
+                {
+                    continue;
+                }
+                let taken: Vec<String> = entries
+                    .iter()
+                    .filter(|(other, _)| **other != id)
+                    .flat_map(|((m, _, _), set)| {
+                        set.iter()
+                            .filter(|q| q.len() > p.len() && q.starts_with(p))
+                            .map(move |q| format!("{} owned by {m}", show(q)))
+                    })
+                    .collect();
+                if !taken.is_empty() {
+                    return Err(taken
+                        .into_iter()
+                        .map(|t| format!("422: {} removed with {t}", show(p)))
+                        .collect());
+                }
+                continue;
+            }
             if Self::covered(&entries, p) {
                 continue;
             }
             match get(&live, p) {
-                Some(Value::Object(map)) if !map.is_empty() => continue,
                 None => continue,
                 Some(_) => remove(&mut live, p),
             }
@@ -952,12 +1006,36 @@ impl World {
         ensure(planned.force == force, || {
             format!("force: the model says {force}\n{}", context())
         })?;
-        if let Some(bad) = null_or_empty_object(&planned.body) {
-            return Err(fail(format!(
-                "the apply body holds {bad}: it would own that field itself\n{}",
-                context()
-            )));
+        // A map we own as such that the body leaves while other managers own fields in it is
+        // kept, empty (dropped, the server would drop their fields with it); no other empty
+        // object, and no null.
+        let containers: BTreeSet<Path> = self
+            .server
+            .entries
+            .get(&me)
+            .into_iter()
+            .flatten()
+            .filter(|p| get(&self.server.live, p).is_some_and(Value::is_object))
+            .filter(|p| !body.keys().any(|q| q.starts_with(p)))
+            .filter(|p| {
+                self.server.entries.iter().any(|(id, set)| {
+                    *id != me
+                        && !owns_node(set, p)
+                        && set.iter().any(|q| q.len() > p.len() && q.starts_with(p))
+                })
+            })
+            .cloned()
+            .collect();
+        if let Some(bad) = null_in(&planned.body) {
+            return Err(fail(format!("the apply body holds {bad}\n{}", context())));
         }
+        ensure(empty_objects(&planned.body) == containers, || {
+            format!(
+                "empty maps in the body: the model keeps {:?}\n{}",
+                containers.iter().map(|p| show(p)).collect::<Vec<_>>(),
+                context()
+            )
+        })?;
         ensure(flatten(&planned.body) == body, || {
             format!(
                 "apply body: the model sends {}\n{}",
@@ -972,7 +1050,7 @@ impl World {
             .apply(OURS, SUBRESOURCE[doc], &planned.body, planned.force)
             .map_err(|c| {
                 fail(format!(
-                    "the server refuses (409) an apply the core planned: {c:?}\n{}",
+                    "the server refuses (409, or 422 for a removed map) an apply the core planned: {c:?}\n{}",
                     context()
                 ))
             })?;
@@ -1004,6 +1082,21 @@ impl World {
                 context()
             )
         })?;
+        for (id, set) in &self.server.entries {
+            if *id == me {
+                continue;
+            }
+            for p in set.iter().filter(|p| self.server.leaf(p).is_some()) {
+                ensure(after.leaf(p).is_some(), || {
+                    format!(
+                        "our apply removed {}, a field of {}\n{}",
+                        show(p),
+                        id.0,
+                        context()
+                    )
+                })?;
+            }
+        }
         for protected in protected_of(doc) {
             let had = !under(&content(&self.server.live), protected).is_empty();
             let has = !under(&content(&after.live), protected).is_empty();

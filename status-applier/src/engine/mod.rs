@@ -1,0 +1,57 @@
+//! The engine: one desired document per (object, subresource, field manager), merged from
+//! intents, applied with server-side apply when it differs from what the manager owns on
+//! the live object.
+//!
+//! [`machine`] makes every decision as a pure state machine (events in, effects out);
+//! [`driver`] is the thin async shell that carries the effects out against the API server
+//! and feeds back what came of them. A key is queued at most once: intents that arrive
+//! while its apply is pending or in flight merge into the document, and the next apply
+//! carries them all (coalescing). Object changes seen by the watches re-check the keys of
+//! that object, which retries conflicts and restores drifted fields; a check sends nothing
+//! when nothing would change.
+
+pub mod driver;
+pub mod machine;
+#[cfg(test)]
+mod tests;
+
+pub use crate::outcome::Outcome;
+pub use driver::{ConflictRecord, Engine};
+pub use machine::DesiredView;
+use std::time::Duration;
+
+/// Tuning of the engine. The command line's defaults are these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// How long a queued key waits for more intents before its apply: the apply starts once
+    /// no intent arrived for this long (and at the latest after ten windows).
+    pub coalesce_window: Duration,
+    /// Apply an intent for a key that saw no intent for a window at once: a lone change pays
+    /// no window; what arrives while that apply runs coalesces into the next one, so a burst
+    /// becomes two applies.
+    pub apply_lone_intents_at_once: bool,
+    /// Keys being read or applied at once (one key per object at a time).
+    pub max_concurrent_applies: usize,
+    /// First retry delay after an API error; doubles per failure, with jitter.
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+    /// How long a submitter waiting for the outcome waits.
+    pub wait_timeout: Duration,
+    /// How many conflicts the conflicts endpoint remembers.
+    pub conflict_history: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            coalesce_window: Duration::from_millis(10),
+            apply_lone_intents_at_once: false,
+            max_concurrent_applies: 16,
+            backoff_base: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(60),
+            wait_timeout: Duration::from_secs(30),
+            conflict_history: 256,
+        }
+    }
+}

@@ -1,0 +1,898 @@
+//! Event-sequence tests of the state machine: plain synchronous steps, each followed by
+//! assertions on the effects it produced. The clock is a number of milliseconds from a
+//! fixed start; objects are built by hand, with their `managedFields`, as the API server
+//! would show them. The kind is a made-up `Widget`: the engine knows no kind.
+
+use super::Settings;
+use super::machine::{Count, Effect, Event, Machine, Ticket};
+use crate::config::Policy;
+use crate::error::ApplyError;
+use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};
+use crate::metrics::Action;
+use crate::outcome::Outcome;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const OURS: &str = "widget-status";
+const UID: &str = "uid-1";
+
+fn object() -> ObjectRef {
+    ObjectRef {
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        namespace: Some("team-a".into()),
+        name: "w1".into(),
+    }
+}
+
+fn status_key() -> DesiredKey {
+    DesiredKey {
+        object: object(),
+        subresource: Some(Subresource::Status),
+        field_manager: OURS.into(),
+    }
+}
+
+fn main_key() -> DesiredKey {
+    DesiredKey {
+        object: object(),
+        subresource: None,
+        field_manager: "widget-spec".into(),
+    }
+}
+
+/// One `managedFields` entry: (manager, operation, subresource, fieldsV1).
+type Managed = (&'static str, &'static str, &'static str, Value);
+
+/// The object at `resource_version` with `fields` (spec, status, ...) and `managed`.
+fn mk_widget(
+    resource_version: u64,
+    uid: &str,
+    fields: Value,
+    managed: &[Managed],
+) -> Arc<DynamicObject> {
+    let managed: Vec<Value> = managed
+        .iter()
+        .map(|(manager, operation, subresource, fields)| {
+            let mut e = json!({"manager": manager, "operation": operation,
+                "fieldsType": "FieldsV1", "fieldsV1": fields});
+            if !subresource.is_empty() {
+                e["subresource"] = json!(subresource);
+            }
+            e
+        })
+        .collect();
+    let mut object = json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "team-a", "uid": uid,
+                     "resourceVersion": resource_version.to_string(), "managedFields": managed},
+    });
+    if let (Value::Object(o), Value::Object(f)) = (&mut object, fields) {
+        o.extend(f);
+    }
+    Arc::new(serde_json::from_value(object).expect("a widget"))
+}
+
+fn intent(key: &DesiredKey, fragment: Value) -> ValidIntent {
+    ValidIntent {
+        key: key.clone(),
+        uid: None,
+        fragment,
+        release: Vec::new(),
+    }
+}
+
+/// A machine, a clock, and what the driver's watch cache would hold.
+struct Harness {
+    machine: Machine,
+    start: Instant,
+    now: Instant,
+    next_ticket: Ticket,
+    /// The newest object the watch delivered: the driver passes it with each intent.
+    cached: Option<Arc<DynamicObject>>,
+}
+
+impl Harness {
+    fn new(settings: Settings) -> Self {
+        let start = Instant::now();
+        Self {
+            machine: Machine::new(Arc::new(Policy::default()), settings, 7),
+            start,
+            now: start,
+            next_ticket: 1,
+            cached: None,
+        }
+    }
+
+    fn default() -> Self {
+        Self::new(Settings::default())
+    }
+
+    /// Moves the clock to `ms` after the start.
+    fn at(&mut self, ms: u64) -> &mut Self {
+        self.now = self.start + Duration::from_millis(ms);
+        self
+    }
+
+    fn ms(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+
+    fn feed(&mut self, event: Event) -> Vec<Effect> {
+        self.machine.handle(event, self.now)
+    }
+
+    /// Submits `intent` with the watch cache's view, as the driver does; answers its ticket
+    /// and the effects.
+    fn submit(&mut self, intent: ValidIntent, wait: bool) -> (Ticket, Vec<Effect>) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let effects = self.feed(Event::Intent {
+            intent,
+            ticket,
+            wait,
+            view: self.cached.clone(),
+        });
+        (ticket, effects)
+    }
+
+    /// The watch delivers `view`.
+    fn observe(&mut self, view: Arc<DynamicObject>) -> Vec<Effect> {
+        self.cached = Some(view.clone());
+        self.feed(Event::Observed {
+            object: object(),
+            view,
+        })
+    }
+
+    fn timer(&mut self, key: &DesiredKey) -> Vec<Effect> {
+        self.feed(Event::Timer(key.clone()))
+    }
+
+    fn applied(
+        &mut self,
+        key: &DesiredKey,
+        result: Result<Arc<DynamicObject>, ApplyError>,
+    ) -> Vec<Effect> {
+        self.feed(Event::Applied {
+            key: key.clone(),
+            result,
+        })
+    }
+}
+
+fn applies(effects: &[Effect]) -> Vec<&Value> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Apply(request) => Some(&request.body),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The one apply among `effects`.
+fn the_apply(effects: &[Effect]) -> &Value {
+    let found = applies(effects);
+    assert_eq!(found.len(), 1, "one apply expected: {effects:#?}");
+    found[0]
+}
+
+fn answers(effects: &[Effect]) -> Vec<(Ticket, &Outcome)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Answer { ticket, outcome } => Some((*ticket, outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn answer(effects: &[Effect], ticket: Ticket) -> Option<&Outcome> {
+    answers(effects)
+        .into_iter()
+        .find(|(t, _)| *t == ticket)
+        .map(|(_, o)| o)
+}
+
+fn wakes(effects: &[Effect]) -> Vec<Instant> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::WakeAt { at, .. } => Some(*at),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reads(effects: &[Effect]) -> usize {
+    effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Read(_)))
+        .count()
+}
+
+fn attempts(effects: &[Effect]) -> Vec<Action> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Counted(Count::Attempt(_, action)) => Some(*action),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The widget as it is before any intent: rv 5, created by a user.
+fn fresh_widget() -> Arc<DynamicObject> {
+    mk_widget(
+        5,
+        UID,
+        json!({"spec": {"size": 1}}),
+        &[("kubectl", "Update", "", json!({"f:spec": {"f:size": {}}}))],
+    )
+}
+
+/// The widget after our manager applied `status`.
+fn widget_with_ours(resource_version: u64, status: Value, fields: Value) -> Arc<DynamicObject> {
+    mk_widget(
+        resource_version,
+        UID,
+        json!({"spec": {"size": 1}, "status": status}),
+        &[(OURS, "Apply", "status", fields)],
+    )
+}
+
+#[test]
+fn a_lone_intent_waits_one_window_then_applies_with_the_views_version_and_uid() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let (ticket, effects) = h.submit(
+        intent(&status_key(), json!({"status": {"phase": "Ready"}})),
+        false,
+    );
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::queued)
+    );
+    assert_eq!(wakes(&effects), vec![h.ms(10)]);
+    assert!(applies(&effects).is_empty());
+
+    let effects = h.at(10).timer(&status_key());
+    let body = the_apply(&effects);
+    assert_eq!(body["metadata"]["resourceVersion"], "5");
+    assert_eq!(body["metadata"]["uid"], UID);
+    assert_eq!(body["status"], json!({"phase": "Ready"}));
+}
+
+#[test]
+fn intents_within_the_window_coalesce_into_one_apply() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    let (t2, effects) = h
+        .at(5)
+        .submit(intent(&status_key(), json!({"status": {"b": "2"}})), false);
+    assert_eq!(
+        answer(&effects, t2).map(|o| o.action),
+        Some(Action::coalesced)
+    );
+    assert_eq!(wakes(&effects), vec![h.ms(15)], "the window restarts");
+    assert!(
+        h.at(10).timer(&status_key()).is_empty(),
+        "the first timer is early now"
+    );
+    let effects = h.at(15).timer(&status_key());
+    assert_eq!(the_apply(&effects)["status"], json!({"a": "1", "b": "2"}));
+}
+
+#[test]
+fn a_steady_stream_of_intents_is_applied_after_ten_windows_at_the_latest() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let mut last_wake = None;
+    for i in 0..20u64 {
+        let effects = h
+            .at(i * 5)
+            .submit(intent(&status_key(), json!({"status": {"n": i}})), false)
+            .1;
+        last_wake = wakes(&effects).last().copied().or(last_wake);
+    }
+    assert_eq!(
+        last_wake,
+        Some(h.ms(100)),
+        "capped at ten windows after the first intent"
+    );
+    let effects = h.at(100).timer(&status_key());
+    assert_eq!(the_apply(&effects)["status"]["n"], 19);
+}
+
+#[test]
+fn a_lone_intent_is_applied_at_once_when_configured_and_a_burst_then_coalesces() {
+    let mut h = Harness::new(Settings {
+        apply_lone_intents_at_once: true,
+        ..Settings::default()
+    });
+    h.observe(fresh_widget());
+    let (_, effects) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    assert_eq!(the_apply(&effects)["status"], json!({"a": "1"}));
+    // What follows within the window, while the apply is in flight, waits for it.
+    let (t2, effects) = h
+        .at(1)
+        .submit(intent(&status_key(), json!({"status": {"b": "2"}})), true);
+    assert!(applies(&effects).is_empty());
+    let effects = h.at(3).applied(
+        &status_key(),
+        Ok(widget_with_ours(
+            6,
+            json!({"a": "1"}),
+            json!({"f:status": {"f:a": {}}}),
+        )),
+    );
+    assert_eq!(answer(&effects, t2), None, "the apply did not carry it");
+    assert_eq!(wakes(&effects), vec![h.ms(13)]);
+    let effects = h.at(13).timer(&status_key());
+    let body = the_apply(&effects);
+    assert_eq!(
+        body["metadata"]["resourceVersion"], "6",
+        "planned on the apply's answer"
+    );
+    assert_eq!(body["status"], json!({"a": "1", "b": "2"}));
+}
+
+#[test]
+fn an_apply_refused_as_stale_is_planned_again_on_a_fresh_read_never_on_the_stale_view() {
+    // The replay's lost field: the view still shows a foreign manager owning `out.a` with
+    // another value, so the plan leaves `out.a` out. On the object as it is, the foreign
+    // manager has released it and we own it alone: sent, that plan would delete our value.
+    let mut h = Harness::default();
+    let stale = mk_widget(
+        8,
+        UID,
+        json!({"status": {"out": {"a": "theirs"}}}),
+        &[
+            (
+                OURS,
+                "Apply",
+                "status",
+                json!({"f:status": {"f:out": {"f:a": {}}}}),
+            ),
+            (
+                "foreign-u",
+                "Update",
+                "status",
+                json!({"f:status": {"f:out": {"f:a": {}}}}),
+            ),
+        ],
+    );
+    h.observe(stale);
+    let (ticket, _) = h.submit(
+        intent(
+            &status_key(),
+            json!({"status": {"out": {"a": "ours"}, "phase": "Ready"}}),
+        ),
+        true,
+    );
+    let effects = h.at(10).timer(&status_key());
+    let body = the_apply(&effects);
+    assert_eq!(
+        body["metadata"]["resourceVersion"], "8",
+        "the precondition is the view's"
+    );
+    assert_eq!(
+        body["status"],
+        json!({"phase": "Ready"}),
+        "out.a left to its foreign owner"
+    );
+
+    let effects = h.at(12).applied(&status_key(), Err(ApplyError::Stale));
+    assert_eq!(reads(&effects), 1, "read again");
+    assert!(applies(&effects).is_empty() && answer(&effects, ticket).is_none());
+
+    let current = mk_widget(
+        11,
+        UID,
+        json!({"status": {"out": {"a": "ours"}}}),
+        &[(
+            OURS,
+            "Apply",
+            "status",
+            json!({"f:status": {"f:out": {"f:a": {}}}}),
+        )],
+    );
+    let effects = h.at(14).observe(current);
+    let body = the_apply(&effects);
+    assert_eq!(body["metadata"]["resourceVersion"], "11");
+    assert_eq!(
+        body["status"],
+        json!({"out": {"a": "ours"}, "phase": "Ready"}),
+        "nothing of ours left out"
+    );
+
+    let done = widget_with_ours(
+        12,
+        json!({"out": {"a": "ours"}, "phase": "Ready"}),
+        json!({"f:status": {"f:out": {"f:a": {}}, "f:phase": {}}}),
+    );
+    let effects = h.at(16).applied(&status_key(), Ok(done));
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::applied)
+    );
+}
+
+#[test]
+fn a_view_older_than_the_one_held_changes_nothing() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    h.at(10).timer(&status_key());
+    let newer = widget_with_ours(9, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
+    let effects = h.at(12).applied(&status_key(), Ok(newer));
+    assert_eq!(attempts(&effects), vec![Action::applied]);
+    // The watch delivers the version before our apply, then our apply itself.
+    assert!(h.at(13).observe(fresh_widget()).is_empty());
+    assert!(
+        h.at(14)
+            .observe(widget_with_ours(
+                9,
+                json!({"a": "1"}),
+                json!({"f:status": {"f:a": {}}})
+            ))
+            .is_empty()
+    );
+    let view = h.machine.view(&object()).expect("a view");
+    assert_eq!(view.metadata.resource_version.as_deref(), Some("9"));
+}
+
+#[test]
+fn refusals_as_stale_back_off_after_three_reads_and_answer_a_conflict() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    let mut effects = h.at(10).timer(&status_key());
+    for (i, rv) in [(0, 6), (1, 7)] {
+        assert_eq!(applies(&effects).len(), 1, "try {i}");
+        effects = h.applied(&status_key(), Err(ApplyError::Stale));
+        assert_eq!(reads(&effects), 1);
+        effects = h.observe(mk_widget(rv, UID, json!({}), &[]));
+    }
+    assert_eq!(applies(&effects).len(), 1, "third try");
+    let effects = h.at(20).applied(&status_key(), Err(ApplyError::Stale));
+    assert_eq!(reads(&effects), 0, "no hot loop");
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::conflict)
+    );
+    let wake = wakes(&effects);
+    assert_eq!(wake.len(), 1);
+    let delay = wake[0] - h.ms(20);
+    assert!(
+        delay >= Duration::from_millis(100) && delay <= Duration::from_millis(300),
+        "{delay:?}"
+    );
+}
+
+#[test]
+fn an_apply_that_would_change_nothing_sends_no_request() {
+    let mut h = Harness::default();
+    h.observe(widget_with_ours(
+        6,
+        json!({"a": "1"}),
+        json!({"f:status": {"f:a": {}}}),
+    ));
+    let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    let effects = h.at(10).timer(&status_key());
+    assert!(applies(&effects).is_empty());
+    assert_eq!(attempts(&effects), vec![Action::unchanged]);
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::unchanged)
+    );
+    // The same intent again is answered at once, with no timer.
+    let (again, effects) = h
+        .at(50)
+        .submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    assert_eq!(
+        answer(&effects, again).map(|o| o.action),
+        Some(Action::unchanged)
+    );
+    assert!(wakes(&effects).is_empty());
+}
+
+#[test]
+fn one_key_per_object_at_a_time_and_the_second_is_planned_on_the_firsts_answer() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    h.submit(
+        intent(&main_key(), json!({"spec": {"colour": "red"}})),
+        false,
+    );
+    h.at(10);
+    let mut effects = h.timer(&status_key());
+    effects.extend(h.timer(&main_key()));
+    assert_eq!(applies(&effects).len(), 1, "the object is busy");
+    let after = widget_with_ours(6, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
+    let effects = h.at(12).applied(&status_key(), Ok(after));
+    let body = the_apply(&effects);
+    assert_eq!(body["spec"], json!({"colour": "red"}));
+    assert_eq!(body["metadata"]["resourceVersion"], "6");
+}
+
+#[test]
+fn no_more_applies_run_at_once_than_configured() {
+    let mut h = Harness::new(Settings {
+        max_concurrent_applies: 2,
+        ..Settings::default()
+    });
+    let keys: Vec<DesiredKey> = (0..3)
+        .map(|i| {
+            let mut k = status_key();
+            k.object.name = format!("w{i}");
+            k
+        })
+        .collect();
+    let mut effects = Vec::new();
+    h.cached = Some(fresh_widget());
+    for k in &keys {
+        h.submit(intent(k, json!({"status": {"a": "1"}})), false);
+    }
+    h.at(10);
+    for k in &keys {
+        effects.extend(h.timer(k));
+    }
+    assert_eq!(applies(&effects).len(), 2);
+    assert_eq!(h.machine.pending(), 1);
+    let effects = h.applied(
+        &keys[0],
+        Err(ApplyError::Refused {
+            code: 422,
+            message: "no".into(),
+        }),
+    );
+    assert_eq!(applies(&effects).len(), 1, "a slot came free");
+    assert_eq!(h.machine.pending(), 0);
+}
+
+#[test]
+fn an_intent_during_an_apply_rides_the_next_one_and_is_answered_by_it() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let (first, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    h.at(10).timer(&status_key());
+    let (second, effects) = h
+        .at(11)
+        .submit(intent(&status_key(), json!({"status": {"b": "2"}})), true);
+    assert!(answer(&effects, second).is_none());
+    let effects = h.at(12).applied(
+        &status_key(),
+        Ok(widget_with_ours(
+            6,
+            json!({"a": "1"}),
+            json!({"f:status": {"f:a": {}}}),
+        )),
+    );
+    assert_eq!(
+        answer(&effects, first).map(|o| o.action),
+        Some(Action::applied)
+    );
+    assert!(answer(&effects, second).is_none());
+    let effects = h.at(22).timer(&status_key());
+    assert_eq!(the_apply(&effects)["status"], json!({"a": "1", "b": "2"}));
+    let effects = h.at(24).applied(
+        &status_key(),
+        Ok(widget_with_ours(
+            7,
+            json!({"a": "1", "b": "2"}),
+            json!({"f:status": {"f:a": {}, "f:b": {}}}),
+        )),
+    );
+    assert_eq!(
+        answer(&effects, second).map(|o| o.action),
+        Some(Action::applied)
+    );
+}
+
+#[test]
+fn a_field_another_writer_removed_is_restored_after_the_observation() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    h.at(10).timer(&status_key());
+    h.at(12).applied(
+        &status_key(),
+        Ok(widget_with_ours(
+            6,
+            json!({"a": "1"}),
+            json!({"f:status": {"f:a": {}}}),
+        )),
+    );
+    // A merge patch removed `status.a`: its ownership went with it.
+    let drifted = mk_widget(7, UID, json!({"spec": {"size": 1}}), &[]);
+    let effects = h.at(20).observe(drifted);
+    assert_eq!(wakes(&effects), vec![h.ms(30)]);
+    let effects = h.at(30).timer(&status_key());
+    let body = the_apply(&effects);
+    assert_eq!(
+        (
+            body["status"].clone(),
+            body["metadata"]["resourceVersion"].clone()
+        ),
+        (json!({"a": "1"}), json!("7"))
+    );
+}
+
+#[test]
+fn a_change_of_the_object_that_concerns_no_document_sends_nothing() {
+    let mut h = Harness::default();
+    h.observe(widget_with_ours(
+        6,
+        json!({"a": "1"}),
+        json!({"f:status": {"f:a": {}}}),
+    ));
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    h.at(10).timer(&status_key());
+    let labelled = mk_widget(
+        7,
+        UID,
+        json!({"spec": {"size": 2}, "status": {"a": "1"}}),
+        &[(OURS, "Apply", "status", json!({"f:status": {"f:a": {}}}))],
+    );
+    h.at(20).observe(labelled);
+    let effects = h.at(30).timer(&status_key());
+    assert!(applies(&effects).is_empty());
+    assert_eq!(attempts(&effects), vec![Action::unchanged]);
+}
+
+#[test]
+fn an_intent_for_a_recreated_object_drops_the_old_incarnations_document_and_answers_its_waiters() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let mut old = intent(&status_key(), json!({"status": {"a": "old"}}));
+    old.uid = Some(UID.into());
+    let (old_ticket, _) = h.submit(old, true);
+    let recreated = mk_widget(20, "uid-2", json!({}), &[]);
+    let mut new = intent(&status_key(), json!({"status": {"b": "new"}}));
+    new.uid = Some("uid-2".into());
+    let ticket = h.next_ticket;
+    h.next_ticket += 1;
+    let effects = h.at(3).feed(Event::Intent {
+        intent: new,
+        ticket,
+        wait: true,
+        view: Some(recreated),
+    });
+    assert_eq!(
+        answer(&effects, old_ticket).map(|o| o.action),
+        Some(Action::rejected)
+    );
+    assert_eq!(
+        wakes(&effects),
+        vec![h.ms(13)],
+        "the new document restarts the window"
+    );
+    let effects = h.at(13).timer(&status_key());
+    let body = the_apply(&effects);
+    assert_eq!(
+        body["status"],
+        json!({"b": "new"}),
+        "nothing of the old document"
+    );
+    assert_eq!(body["metadata"]["uid"], "uid-2");
+}
+
+#[test]
+fn a_uid_precondition_the_view_lacks_is_read_once_then_rejected() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let mut i = intent(&status_key(), json!({"status": {"a": "1"}}));
+    i.uid = Some("uid-gone".into());
+    let (ticket, _) = h.submit(i, true);
+    let effects = h.at(10).timer(&status_key());
+    assert_eq!((reads(&effects), applies(&effects).len()), (1, 0));
+    let effects = h.at(12).observe(fresh_widget());
+    let outcome = answer(&effects, ticket).expect("answered");
+    assert_eq!(outcome.action, Action::rejected);
+    assert!(
+        outcome
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("uid precondition failed"),
+        "{outcome:?}"
+    );
+    assert!(applies(&effects).is_empty());
+}
+
+#[test]
+fn a_deleted_object_answers_the_waiting_intent_not_found() {
+    let mut h = Harness::default();
+    let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    let effects = h.at(10).timer(&status_key());
+    assert_eq!(reads(&effects), 1, "no view yet");
+    let effects = h.at(12).feed(Event::Gone(object()));
+    let outcome = answer(&effects, ticket).expect("answered");
+    assert_eq!(outcome.action, Action::rejected);
+    assert!(
+        outcome
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not found")
+    );
+    assert!(wakes(&effects).is_empty(), "not retried");
+}
+
+#[test]
+fn a_transient_error_backs_off_exponentially_and_a_changed_document_ends_the_backoff() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    h.at(10).timer(&status_key());
+    let effects = h
+        .at(11)
+        .applied(&status_key(), Err(ApplyError::Transient("503".into())));
+    let first = wakes(&effects)[0] - h.ms(11);
+    let effects = h.at(11).timer(&status_key());
+    assert!(applies(&effects).is_empty(), "not before the backoff");
+    h.now = h.ms(11) + first;
+    h.timer(&status_key());
+    let effects = h.applied(&status_key(), Err(ApplyError::Transient("503".into())));
+    let second = wakes(&effects)[0] - h.now;
+    assert!(
+        first >= Duration::from_millis(100) && first <= Duration::from_millis(300),
+        "{first:?}"
+    );
+    assert!(
+        second >= Duration::from_millis(200) && second <= Duration::from_millis(600),
+        "{second:?}"
+    );
+    // An intent that changes the document is tried one window later, not after the backoff.
+    let at = h.now;
+    let (_, effects) = h.submit(intent(&status_key(), json!({"status": {"a": "2"}})), false);
+    assert_eq!(wakes(&effects), vec![at + Duration::from_millis(10)]);
+    h.now = at + Duration::from_millis(10);
+    assert_eq!(
+        the_apply(&h.timer(&status_key()))["status"],
+        json!({"a": "2"})
+    );
+}
+
+#[test]
+fn after_a_restart_a_partial_intent_keeps_what_the_manager_owns_on_the_object() {
+    let mut h = Harness::default();
+    h.observe(widget_with_ours(
+        6,
+        json!({"a": "1", "b": "2"}),
+        json!({"f:status": {"f:a": {}, "f:b": {}}}),
+    ));
+    h.submit(intent(&status_key(), json!({"status": {"c": "3"}})), false);
+    let effects = h.at(10).timer(&status_key());
+    assert_eq!(
+        the_apply(&effects)["status"],
+        json!({"a": "1", "b": "2", "c": "3"})
+    );
+}
+
+#[test]
+fn two_managers_of_this_applier_that_disagree_are_refused_before_any_request() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    let mut other = status_key();
+    other.field_manager = "widget-other".into();
+    let (ticket, effects) = h.submit(intent(&other, json!({"status": {"a": "2"}})), false);
+    let outcome = answer(&effects, ticket).expect("answered at once");
+    assert_eq!(outcome.action, Action::conflict);
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Report { local: true, .. }))
+    );
+    assert!(wakes(&effects).is_empty());
+}
+
+#[test]
+fn a_foreign_owner_with_another_value_is_reported_once_and_not_applied() {
+    let mut h = Harness::default();
+    let theirs = mk_widget(
+        6,
+        UID,
+        json!({"status": {"phase": "Creating"}}),
+        &[(
+            "core",
+            "Update",
+            "status",
+            json!({"f:status": {"f:phase": {}}}),
+        )],
+    );
+    h.observe(theirs.clone());
+    let (ticket, _) = h.submit(
+        intent(&status_key(), json!({"status": {"phase": "Ready"}})),
+        true,
+    );
+    let effects = h.at(10).timer(&status_key());
+    assert!(applies(&effects).is_empty(), "nothing else to apply");
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::conflict)
+    );
+    let reports = effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Report { local: false, .. }))
+        .count();
+    assert_eq!(reports, 1);
+    // Seen again on the next observation: not reported twice, no request.
+    let touched = mk_widget(
+        7,
+        UID,
+        json!({"status": {"phase": "Creating"}}),
+        &[(
+            "core",
+            "Update",
+            "status",
+            json!({"f:status": {"f:phase": {}}}),
+        )],
+    );
+    h.at(20).observe(touched);
+    let effects = h.at(30).timer(&status_key());
+    assert!(applies(&effects).is_empty());
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Report { .. })));
+}
+
+#[test]
+fn an_apply_that_left_a_conflict_out_is_planned_again_on_its_own_answer() {
+    let mut h = Harness::default();
+    let theirs = mk_widget(
+        6,
+        UID,
+        json!({"status": {"phase": "Creating"}}),
+        &[(
+            "core",
+            "Update",
+            "status",
+            json!({"f:status": {"f:phase": {}}}),
+        )],
+    );
+    h.observe(theirs);
+    h.submit(
+        intent(
+            &status_key(),
+            json!({"status": {"phase": "Ready", "a": "1"}}),
+        ),
+        false,
+    );
+    let effects = h.at(10).timer(&status_key());
+    assert_eq!(the_apply(&effects)["status"], json!({"a": "1"}));
+    // The answer shows the phase free (its owner let go meanwhile): checked again, applied.
+    let answered = widget_with_ours(8, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
+    let effects = h.at(12).applied(&status_key(), Ok(answered));
+    assert_eq!(attempts(&effects), vec![Action::conflict]);
+    assert_eq!(wakes(&effects), vec![h.ms(22)]);
+    let effects = h.at(22).timer(&status_key());
+    assert_eq!(
+        the_apply(&effects)["status"],
+        json!({"a": "1", "phase": "Ready"})
+    );
+    // Still in conflict on the answer: one check, no request, no further timer.
+    let effects = h.at(24).applied(
+        &status_key(),
+        Ok(mk_widget(
+            9,
+            UID,
+            json!({"status": {"a": "1", "phase": "Creating"}}),
+            &[
+                (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
+                (
+                    "core",
+                    "Update",
+                    "status",
+                    json!({"f:status": {"f:phase": {}}}),
+                ),
+            ],
+        )),
+    );
+    assert!(applies(&effects).is_empty());
+}
