@@ -70,21 +70,27 @@ impl Rng {
     }
 }
 
-/// The seed the test suite replays: some random seeds still fail (see the note on
-/// `REPLAY_SEED=random` in the module doc), and a test run must not depend on the clock.
-const DEFAULT_SEED: u64 = 1795660885929941934;
-
+/// The seed to replay: `REPLAY_SEED` (a number), or a new one from the clock on every run.
 fn seed() -> u64 {
     match std::env::var("REPLAY_SEED") {
-        Ok(s) if s.trim() == "random" => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-        Ok(s) => s
+        Ok(s) if s.trim() != "random" && !s.trim().is_empty() => s
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("REPLAY_SEED={s} is neither a number nor `random`")),
-        Err(_) => DEFAULT_SEED,
+        _ => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
     }
+}
+
+/// Extra arguments of the replay's applier (`REPLAY_APPLIER_ARGS`, split on spaces), e.g.
+/// `--apply-lone-intents-at-once`.
+fn applier_args() -> Vec<String> {
+    let mut args = vec!["--no-events".to_owned()];
+    if let Ok(extra) = std::env::var("REPLAY_APPLIER_ARGS") {
+        args.extend(extra.split_whitespace().map(str::to_owned));
+    }
+    args
 }
 
 // ---------------------------------------------------------------------------------------
@@ -597,8 +603,43 @@ impl Replay {
 
 #[tokio::test]
 async fn a_seeded_replay_of_intents_and_foreign_writes_keeps_at_provider() -> Result<()> {
-    let seed = seed();
-    eprintln!("replay seed: {seed} (rerun with REPLAY_SEED={seed})");
+    replay(seed(), &applier_args()).await
+}
+
+// Every seed that ever failed, replayed as it was found (the applier's arguments of the
+// run that found it).
+#[tokio::test]
+async fn replay_seed_1795665213192511349_our_output_under_a_released_foreign_map() -> Result<()> {
+    replay(1795665213192511349, &applier_args()).await
+}
+
+#[tokio::test]
+async fn replay_seed_1795665138606139319() -> Result<()> {
+    replay(1795665138606139319, &applier_args()).await
+}
+
+#[tokio::test]
+async fn replay_seed_1795665204128017631() -> Result<()> {
+    replay(1795665204128017631, &applier_args()).await
+}
+
+#[tokio::test]
+async fn replay_seed_1795665243398715498() -> Result<()> {
+    replay(1795665243398715498, &applier_args()).await
+}
+
+#[tokio::test]
+async fn replay_seed_1795660497016337610_with_lone_intents_at_once() -> Result<()> {
+    replay(
+        1795660497016337610,
+        &["--no-events".into(), "--apply-lone-intents-at-once".into()],
+    )
+    .await
+}
+
+/// Replays `seed` against an applier started with `args`.
+async fn replay(seed: u64, args: &[String]) -> Result<()> {
+    eprintln!("replay seed: {seed} (rerun with REPLAY_SEED={seed}), applier {args:?}");
     let all_writes = std::env::var("REPLAY_ALL_WRITES").is_ok_and(|v| v == "1");
     let started = Instant::now();
     let client = env().client().await?;
@@ -610,7 +651,8 @@ async fn a_seeded_replay_of_intents_and_foreign_writes_keeps_at_provider() -> Re
         "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"}},
     }))?;
     api.create(&PostParams::default(), &created).await?;
-    let applier = Applier::start(&["--no-events"]).await?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let applier = Applier::start(&args).await?;
     let mut replay = Replay {
         seed,
         ns: ns.name.clone(),

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs the seeded replay (tests/tests/replay_seeded.rs) with N new random seeds against the
+# real API server, J at a time, and ends with `N passed, M failed`. Each failing seed is
+# listed with the command that reruns it; keep it as a named regression test.
+#
+#   hack/soak.sh [N] [-j J] [--applier-args "ARGS"] [--all-writes]
+#
+#   N                 seeds to run (default 100)
+#   -j J              replays at once (default 4; each runs its own status-applier)
+#   --applier-args    extra arguments of the replays' status-applier, for example
+#                     "--apply-lone-intents-at-once"
+#   --all-writes      REPLAY_ALL_WRITES=1: the generator's widest set of foreign writes
+#
+# Uses the API server of KUBECONFIG when set, else starts hack/testenv.sh (and stops it).
+# Logs of every seed: .soak/<run>/<seed>.log.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+count=100 jobs=4 applier_args="" all_writes=0
+while (($#)); do
+	case $1 in
+	-j) jobs=$2; shift 2 ;;
+	--applier-args) applier_args=$2; shift 2 ;;
+	--all-writes) all_writes=1; shift ;;
+	-h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*)
+		[[ $1 =~ ^[0-9]+$ ]] || { echo "soak: unexpected argument '$1' (see --help)" >&2; exit 2; }
+		count=$1; shift ;;
+	esac
+done
+((count > 0 && jobs > 0)) || { echo "soak: N and J must be positive" >&2; exit 2; }
+
+log() { printf '[soak %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [[ -z ${KUBECONFIG:-} ]]; then
+	trap 'hack/testenv.sh stop' EXIT
+	eval "$(hack/testenv.sh start)"
+fi
+
+log "building the status-applier and the replay test"
+cargo build --quiet --workspace --bins
+binary=$(cargo test --quiet -p capt-tests --test replay_seeded --no-run --message-format=json 2>/dev/null |
+	python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "replay_seeded":
+        print(m["executable"])')
+[[ -x $binary ]] || { echo "soak: the replay test binary was not built" >&2; exit 1; }
+
+run="$ROOT/.soak/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$run"
+log "$count seeds, $jobs at a time, applier args '${applier_args}', all writes: $all_writes; logs in $run"
+seeds=()
+for ((i = 0; i < count; i++)); do
+	seeds+=("$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')")
+done
+
+export REPLAY_APPLIER_ARGS="$applier_args" binary run
+((all_writes)) && export REPLAY_ALL_WRITES=1
+one() {
+	local seed=$1
+	if REPLAY_SEED=$seed "$binary" --exact a_seeded_replay_of_intents_and_foreign_writes_keeps_at_provider \
+		>"$run/$seed.log" 2>&1; then
+		echo "ok $seed"
+	else
+		echo "FAILED $seed"
+	fi
+}
+export -f one
+started=$(date +%s)
+printf '%s\n' "${seeds[@]}" | xargs -P "$jobs" -I{} bash -c 'one {}' | {
+	passed=0 failed=0 failures=()
+	while read -r verdict seed; do
+		if [[ $verdict == ok ]]; then passed=$((passed + 1)); else
+			failed=$((failed + 1)); failures+=("$seed")
+			log "seed $seed FAILED: $(grep -m1 -A2 'panicked' "$run/$seed.log" | tail -n 2 | cut -c1-300)"
+		fi
+		done=$((passed + failed))
+		((done % 10 == 0 || done == count)) && log "$done of $count done, $failed failed, $(($(date +%s) - started)) s"
+	done
+	for seed in "${failures[@]}"; do
+		echo "rerun: REPLAY_SEED=$seed REPLAY_APPLIER_ARGS='$applier_args' cargo test -p capt-tests --test replay_seeded a_seeded_replay (log: $run/$seed.log)"
+	done
+	echo "soak: $passed passed, $failed failed"
+	((failed == 0))
+}
