@@ -71,7 +71,7 @@ impl FromStr for Expectation {
     }
 }
 
-/// CAPT's protected paths and their owners (DESIGN.md's ownership plan).
+/// CAPT's protected paths and their owners (the ownership plan in README.md).
 pub const CAPT_EXPECTATIONS: &[&str] = &[
     "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider=capt-captcontrolplane",
     "CAPTControlPlane.controlplane.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-captcontrolplane",

@@ -173,7 +173,7 @@ impl Policy {
     }
 }
 
-/// The rules DESIGN.md gives CAPT: the protected paths and the replaced `atProvider`.
+/// CAPT's rules (the ownership plan in README.md): the protected paths and the replaced `atProvider`.
 pub const CAPT_PROTECTED: &[&str] = &[
     "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider",
     "CAPTControlPlane.controlplane.cluster.x-k8s.io:spec.controlPlaneEndpoint",

@@ -9,7 +9,7 @@ use std::fmt;
 /// The largest intent body accepted, in bytes.
 pub const MAX_INTENT_BYTES: usize = 1 << 20;
 
-/// A field manager's wish for a part of one object (DESIGN.md section 6).
+/// A field manager's wish for a part of one object (docs/status-applier.md, "The intent").
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Intent {

@@ -56,7 +56,8 @@ enum Command {
         socket: SocketArg,
     },
     /// Audit field ownership: every field with all its co-owners, and the protected paths
-    /// (exactly the expected owner, no foreign writer). Exits 1 on a violation.
+    /// (exactly the expected owner, no foreign writer). Exits 1 on a violation, 2 when it
+    /// cannot run (unreadable input, an unreachable API server).
     Audit(AuditArgs),
 }
 
@@ -278,16 +279,37 @@ fn defaults(rules: &[&str]) -> Vec<KindPathArg> {
         .collect()
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+/// Exit codes: 0 success; 1 an audit found a violation, or a command failed; 2 an audit
+/// could not run (so a check for exit 1 cannot pass on an error).
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let audit_run = matches!(cli.command, Command::Audit(_));
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(Verdict::Clean) => std::process::ExitCode::SUCCESS,
+        Ok(Verdict::Violations) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(if audit_run { 2 } else { 1 })
+        }
+    }
+}
+
+/// What a command that ran found.
+enum Verdict {
+    Clean,
+    Violations,
+}
+
+async fn run(cli: Cli) -> Result<Verdict> {
+    let done = |r: Result<()>| r.map(|()| Verdict::Clean);
     match cli.command {
-        Command::Serve(args) => serve(*args).await,
+        Command::Serve(args) => done(serve(*args).await),
         Command::Submit {
             socket,
             file,
             no_wait,
-        } => submit(&socket.socket, &file, !no_wait).await,
+        } => done(submit(&socket.socket, &file, !no_wait).await),
         Command::Show {
             socket,
             output,
@@ -298,11 +320,11 @@ async fn main() -> Result<()> {
                 Format::Yaml => "yaml",
             };
             let path = format!("/v1/intents?format={format}{}", filter.query());
-            print_answer(Client::new(&socket.socket).get(&path).await?)
+            done(print_answer(Client::new(&socket.socket).get(&path).await?))
         }
-        Command::Conflicts { socket } => {
-            print_answer(Client::new(&socket.socket).get("/v1/conflicts").await?)
-        }
+        Command::Conflicts { socket } => done(print_answer(
+            Client::new(&socket.socket).get("/v1/conflicts").await?,
+        )),
         Command::Audit(args) => audit(args).await,
     }
 }
@@ -455,7 +477,7 @@ const CAPT_KINDS: &[&str] = &[
     "WorkspaceTemplateApply.infrastructure.cluster.x-k8s.io",
 ];
 
-async fn audit(args: AuditArgs) -> Result<()> {
+async fn audit(args: AuditArgs) -> Result<Verdict> {
     let objects = match &args.file {
         Some(file) => read_objects(file)?,
         None => fetch_objects(args.target.as_deref(), args.namespace.as_deref()).await?,
@@ -476,13 +498,14 @@ async fn audit(args: AuditArgs) -> Result<()> {
     }
     let violations: usize = audits.iter().map(|a| a.violations.len()).sum();
     if violations > 0 {
-        bail!(
+        eprintln!(
             "{violations} ownership violation(s) in {} object(s)",
             audits.len()
         );
+        return Ok(Verdict::Violations);
     }
     eprintln!("audited {} object(s): no violation", audits.len());
-    Ok(())
+    Ok(Verdict::Clean)
 }
 
 /// CAPT's "present when its source has it": a CAPTControlPlane whose Workspace reports

@@ -5,7 +5,7 @@
 //! writes: server-side applies (forced or not) and updates (merge patches), on fields we also
 //! want, protected ones included. Two independent references judge every step:
 //!
-//! * a model of the merge rules of DESIGN.md, kept as flat `path -> value` maps, predicts our
+//! * a model of the merge rules of docs/status-applier.md, kept as flat `path -> value` maps, predicts our
 //!   desired documents and the protected paths an intent keeps;
 //! * a small simulation of the API server's server-side apply (`managedFields` per manager,
 //!   operation and subresource; a 409 for a non-forced apply that changes a value another
@@ -1255,7 +1255,7 @@ fn the_generated_sequences_reach_every_interesting_case() {
 
 // ---------------------------------------------------------------------------------------
 // The minimal failing cases the property found, kept as plain tests. Each asserts the
-// behaviour DESIGN.md asks for; the real API server's side of each is checked by the
+// behaviour docs/status-applier.md describes; the real API server's side of each is checked by the
 // ignored tests of `tests/tests/replay_seeded.rs`.
 
 fn status(fragment: Value) -> Step {

@@ -2,7 +2,8 @@
 //! applies, answers, timers, reports). It decides nothing itself.
 
 use super::Settings;
-use super::machine::{ApplyRequest, Count, DesiredView, Effect, Event, Machine, Ticket};
+use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
+use super::machine::Machine;
 use crate::config::Policy;
 use crate::conflict::Conflict;
 use crate::error::ApplyError;

@@ -11,13 +11,14 @@
 //! when nothing would change.
 
 pub mod driver;
+pub mod events;
 pub mod machine;
 #[cfg(test)]
 mod tests;
 
 pub use crate::outcome::Outcome;
 pub use driver::{ConflictRecord, Engine};
-pub use machine::DesiredView;
+pub use events::DesiredView;
 use std::time::Duration;
 
 /// Tuning of the engine. The command line's defaults are these.

@@ -4,7 +4,8 @@
 //! would show them. The kind is a made-up `Widget`: the engine knows no kind.
 
 use super::Settings;
-use super::machine::{Count, Effect, Event, Machine, Ticket};
+use super::events::{Count, Effect, Event, Ticket};
+use super::machine::Machine;
 use crate::config::Policy;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};

@@ -1,0 +1,200 @@
+//! How the machine takes an intent: the document it merges into (kept, rebuilt from the
+//! object, or replaced for a new incarnation), conflicts between managers of this applier,
+//! and where the key goes next (queued, coalesced, or answered at once).
+
+use super::{Entry, Machine, Phase};
+use crate::apply::owned_document;
+use crate::conflict::{self, Conflict};
+use crate::engine::events::{Count, Effect, Ticket};
+use crate::intent::{DesiredKey, ValidIntent};
+use crate::merge::merge_fragment;
+use crate::metrics::Action;
+use crate::outcome::Outcome;
+use kube::api::DynamicObject;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Machine {
+    pub(super) fn intent(
+        &mut self,
+        intent: ValidIntent,
+        ticket: Ticket,
+        wait: bool,
+        view: Option<Arc<DynamicObject>>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let key = intent.key.clone();
+        self.objects
+            .entry(key.object.clone())
+            .or_default()
+            .keys
+            .insert(key.clone());
+        if let Some(view) = view {
+            self.take_view(&key.object, view);
+        }
+        self.load(&key, intent.uid.as_deref(), out);
+        let rules = self.policy.rules_for(&key.object.group_kind());
+        let merged = {
+            let entry = &self.entries[&key];
+            merge_fragment(&entry.document, &intent.fragment, &rules, &intent.release)
+        };
+        let mut outcome = Outcome::new(&key, Action::queued);
+        outcome.kept = merged.kept.iter().map(ToString::to_string).collect();
+        let local = self.local_conflicts(&key, &merged.document);
+        if !local.is_empty() {
+            outcome.action = Action::conflict;
+            outcome.conflicts = local.clone();
+            self.report(&key, &local, true, out);
+            out.push(Effect::Counted(Count::Intent(
+                key.field_manager.clone(),
+                outcome.action,
+            )));
+            out.push(Effect::Answer {
+                ticket,
+                outcome: outcome.with_message(
+                    "refused before any request: another manager of this applier wants other values",
+                ),
+            });
+            return;
+        }
+        let window = self.settings.coalesce_window;
+        let entry = self.entries.get_mut(&key).expect("loaded");
+        let after_quiet = entry.last_intent.is_none_or(|at| now - at >= window);
+        entry.last_intent = Some(now);
+        let changed = merged.document != entry.document
+            || (intent.uid.is_some() && intent.uid != entry.precondition);
+        if !changed
+            && entry.phase.is_idle()
+            && let Some(last) = &entry.last
+        {
+            let mut answer = last.clone();
+            answer.kept = outcome.kept;
+            if matches!(answer.action, Action::applied | Action::queued) {
+                answer.action = Action::unchanged;
+            }
+            out.push(Effect::Counted(Count::Intent(
+                key.field_manager.clone(),
+                answer.action,
+            )));
+            out.push(Effect::Answer {
+                ticket,
+                outcome: answer,
+            });
+            return;
+        }
+        entry.from_intent = true;
+        if changed {
+            entry.document = merged.document;
+            entry.precondition = intent.uid.or(entry.precondition.take());
+            entry.version += 1;
+            entry.failures = 0;
+        }
+        let version = entry.version;
+        match entry.phase.clone() {
+            Phase::Idle => {
+                let at_once = after_quiet && self.settings.apply_lone_intents_at_once;
+                self.queue(
+                    &key,
+                    if at_once { now } else { now + window },
+                    false,
+                    now,
+                    out,
+                );
+            }
+            Phase::Queued {
+                due,
+                first,
+                backoff,
+            } => {
+                outcome.action = Action::coalesced;
+                // A changed document ends a backoff: the failure was for what it was.
+                let (first, due, backoff) = match (backoff, changed) {
+                    (true, true) => (now, now + window, false),
+                    (true, false) => (first, due, true),
+                    (false, _) => (first, (now + window).min(first + window * 10), false),
+                };
+                entry.phase = Phase::Queued {
+                    due,
+                    first,
+                    backoff,
+                };
+                out.push(Effect::WakeAt {
+                    key: key.clone(),
+                    at: due,
+                });
+            }
+            Phase::Ready | Phase::Reading { .. } | Phase::Applying { .. } => {
+                outcome.action = Action::coalesced;
+            }
+        }
+        if outcome.action == Action::coalesced {
+            out.push(Effect::Counted(Count::Coalesced(key.field_manager.clone())));
+        }
+        out.push(Effect::Counted(Count::Intent(
+            key.field_manager.clone(),
+            outcome.action,
+        )));
+        if wait {
+            self.entries
+                .get_mut(&key)
+                .expect("loaded")
+                .waiters
+                .push((version, ticket));
+        } else {
+            out.push(Effect::Answer { ticket, outcome });
+        }
+    }
+
+    /// Makes sure `key` has a document: the one in memory, or else what its manager owns on
+    /// the newest view of the object (after a restart, this keeps a partial intent from
+    /// dropping fields). A document for another incarnation of the object is replaced, and
+    /// its waiting submitters hear that their intents were dropped.
+    pub(super) fn load(&mut self, key: &DesiredKey, uid: Option<&str>, out: &mut Vec<Effect>) {
+        let reload = self.entries.get(key).is_none_or(|e| {
+            uid.is_some() && e.precondition.is_some() && e.precondition.as_deref() != uid
+        });
+        if !reload {
+            return;
+        }
+        let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
+        let mut fresh = match view {
+            Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
+                Entry::new(owned_document(&v, key), v.metadata.uid.clone())
+            }
+            _ => Entry::new(Value::Object(Default::default()), None),
+        };
+        if let Some(mut old) = self.entries.remove(key) {
+            // The key keeps its place in the cycle and its version count, so that it is
+            // never queued twice and an old apply still in flight answers none of the new
+            // waiters.
+            fresh.version = old.version;
+            fresh.phase = old.phase.clone();
+            let dropped = Outcome::new(key, Action::rejected).with_message(format!(
+                "uid precondition failed: the object was recreated (uid {}), and an intent for \
+                 the new incarnation replaced this one before it was applied",
+                uid.unwrap_or("unknown")
+            ));
+            for (_, ticket) in old.waiters.drain(..) {
+                out.push(Effect::Answer {
+                    ticket,
+                    outcome: dropped.clone(),
+                });
+            }
+        }
+        self.entries.insert(key.clone(), fresh);
+    }
+
+    /// Paths where another manager of this applier, on the same object and subresource,
+    /// wants other values than `document`.
+    pub(super) fn local_conflicts(&self, key: &DesiredKey, document: &Value) -> Vec<Conflict> {
+        let others: Vec<(&str, &Value)> = self.objects[&key.object]
+            .keys
+            .iter()
+            .filter(|k| *k != key && k.subresource == key.subresource)
+            .filter_map(|k| Some((k.field_manager.as_str(), &self.entries.get(k)?.document)))
+            .collect();
+        conflict::local(document, &others)
+    }
+}

@@ -1,0 +1,149 @@
+//! How the machine takes what the watches and reads show of an object: the newest view,
+//! re-checks of the documents of its intents, remembered documents that follow the object,
+//! and documents rebuilt from `managedFields` after a restart.
+
+use super::{Entry, Machine, Phase, is_newer};
+use crate::apply::{our_apply_entries, owned_document};
+use crate::conflict::Conflict;
+use crate::engine::events::Effect;
+use crate::error::ApplyError;
+use crate::intent::{DesiredKey, ObjectRef};
+use crate::metrics::Action;
+use crate::outcome::Outcome;
+use kube::api::DynamicObject;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::info;
+
+impl Machine {
+    /// Keeps `view` if it is newer than the one held; answers whether it was.
+    pub(super) fn take_view(&mut self, object: &ObjectRef, view: Arc<DynamicObject>) -> bool {
+        let Some(held) = self.objects.get_mut(object) else {
+            return false;
+        };
+        let newer = held.view.as_ref().is_none_or(|v| is_newer(&view, v));
+        if newer {
+            held.view = Some(view);
+        }
+        newer
+    }
+
+    pub(super) fn observed(
+        &mut self,
+        object: &ObjectRef,
+        view: Arc<DynamicObject>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        if !self.policy.allowed_managers.is_empty() {
+            self.rebuild(object, &view);
+        }
+        if !self.objects.contains_key(object) {
+            return;
+        }
+        let newer = self.take_view(object, view);
+        let replanned = self.busy_in(object, |p| matches!(p, Phase::Reading { .. }));
+        if let Some(key) = &replanned {
+            let Phase::Reading { stale } = self.entries[key].phase else {
+                unreachable!("reading")
+            };
+            self.plan_or_read(key, stale, now, out);
+        }
+        if !newer {
+            return;
+        }
+        let view = self.objects[object].view.clone().expect("just taken");
+        let keys: Vec<DesiredKey> = self.objects[object].keys.iter().cloned().collect();
+        for key in keys {
+            let entry = self.entries.get_mut(&key).expect("a key");
+            if !entry.from_intent {
+                // A remembered document follows the object.
+                entry.document = owned_document(&view, &key);
+                entry.object_uid = view.metadata.uid.clone();
+            } else if entry.phase.is_idle() {
+                // Re-check: restores drifted fields and retries conflicts; sends nothing
+                // when nothing would change.
+                let due = now + self.settings.coalesce_window;
+                self.queue(&key, due, false, now, out);
+            } else if matches!(entry.phase, Phase::Applying { .. })
+                && replanned.as_ref() != Some(&key)
+            {
+                // The apply in flight was planned on an older view.
+                entry.recheck = true;
+            }
+        }
+    }
+
+    pub(super) fn gone(&mut self, object: &ObjectRef, now: Instant, out: &mut Vec<Effect>) {
+        let Some(held) = self.objects.get_mut(object) else {
+            return;
+        };
+        held.view = None;
+        if let Some(key) = self.busy_in(object, |p| matches!(p, Phase::Reading { .. })) {
+            let outcome = Outcome::new(&key, Action::rejected)
+                .with_message(format!("{object}: {}", ApplyError::NotFound));
+            self.finish(&key, outcome, false, now, out);
+        }
+    }
+
+    /// Rebuilds the documents of the allowed managers that have applied to `object` and have
+    /// none in memory (after a restart).
+    pub(super) fn rebuild(&mut self, object: &ObjectRef, view: &Arc<DynamicObject>) {
+        for (manager, subresource) in our_apply_entries(view, &self.policy.allowed_managers) {
+            let key = DesiredKey {
+                object: object.clone(),
+                subresource,
+                field_manager: manager,
+            };
+            if self.entries.contains_key(&key) {
+                continue;
+            }
+            info!(subject = %key.object, manager = key.field_manager, "Rebuilt desired document from managedFields");
+            let mut entry = Entry::new(owned_document(view, &key), view.metadata.uid.clone());
+            entry.last = Some(
+                Outcome::new(&key, Action::unchanged).with_message("rebuilt from managedFields"),
+            );
+            self.entries.insert(key.clone(), entry);
+            let held = self.objects.entry(object.clone()).or_default();
+            held.keys.insert(key);
+            if held.view.as_ref().is_none_or(|v| is_newer(view, v)) {
+                held.view = Some(view.clone());
+            }
+        }
+    }
+
+    /// The key of `object` that holds it, if its phase matches.
+    pub(super) fn busy_in(
+        &self,
+        object: &ObjectRef,
+        phase: impl Fn(&Phase) -> bool,
+    ) -> Option<DesiredKey> {
+        let key = self.objects.get(object)?.busy.clone()?;
+        phase(&self.entries.get(&key)?.phase).then_some(key)
+    }
+
+    pub(super) fn report(
+        &mut self,
+        key: &DesiredKey,
+        conflicts: &[Conflict],
+        local: bool,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        let fresh: Vec<Conflict> = conflicts
+            .iter()
+            .filter(|c| entry.reported.insert(format!("{}@{}", c.path, c.owner)))
+            .cloned()
+            .collect();
+        if !fresh.is_empty() {
+            out.push(Effect::Report {
+                key: key.clone(),
+                conflicts: fresh,
+                local,
+                object_uid: entry.object_uid.clone(),
+            });
+        }
+    }
+}
