@@ -49,7 +49,12 @@ for line in sys.stdin:
 [[ -x $binary ]] || { echo "soak: the replay test binary was not built" >&2; exit 1; }
 
 run="$ROOT/.soak/$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$run"
+mkdir -p "$run/bin"
+# The soak runs the binaries as they are now, whatever is built meanwhile: the replay finds
+# status-applier beside its own executable.
+cp "$binary" "$run/bin/replay_seeded"
+cp "$(dirname "$(dirname "$binary")")/status-applier" "$run/bin/status-applier"
+binary="$run/bin/replay_seeded"
 log "$count seeds, $jobs at a time, applier args '${applier_args}', all writes: $all_writes; logs in $run"
 seeds=()
 for ((i = 0; i < count; i++)); do

@@ -141,7 +141,7 @@ async fn the_audit_is_clean_after_a_normal_run_and_finds_a_planted_foreign_owner
 #[tokio::test]
 async fn the_audit_names_an_unknown_kind_and_a_bad_expectation() -> Result<()> {
     let out = audit(&["nosuchkind"], None)?;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "an error, not a violation");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("unknown kind `nosuchkind`"),
         "{}",
@@ -154,6 +154,12 @@ async fn the_audit_names_an_unknown_kind_and_a_bad_expectation() -> Result<()> {
     assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("expected Kind.group:field.path=manager")
+    );
+    let out = audit(&["-f", "-"], Some("this: [is not, a kubernetes object"))?;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "unreadable input is an error, not a violation"
     );
     Ok(())
 }

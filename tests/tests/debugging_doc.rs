@@ -1,6 +1,7 @@
 //! Runs every `sh` block of `docs/debugging.md`, in order, against the whole system on the
 //! real API server, so the page cannot rot. A block containing `# expect: exit N` must exit
-//! with N; every other block must succeed.
+//! with N; every other block must succeed. A line `# expect: stdout contains TEXT` (or
+//! `stderr`) is checked on what the block printed; every block states at least one.
 
 use anyhow::Result;
 use capt_tests::applier::binary;
@@ -27,6 +28,18 @@ fn sh_blocks(markdown: &str) -> Vec<String> {
         }
     }
     blocks
+}
+
+/// The `(stream, text)` pairs of the block's `# expect: STREAM contains TEXT` lines.
+fn expected_output(block: &str) -> Vec<(&str, &str)> {
+    block
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("# expect: "))
+        .filter_map(|l| {
+            let (stream, text) = l.split_once(" contains ")?;
+            Some((stream.trim(), text.trim()))
+        })
+        .collect()
 }
 
 fn expected_exit(block: &str) -> i32 {
@@ -72,15 +85,35 @@ async fn every_command_of_the_debugging_page_runs_as_documented() -> Result<()> 
             .env("SOCKET", &system.applier.socket)
             .output()?;
         let expected = expected_exit(block);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
         assert_eq!(
             out.status.code(),
             Some(expected),
-            "block {} exited {:?}, expected {expected}:\n{block}\n--- stdout:\n{}\n--- stderr:\n{}",
+            "block {} exited {:?}, expected {expected}:\n{block}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
             i + 1,
             out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
         );
+        let outputs = expected_output(block);
+        assert!(
+            !outputs.is_empty(),
+            "block {} states no expected output:\n{block}",
+            i + 1
+        );
+        for (stream, text) in outputs {
+            let printed = match stream {
+                "stdout" => &stdout,
+                "stderr" => &stderr,
+                other => panic!("block {}: unknown stream `{other}`", i + 1),
+            };
+            assert!(
+                printed.contains(text),
+                "block {}: {stream} lacks `{text}`:\n{block}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
+                i + 1
+            );
+        }
     }
     Ok(())
 }

@@ -65,3 +65,59 @@ async fn an_applier_killed_mid_burst_loses_nothing_and_settles() -> Result<()> {
     println!("after the restart: {writes} writes to catch up, then none");
     Ok(())
 }
+
+#[tokio::test]
+async fn intents_queued_when_the_applier_is_killed_are_applied_after_the_restart() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-inflight").await?;
+    // A 2 s coalescing window holds the intents of a new revision in the applier, accepted
+    // and not yet applied, long enough to kill it with them queued.
+    let window = ["--coalesce-window-ms", "2000"];
+    let mut system = System::start_tuned(&ns.name, 20, &[], &window, &env().kubeconfig).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let before = system.get(&["captcontrolplane", "demo"])?.unwrap();
+
+    let ws = format!("{}-demo-controlplane", ns.name);
+    env().kubectl_ok(
+        &[
+            "annotate",
+            "workspace",
+            &ws,
+            "--overwrite",
+            "fake.tf.upbound.io/revision=in-flight",
+        ],
+        None,
+    )?;
+    system
+        .wait_for(
+            "the new revision's intents queued in the applier",
+            Duration::from_secs(10),
+            || async {
+                Ok(system
+                    .applier
+                    .metric("status_applier_pending_documents", &[])
+                    .await?
+                    > 0.0)
+            },
+        )
+        .await?;
+    assert!(
+        !system.mirrors_revision("in-flight")?,
+        "the revision must still be in flight when the applier is killed"
+    );
+    system.applier.restart().await?;
+    system
+        .wait_mirrored("in-flight", Duration::from_secs(30))
+        .await?;
+    let after = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    let fields = |cp: &Value| -> Vec<String> {
+        cp["status"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(fields(&after), fields(&before), "no status field dropped");
+    assert_eq!(after["status"]["phase"], "Ready");
+    Ok(())
+}

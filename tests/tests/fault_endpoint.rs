@@ -1,7 +1,7 @@
 //! Foreign writers racing on `spec.controlPlaneEndpoint` of the CAPTControlPlane and of the
 //! Cluster, with both operations (an Update, i.e. a merge patch, that takes the host over,
 //! and a forced Apply of another host and port), while the Workspace's `cluster_endpoint`
-//! output keeps changing. What must hold (DESIGN.md: a protected path is never removed or
+//! output keeps changing. What must hold (docs/status-applier.md: a protected path is never removed or
 //! emptied and never taken back by force; a conflict is reported, not fought):
 //!
 //! - during the race, and after it, no watched version of either object lacks the endpoint
