@@ -125,17 +125,9 @@ impl Live {
         Ok(found)
     }
 
-    /// The live object, from the cache, or from the API server when the cache lacks it.
-    pub async fn get(
-        &self,
-        kind: &Kind,
-        obj: &ObjectRef,
-    ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
-        let name = (obj.namespace.clone(), obj.name.clone());
-        if let Some(found) = kind.cached(&name) {
-            return Ok(Some(found));
-        }
-        self.reread(kind, obj).await
+    /// The object as the cache holds it, if it does (no request).
+    pub fn cached(&self, kind: &Kind, obj: &ObjectRef) -> Option<Arc<DynamicObject>> {
+        kind.cached(&(obj.namespace.clone(), obj.name.clone()))
     }
 
     /// Reads an object from the API server, not the cache, and caches what it found (unless

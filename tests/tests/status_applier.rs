@@ -253,8 +253,10 @@ async fn a_burst_of_100_intents_for_one_object_makes_exactly_1_apply() -> Result
             )
         })
         .collect();
+    let started = Instant::now();
     let answers =
         futures::future::join_all(intents.iter().map(|i| applier.client.submit(i, false))).await;
+    let submitted = started.elapsed();
     for answer in answers {
         let answer = answer?;
         assert!(answer.status.is_success(), "{}", answer.body);
@@ -275,11 +277,22 @@ async fn a_burst_of_100_intents_for_one_object_makes_exactly_1_apply() -> Result
     let coalesced = applier
         .metric("status_applier_coalesced_intents_total", &[])
         .await?;
-    println!("burst of 100: {writes} writes, {coalesced} intents coalesced");
+    println!(
+        "burst of 100 submitted in {submitted:?}: {writes} writes, {coalesced} intents coalesced"
+    );
+    let metrics = applier.client.get("/metrics").await?.body;
+    let detail: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            ["applies_total", "api_errors_total", "intents_total"]
+                .iter()
+                .any(|m| l.starts_with(&format!("status_applier_{m}")))
+        })
+        .collect();
     assert_eq!(
         (writes, coalesced),
         (1.0, 99.0),
-        "(writes, intents coalesced)"
+        "(writes, intents coalesced); {detail:#?}"
     );
     Ok(())
 }

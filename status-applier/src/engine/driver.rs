@@ -134,16 +134,16 @@ impl Engine {
         }
     }
 
-    /// The object as the caches hold it (read once when they lack it), or as the API server
-    /// holds it when the intent names a uid the cache has not seen (a recreation the watch
-    /// has not delivered yet).
+    /// The object as the cache holds it (the machine reads it itself when nobody has it), or
+    /// as the API server holds it when the intent names a uid the cache has not seen (a
+    /// recreation the watch has not delivered yet).
     async fn view_for(
         &self,
         intent: &ValidIntent,
     ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
         let object = &intent.key.object;
         let kind = self.live.kind(&object.api_version, &object.kind).await?;
-        let cached = self.live.get(&kind, object).await?;
+        let cached = self.live.cached(&kind, object);
         match (&intent.uid, &cached) {
             (Some(uid), Some(view)) if view.metadata.uid.as_ref() != Some(uid) => {
                 self.live.reread(&kind, object).await

@@ -23,7 +23,7 @@ use crate::apply;
 use crate::config::Policy;
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
-use crate::intent::{DesiredKey, ObjectRef};
+use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::metrics::Action;
 use crate::outcome::Outcome;
 use kube::api::DynamicObject;
@@ -121,6 +121,16 @@ struct Object {
     keys: BTreeSet<DesiredKey>,
     /// The key whose read or apply is in flight.
     busy: Option<DesiredKey>,
+    /// Intents for documents not loaded yet, waiting for the one read of the object that
+    /// tells what their managers own (in arrival order).
+    parked: Vec<Parked>,
+}
+
+/// An intent waiting for its object to be read.
+struct Parked {
+    intent: ValidIntent,
+    ticket: Ticket,
+    wait: bool,
 }
 
 /// The state machine. See the module documentation.
@@ -165,6 +175,7 @@ impl Machine {
             Event::Observed { object, view } => self.observed(&object, view, now, &mut out),
             Event::Gone(object) => self.gone(&object, now, &mut out),
             Event::ReadFailed { object, error } => {
+                self.unpark_failed(&object, &error, &mut out);
                 if let Some(key) = self.busy_in(&object, |p| matches!(p, Phase::Reading { .. })) {
                     let action = error_action(&error);
                     let outcome =

@@ -710,10 +710,17 @@ fn a_uid_precondition_the_view_lacks_is_read_once_then_rejected() {
 #[test]
 fn a_deleted_object_answers_the_waiting_intent_not_found() {
     let mut h = Harness::default();
-    let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
-    let effects = h.at(10).timer(&status_key());
-    assert_eq!(reads(&effects), 1, "no view yet");
-    let effects = h.at(12).feed(Event::Gone(object()));
+    let (ticket, effects) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    assert_eq!(reads(&effects), 1, "read before merging");
+    let effects = h.at(2).feed(Event::Gone(object()));
+    assert_eq!(
+        wakes(&effects),
+        vec![h.ms(12)],
+        "merged into an empty document"
+    );
+    let effects = h.at(12).timer(&status_key());
+    assert_eq!(reads(&effects), 1, "no view to plan on");
+    let effects = h.at(13).feed(Event::Gone(object()));
     let outcome = answer(&effects, ticket).expect("answered");
     assert_eq!(outcome.action, Action::rejected);
     assert!(
@@ -724,6 +731,65 @@ fn a_deleted_object_answers_the_waiting_intent_not_found() {
             .contains("not found")
     );
     assert!(wakes(&effects).is_empty(), "not retried");
+}
+
+#[test]
+fn intents_for_an_object_not_yet_read_share_one_read_and_keep_what_the_manager_owns() {
+    let mut h = Harness::default();
+    let mut reads_made = 0;
+    let mut tickets = Vec::new();
+    for i in 0..3 {
+        let (ticket, effects) = h.submit(
+            intent(&status_key(), json!({"status": {format!("k{i}"): i}})),
+            false,
+        );
+        reads_made += reads(&effects);
+        assert!(answer(&effects, ticket).is_none(), "not merged yet");
+        tickets.push(ticket);
+    }
+    assert_eq!(reads_made, 1, "one read for the burst");
+    let owned = widget_with_ours(6, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
+    let effects = h.at(3).feed(Event::Observed {
+        object: object(),
+        view: owned,
+    });
+    let actions: Vec<Action> = tickets
+        .iter()
+        .map(|t| answer(&effects, *t).expect("answered").action)
+        .collect();
+    assert_eq!(
+        actions,
+        vec![Action::queued, Action::coalesced, Action::coalesced]
+    );
+    let effects = h.at(13).timer(&status_key());
+    assert_eq!(
+        the_apply(&effects)["status"],
+        json!({"a": "1", "k0": 0, "k1": 1, "k2": 2}),
+        "what the manager owned is kept"
+    );
+}
+
+#[test]
+fn a_failed_read_answers_the_waiting_intents_with_an_error_and_merges_nothing() {
+    let mut h = Harness::default();
+    let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    let effects = h.at(2).feed(Event::ReadFailed {
+        object: object(),
+        error: ApplyError::Transient("503".into()),
+    });
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::error)
+    );
+    assert!(
+        h.machine.desired().is_empty(),
+        "no document made without the object"
+    );
+    // The next intent reads again.
+    let (_, effects) = h
+        .at(5)
+        .submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
+    assert_eq!(reads(&effects), 1);
 }
 
 #[test]

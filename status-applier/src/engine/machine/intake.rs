@@ -2,11 +2,12 @@
 //! object, or replaced for a new incarnation), conflicts between managers of this applier,
 //! and where the key goes next (queued, coalesced, or answered at once).
 
-use super::{Entry, Machine, Phase};
+use super::{Entry, Machine, Parked, Phase};
 use crate::apply::owned_document;
 use crate::conflict::{self, Conflict};
 use crate::engine::events::{Count, Effect, Ticket};
-use crate::intent::{DesiredKey, ValidIntent};
+use crate::error::ApplyError;
+use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::merge::merge_fragment;
 use crate::metrics::Action;
 use crate::outcome::Outcome;
@@ -26,14 +27,26 @@ impl Machine {
         out: &mut Vec<Effect>,
     ) {
         let key = intent.key.clone();
-        self.objects
-            .entry(key.object.clone())
-            .or_default()
-            .keys
-            .insert(key.clone());
+        self.objects.entry(key.object.clone()).or_default();
         if let Some(view) = view {
             self.take_view(&key.object, view);
         }
+        let object = self.objects.get_mut(&key.object).expect("just made");
+        if !self.entries.contains_key(&key) && object.view.is_none() {
+            // What the manager owns on the object is unknown: merged into nothing, a partial
+            // intent would drop it. Wait for one read of the object, shared by every intent
+            // that arrives meanwhile.
+            if object.parked.is_empty() {
+                out.push(Effect::Read(key.object.clone()));
+            }
+            object.parked.push(Parked {
+                intent,
+                ticket,
+                wait,
+            });
+            return;
+        }
+        object.keys.insert(key.clone());
         self.load(&key, intent.uid.as_deref(), out);
         let rules = self.policy.rules_for(&key.object.group_kind());
         let merged = {
@@ -196,5 +209,55 @@ impl Machine {
             .filter_map(|k| Some((k.field_manager.as_str(), &self.entries.get(k)?.document)))
             .collect();
         conflict::local(document, &others)
+    }
+
+    /// Merges the intents that waited for the object's read, in arrival order: once it was
+    /// read (`found`), or once it is known not to exist (documents start empty: there is
+    /// nothing a manager could own on it).
+    pub(super) fn unpark(
+        &mut self,
+        object: &ObjectRef,
+        found: bool,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(held) = self.objects.get_mut(object) else {
+            return;
+        };
+        for parked in std::mem::take(&mut held.parked) {
+            let key = parked.intent.key.clone();
+            if !found && !self.entries.contains_key(&key) {
+                self.entries.insert(
+                    key.clone(),
+                    Entry::new(Value::Object(Default::default()), None),
+                );
+            }
+            self.intent(parked.intent, parked.ticket, parked.wait, None, now, out);
+        }
+    }
+
+    /// Answers the intents that waited for a read that failed: not merged, so nothing the
+    /// manager owns can be dropped; the submitter tries again.
+    pub(super) fn unpark_failed(
+        &mut self,
+        object: &ObjectRef,
+        error: &ApplyError,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(held) = self.objects.get_mut(object) else {
+            return;
+        };
+        for parked in std::mem::take(&mut held.parked) {
+            let outcome = Outcome::new(&parked.intent.key, Action::error)
+                .with_message(format!("{object}: reading the object: {error}"));
+            out.push(Effect::Counted(Count::Intent(
+                parked.intent.key.field_manager.clone(),
+                Action::error,
+            )));
+            out.push(Effect::Answer {
+                ticket: parked.ticket,
+                outcome,
+            });
+        }
     }
 }

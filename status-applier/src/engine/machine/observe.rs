@@ -42,6 +42,7 @@ impl Machine {
             return;
         }
         let newer = self.take_view(object, view);
+        self.unpark(object, true, now, out);
         let replanned = self.busy_in(object, |p| matches!(p, Phase::Reading { .. }));
         if let Some(key) = &replanned {
             let Phase::Reading { stale } = self.entries[key].phase else {
@@ -79,6 +80,7 @@ impl Machine {
             return;
         };
         held.view = None;
+        self.unpark(object, false, now, out);
         if let Some(key) = self.busy_in(object, |p| matches!(p, Phase::Reading { .. })) {
             let outcome = Outcome::new(&key, Action::rejected)
                 .with_message(format!("{object}: {}", ApplyError::NotFound));
