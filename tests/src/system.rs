@@ -321,6 +321,18 @@ impl System {
         Ok(())
     }
 
+    /// Sets the fake provider's revision annotation on the sample's control-plane Workspace:
+    /// a new revision is a new apply, with a new `atProvider` checksum.
+    pub fn set_revision(&self, revision: &str) -> Result<()> {
+        let annotation = format!("{}={revision}", crate::fake_provider::REVISION_ANNOTATION);
+        let ws = format!("{}-demo-controlplane", self.namespace);
+        env().kubectl_ok(
+            &["annotate", "workspace", &ws, "--overwrite", &annotation],
+            None,
+        )?;
+        Ok(())
+    }
+
     /// The controller's process id.
     pub fn controller_pid(&self) -> u32 {
         self.controller.id()

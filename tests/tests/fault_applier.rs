@@ -23,18 +23,8 @@ async fn an_applier_killed_mid_burst_loses_nothing_and_settles() -> Result<()> {
             .unwrap_or_default()
     };
 
-    let ws = format!("{}-demo-controlplane", ns.name);
     for revision in 1..=6 {
-        env().kubectl_ok(
-            &[
-                "annotate",
-                "workspace",
-                &ws,
-                "--overwrite",
-                &format!("fake.tf.upbound.io/revision=r{revision}"),
-            ],
-            None,
-        )?;
+        system.set_revision(&format!("r{revision}"))?;
         if revision == 3 {
             system.applier.restart().await?; // SIGKILL, then a new process on the same socket
         }
@@ -78,17 +68,7 @@ async fn intents_queued_when_the_applier_is_killed_are_applied_after_the_restart
     system.wait_provisioned().await?;
     let before = system.get(&["captcontrolplane", "demo"])?.unwrap();
 
-    let ws = format!("{}-demo-controlplane", ns.name);
-    env().kubectl_ok(
-        &[
-            "annotate",
-            "workspace",
-            &ws,
-            "--overwrite",
-            "fake.tf.upbound.io/revision=in-flight",
-        ],
-        None,
-    )?;
+    system.set_revision("in-flight")?;
     system
         .wait_for(
             "the new revision's intents queued in the applier",

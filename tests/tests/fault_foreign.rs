@@ -108,7 +108,6 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
         "the watch saw our outputs"
     );
 
-    let ws = format!("{}-demo-controlplane", ns.name);
     let takeover = {
         let api = api.clone();
         async move {
@@ -167,16 +166,7 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
     };
     let provider = async {
         for i in 0..ROUNDS {
-            env().kubectl_ok(
-                &[
-                    "annotate",
-                    "workspace",
-                    &ws,
-                    "--overwrite",
-                    &format!("fake.tf.upbound.io/revision=f{i}"),
-                ],
-                None,
-            )?;
+            system.set_revision(&format!("f{i}"))?;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         anyhow::Ok(())

@@ -261,16 +261,7 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
 
     // While nobody leads, the provider re-applies the Workspace (a new atProvider), and the
     // endpoint output changes at its source.
-    env().kubectl_ok(
-        &[
-            "annotate",
-            "workspace",
-            &ws,
-            "--overwrite",
-            "fake.tf.upbound.io/revision=during-failover",
-        ],
-        None,
-    )?;
+    system.set_revision("during-failover")?;
     system.set_endpoint_output("https://failover.example.com:6443")?;
     system
         .wait_for(

@@ -73,17 +73,7 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
 
     // While the first leads, the second reconciles nothing and publishes nothing, even
     // when something changes.
-    let ws = format!("{}-demo-controlplane", ns.name);
-    env().kubectl_ok(
-        &[
-            "annotate",
-            "workspace",
-            &ws,
-            "--overwrite",
-            "fake.tf.upbound.io/revision=r1",
-        ],
-        None,
-    )?;
+    system.set_revision("r1")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         second_metric("capt_reconciles_total").await?,
@@ -116,16 +106,7 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
         takeover <= Duration::from_secs(5),
         "took over after {takeover:?}"
     );
-    env().kubectl_ok(
-        &[
-            "annotate",
-            "workspace",
-            &ws,
-            "--overwrite",
-            "fake.tf.upbound.io/revision=r2",
-        ],
-        None,
-    )?;
+    system.set_revision("r2")?;
     system.wait_mirrored("r2", Duration::from_secs(20)).await?;
     assert!(
         second_metric("capt_intents_published_total").await? > 0.0,

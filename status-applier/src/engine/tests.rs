@@ -139,6 +139,21 @@ impl Harness {
         (ticket, effects)
     }
 
+    /// The opening most tests share: the fresh widget seen, `status.a: "1"` submitted, its
+    /// window passed at 10 ms and its apply answered at 12 ms with the widget at `rv`. Answers
+    /// the effects of the answer.
+    fn apply_a1(&mut self, resource_version: u64) -> Vec<Effect> {
+        self.observe(fresh_widget());
+        self.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+        self.at(10).timer(&status_key());
+        let answer = widget_with_ours(
+            resource_version,
+            json!({"a": "1"}),
+            json!({"f:status": {"f:a": {}}}),
+        );
+        self.at(12).applied(&status_key(), Ok(answer))
+    }
+
     /// The watch delivers `view`.
     fn observe(&mut self, view: Arc<DynamicObject>) -> Vec<Effect> {
         self.cached = Some(view.clone());
@@ -232,6 +247,21 @@ fn fresh_widget() -> Arc<DynamicObject> {
         UID,
         json!({"spec": {"size": 1}}),
         &[("kubectl", "Update", "", json!({"f:spec": {"f:size": {}}}))],
+    )
+}
+
+/// The widget at `resource_version` with `phase: Creating`, owned by core's update.
+fn core_owns_the_phase(resource_version: u64) -> Arc<DynamicObject> {
+    mk_widget(
+        resource_version,
+        UID,
+        json!({"status": {"phase": "Creating"}}),
+        &[(
+            "core",
+            "Update",
+            "status",
+            json!({"f:status": {"f:phase": {}}}),
+        )],
     )
 }
 
@@ -426,11 +456,7 @@ fn an_apply_refused_as_stale_is_planned_again_on_a_fresh_read_never_on_the_stale
 #[test]
 fn a_view_older_than_the_one_held_changes_nothing() {
     let mut h = Harness::default();
-    h.observe(fresh_widget());
-    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
-    h.at(10).timer(&status_key());
-    let newer = widget_with_ours(9, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
-    let effects = h.at(12).applied(&status_key(), Ok(newer));
+    let effects = h.apply_a1(9);
     assert_eq!(attempts(&effects), vec![Action::applied]);
     // The watch delivers the version before our apply, then our apply itself.
     assert!(h.at(13).observe(fresh_widget()).is_empty());
@@ -599,17 +625,7 @@ fn an_intent_during_an_apply_rides_the_next_one_and_is_answered_by_it() {
 #[test]
 fn a_field_another_writer_removed_is_restored_after_the_observation() {
     let mut h = Harness::default();
-    h.observe(fresh_widget());
-    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
-    h.at(10).timer(&status_key());
-    h.at(12).applied(
-        &status_key(),
-        Ok(widget_with_ours(
-            6,
-            json!({"a": "1"}),
-            json!({"f:status": {"f:a": {}}}),
-        )),
-    );
+    h.apply_a1(6);
     // A merge patch removed `status.a`: its ownership went with it.
     let drifted = mk_widget(7, UID, json!({"spec": {"size": 1}}), &[]);
     let effects = h.at(20).observe(drifted);
@@ -864,17 +880,7 @@ fn two_managers_of_this_applier_that_disagree_are_refused_before_any_request() {
 #[test]
 fn a_foreign_owner_with_another_value_is_reported_once_and_not_applied() {
     let mut h = Harness::default();
-    let theirs = mk_widget(
-        6,
-        UID,
-        json!({"status": {"phase": "Creating"}}),
-        &[(
-            "core",
-            "Update",
-            "status",
-            json!({"f:status": {"f:phase": {}}}),
-        )],
-    );
+    let theirs = core_owns_the_phase(6);
     h.observe(theirs.clone());
     let (ticket, _) = h.submit(
         intent(&status_key(), json!({"status": {"phase": "Ready"}})),
@@ -892,17 +898,7 @@ fn a_foreign_owner_with_another_value_is_reported_once_and_not_applied() {
         .count();
     assert_eq!(reports, 1);
     // Seen again on the next observation: not reported twice, no request.
-    let touched = mk_widget(
-        7,
-        UID,
-        json!({"status": {"phase": "Creating"}}),
-        &[(
-            "core",
-            "Update",
-            "status",
-            json!({"f:status": {"f:phase": {}}}),
-        )],
-    );
+    let touched = core_owns_the_phase(7);
     h.at(20).observe(touched);
     let effects = h.at(30).timer(&status_key());
     assert!(applies(&effects).is_empty());
@@ -912,17 +908,7 @@ fn a_foreign_owner_with_another_value_is_reported_once_and_not_applied() {
 #[test]
 fn an_apply_that_left_a_conflict_out_is_planned_again_on_its_own_answer() {
     let mut h = Harness::default();
-    let theirs = mk_widget(
-        6,
-        UID,
-        json!({"status": {"phase": "Creating"}}),
-        &[(
-            "core",
-            "Update",
-            "status",
-            json!({"f:status": {"f:phase": {}}}),
-        )],
-    );
+    let theirs = core_owns_the_phase(6);
     h.observe(theirs);
     h.submit(
         intent(
