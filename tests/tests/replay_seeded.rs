@@ -918,3 +918,60 @@ async fn real_a_replaced_at_provider_with_nothing_in_it_is_kept() -> Result<()> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn real_releasing_at_provider_while_a_foreign_update_owns_a_key_below_keeps_theirs()
+-> Result<()> {
+    let f = fixture("replay-release").await?;
+    f.submit(
+        Some("status"),
+        json!({"status": {"workspaceStatus": {"ready": true,
+            "atProvider": {"checksum": "c1", "outputs": {"a": "o1"}}}}}),
+    )
+    .await?;
+    f.foreign_update(
+        "foreign-u",
+        json!({"workspaceStatus": {"atProvider": {"outputs": {"f": "theirs"}}}}),
+    )
+    .await?;
+    // Dropping `atProvider` whole, the API server would remove the `outputs` map we created
+    // with their key in it and leave `atProvider: null`, which the CRD refuses (422).
+    let v = json!({
+        "target": {"apiVersion": API_VERSION, "kind": "CAPTControlPlane", "namespace": f.ns, "name": "demo"},
+        "subresource": "status", "fieldManager": OURS,
+        "fragment": {"status": {"workspaceStatus": {"atProvider": null}}},
+        "release": [AT_PROVIDER],
+    });
+    let out = f
+        .applier
+        .client
+        .submit(&serde_json::from_value(v)?, true)
+        .await?
+        .json();
+    assert_eq!(out["action"], "applied", "{out}");
+    let object = f.object().await?;
+    assert_eq!(
+        object["status"]["workspaceStatus"],
+        json!({"ready": true, "atProvider": {"outputs": {"f": "theirs"}}}),
+        "ours released, theirs kept\nmanagedFields: {}",
+        object["metadata"]["managedFields"]
+    );
+    // Kept as an empty map, the container costs no write on re-checks.
+    let writes = f
+        .applier
+        .metric("status_applier_api_writes_total", &[])
+        .await?;
+    env().kubectl_ok(
+        &["label", "captcontrolplane", "demo", "-n", &f.ns, "touch=1"],
+        None,
+    )?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        f.applier
+            .metric("status_applier_api_writes_total", &[])
+            .await?,
+        writes,
+        "no write per re-check"
+    );
+    Ok(())
+}
