@@ -9,4 +9,4 @@ trap 'hack/testenv.sh stop' EXIT
 eval "$(hack/testenv.sh start)"
 cargo build --release -p status-applier -p capt-tests --bins
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -m); $(date -u +%Y-%m-%d)"
-target/release/bench-applier "$@"
+"${CARGO_TARGET_DIR:-target}/release/bench-applier" "$@"

@@ -20,7 +20,7 @@ async fn main() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "bench").await?;
     let api: Api<CAPTControlPlane> = Api::namespaced(client, &ns.name);
-    for i in 0..objects * 3 {
+    for i in 0..objects * 4 {
         let obj: CAPTControlPlane = serde_json::from_value(json!({
             "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
             "metadata": {"name": format!("cp-{i}")},
@@ -34,22 +34,30 @@ async fn main() -> Result<()> {
 
     let mut rows = vec![direct(&api, applies, objects).await?];
     // Each path writes its own objects, so no manager meets another's fields.
-    for (set, window) in [(1, "0"), (2, "10")] {
-        let applier = Applier::start(&["--coalesce-window-ms", window, "--no-events"]).await?;
+    let settings: [(&str, &[&str]); 3] = [
+        ("window 0 ms", &["--coalesce-window-ms", "0"]),
+        ("window 10 ms, the default", &["--coalesce-window-ms", "10"]),
+        (
+            "window 10 ms, lone intents at once",
+            &["--coalesce-window-ms", "10", "--apply-lone-intents-at-once"],
+        ),
+    ];
+    for (set, (label, args)) in settings.iter().enumerate() {
+        let applier = Applier::start(&[*args, &["--no-events"]].concat()).await?;
         rows.push(
             sidecar(
                 &applier,
                 &ns.name,
                 applies,
-                (set * objects, objects),
-                window,
+                ((set + 1) * objects, objects),
+                label,
             )
             .await?,
         );
         let writes = applier
             .metric("status_applier_api_writes_total", &[])
             .await?;
-        eprintln!("bench: sidecar (window {window} ms) sent {writes} writes for {applies} intents");
+        eprintln!("bench: sidecar ({label}) sent {writes} writes for {applies} intents");
     }
 
     println!("| path | applies | applies/s | p50 ms | p99 ms | max ms |");
@@ -127,7 +135,7 @@ async fn sidecar(
     ns: &str,
     applies: usize,
     (first, objects): (usize, usize),
-    window: &str,
+    label: &str,
 ) -> Result<Row> {
     let mut latencies = Vec::with_capacity(applies);
     let started = Instant::now();
@@ -148,7 +156,7 @@ async fn sidecar(
         );
     }
     Ok(Row::new(
-        format!("sidecar, intent → applied (window {window} ms)"),
+        format!("sidecar, intent → applied ({label})"),
         latencies,
         started.elapsed(),
     ))
