@@ -11,8 +11,8 @@
 #                     "--apply-lone-intents-at-once"
 #   --all-writes      REPLAY_ALL_WRITES=1: the generator's widest set of foreign writes
 #
-# Uses the API server of KUBECONFIG when set, else starts hack/testenv.sh (and stops it).
-# Logs of every seed: .soak/<run>/<seed>.log.
+# Uses the test environment of CAPT_TESTENV_DIR (hack/testenv.sh; default .testenv) when it
+# runs, else starts it before any seed and stops it at the end. Logs: .soak/<run>/<seed>.log.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -33,10 +33,12 @@ done
 
 log() { printf '[soak %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-if [[ -z ${KUBECONFIG:-} ]]; then
+# The replays find the environment through hack/testenv.sh themselves: it must run before
+# they start, or each would try to start it.
+if ! hack/testenv.sh env >/dev/null 2>&1; then
 	trap 'hack/testenv.sh stop' EXIT
-	eval "$(hack/testenv.sh start)"
 fi
+eval "$(hack/testenv.sh start)"
 
 log "building the status-applier and the replay test"
 cargo build --quiet --workspace --bins
