@@ -3,13 +3,14 @@
 # real API server, J at a time, and ends with `N passed, M failed`. Each failing seed is
 # listed with the command that reruns it; keep it as a named regression test.
 #
-#   hack/soak.sh [N] [-j J] [--applier-args "ARGS"] [--all-writes]
+#   hack/soak.sh [N] [-j J] [--applier-args "ARGS"] [--writes all|limited]
 #
 #   N                 seeds to run (default 100)
 #   -j J              replays at once (default 4; each runs its own status-applier)
 #   --applier-args    extra arguments of the replays' status-applier, for example
 #                     "--apply-lone-intents-at-once"
-#   --all-writes      REPLAY_ALL_WRITES=1: the generator's widest set of foreign writes
+#   --writes          the generator: all (default), or limited (what the pure model covers,
+#                     the generator the named regression seeds were found with)
 #
 # Uses the test environment of CAPT_TESTENV_DIR (hack/testenv.sh; default .testenv) when it
 # runs, else starts it before any seed and stops it at the end. Logs: .soak/<run>/<seed>.log.
@@ -17,19 +18,20 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-count=100 jobs=4 applier_args="" all_writes=0
+count=100 jobs=4 applier_args="" writes=all
 while (($#)); do
 	case $1 in
 	-j) jobs=$2; shift 2 ;;
 	--applier-args) applier_args=$2; shift 2 ;;
-	--all-writes) all_writes=1; shift ;;
-	-h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--writes) writes=$2; shift 2 ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*)
 		[[ $1 =~ ^[0-9]+$ ]] || { echo "soak: unexpected argument '$1' (see --help)" >&2; exit 2; }
 		count=$1; shift ;;
 	esac
 done
 ((count > 0 && jobs > 0)) || { echo "soak: N and J must be positive" >&2; exit 2; }
+[[ $writes == all || $writes == limited ]] || { echo "soak: --writes takes all or limited, not '$writes'" >&2; exit 2; }
 
 log() { printf '[soak %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -57,14 +59,13 @@ mkdir -p "$run/bin"
 cp "$binary" "$run/bin/replay_seeded"
 cp "$(dirname "$(dirname "$binary")")/status-applier" "$run/bin/status-applier"
 binary="$run/bin/replay_seeded"
-log "$count seeds, $jobs at a time, applier args '${applier_args}', all writes: $all_writes; logs in $run"
+log "$count seeds, $jobs at a time, applier args '${applier_args}', writes: $writes; logs in $run"
 seeds=()
 for ((i = 0; i < count; i++)); do
 	seeds+=("$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')")
 done
 
-export REPLAY_APPLIER_ARGS="$applier_args" binary run
-((all_writes)) && export REPLAY_ALL_WRITES=1
+export REPLAY_APPLIER_ARGS="$applier_args" REPLAY_WRITES="$writes" binary run
 one() {
 	local seed=$1
 	if REPLAY_SEED=$seed "$binary" --exact a_seeded_replay_of_intents_and_foreign_writes_keeps_at_provider \
@@ -87,7 +88,7 @@ printf '%s\n' "${seeds[@]}" | xargs -P "$jobs" -I{} bash -c 'one {}' | {
 		((done % 10 == 0 || done == count)) && log "$done of $count done, $failed failed, $(($(date +%s) - started)) s"
 	done
 	for seed in "${failures[@]}"; do
-		echo "rerun: REPLAY_SEED=$seed REPLAY_APPLIER_ARGS='$applier_args' cargo test -p capt-tests --test replay_seeded a_seeded_replay (log: $run/$seed.log)"
+		echo "rerun: REPLAY_SEED=$seed REPLAY_WRITES=$writes REPLAY_APPLIER_ARGS='$applier_args' cargo test -p capt-tests --test replay_seeded a_seeded_replay (log: $run/$seed.log)"
 	done
 	echo "soak: $passed passed, $failed failed"
 	((failed == 0))
