@@ -138,6 +138,58 @@ fn is_under(path: &[PathElement], prefix: &FieldPath) -> bool {
             .all(|(name, element)| matches!(element, PathElement::Field(f) if f == name))
 }
 
+/// The paths a 422 of the API server names as invalid `null`: where an apply would leave a map
+/// emptied of this manager's fields while another manager owns the map itself (the server then
+/// writes `null` there, which a schema may refuse). Parsed from messages such as
+/// `… is invalid: status.workspaceStatus.atProvider: Invalid value: "null": …`.
+pub fn null_refusals(message: &str) -> Vec<FieldPath> {
+    const MARK: &str = ": Invalid value: \"null\"";
+    let mut paths = Vec::new();
+    let mut rest = message;
+    while let Some(at) = rest.find(MARK) {
+        let before = &rest[..at];
+        let token = before
+            .rsplit([' ', ','])
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches(['[', '.']);
+        if !token.contains('[')
+            && let Ok(path) = token.parse::<FieldPath>()
+            && !paths.contains(&path)
+        {
+            paths.push(path);
+        }
+        rest = &rest[at + MARK.len()..];
+    }
+    paths
+}
+
+/// `document` with the manager's values on `object` kept at each `pinned` path it leaves
+/// empty: where the API server refused to leave `null` (see [`null_refusals`]).
+pub fn pinned_document(
+    document: &Value,
+    pinned: &[FieldPath],
+    key: &DesiredKey,
+    object: &DynamicObject,
+) -> Value {
+    if pinned.is_empty() {
+        return document.clone();
+    }
+    let owned = owned_document(object, key);
+    let mut pinned_doc = document.clone();
+    for path in pinned {
+        let wanted = crate::merge::get(document, path).is_some_and(|v| {
+            !without_empty_objects(v)
+                .as_object()
+                .is_some_and(|m| m.is_empty())
+        });
+        if let (false, Some(ours)) = (wanted, crate::merge::get(&owned, path)) {
+            crate::merge::set(&mut pinned_doc, path, ours.clone());
+        }
+    }
+    pinned_doc
+}
+
 /// The apply configuration for `document`: the object's identity plus the document. With a
 /// `uid`, the apply never writes a recreated object and never creates one; with a
 /// `resource_version`, the API server refuses it (409) once the object has changed since
@@ -335,5 +387,25 @@ mod tests {
             &shared_outputs(ours),
         );
         assert_eq!(planned.body, document);
+    }
+
+    #[test]
+    fn the_paths_a_422_refuses_as_null_are_read_from_its_message() {
+        let message = r#"CAPTControlPlane.controlplane.cluster.x-k8s.io "demo" is invalid: status.workspaceStatus.atProvider: Invalid value: "null": workspaceStatus.atProvider in body must be of type object: "null""#;
+        assert_eq!(
+            null_refusals(message),
+            vec![
+                "status.workspaceStatus.atProvider"
+                    .parse::<FieldPath>()
+                    .unwrap()
+            ]
+        );
+        let two = r#"x is invalid: [status.a: Invalid value: "null": a, spec.b.c: Invalid value: "null": b]"#;
+        assert_eq!(null_refusals(two).len(), 2, "{:?}", null_refusals(two));
+        assert!(
+            null_refusals("x is invalid: spec.replicas: Invalid value: -1: must be positive")
+                .is_empty()
+        );
+        assert!(null_refusals(r#"spec.list[0]: Invalid value: "null": no"#).is_empty());
     }
 }

@@ -55,7 +55,7 @@ pub fn get<'a>(value: &'a Value, path: &FieldPath) -> Option<&'a Value> {
 }
 
 /// Sets the value at a field path, creating objects on the way.
-fn set(value: &mut Value, path: &FieldPath, new: Value) {
+pub fn set(value: &mut Value, path: &FieldPath, new: Value) {
     let mut here = value;
     for key in path.segments() {
         if !here.is_object() {

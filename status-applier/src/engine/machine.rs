@@ -20,7 +20,7 @@ mod observe;
 use super::Settings;
 use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
 use crate::apply;
-use crate::config::Policy;
+use crate::config::{FieldPath, Policy};
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
@@ -92,6 +92,9 @@ struct Entry {
     last_intent: Option<Instant>,
     last: Option<Outcome>,
     reported: BTreeSet<String>,
+    /// Paths the API server refused to leave `null`: the manager's values there are kept
+    /// until the document changes again.
+    pinned: Vec<FieldPath>,
 }
 
 impl Entry {
@@ -110,6 +113,7 @@ impl Entry {
             last_intent: None,
             last: None,
             reported: BTreeSet::new(),
+            pinned: Vec::new(),
         }
     }
 }
@@ -311,7 +315,8 @@ impl Machine {
             self.finish(key, outcome, false, now, out);
             return;
         }
-        let plan = apply::plan(&self.policy, key, &entry.document, &view);
+        let document = apply::pinned_document(&entry.document, &entry.pinned, key, &view);
+        let plan = apply::plan(&self.policy, key, &document, &view);
         entry.object_uid = view.metadata.uid.clone();
         if plan.unchanged {
             let action = if plan.conflicts.is_empty() {
@@ -322,6 +327,7 @@ impl Machine {
             let mut outcome = Outcome::new(key, action);
             outcome.conflicts = plan.conflicts;
             outcome.resource_version = view.metadata.resource_version.clone();
+            note_pins(&mut outcome, &entry.pinned);
             self.finish(key, outcome, false, now, out);
             return;
         }
@@ -370,6 +376,7 @@ impl Machine {
                 };
                 let mut outcome = Outcome::new(key, action);
                 outcome.resource_version = view.metadata.resource_version.clone();
+                note_pins(&mut outcome, &entry.pinned);
                 // What was left out may be free on the object as the apply left it; the watch
                 // never shows our own write as news, so plan once more on the answer.
                 entry.recheck |= !conflicts.is_empty();
@@ -384,6 +391,20 @@ impl Machine {
             {
                 entry.phase = Phase::Reading { stale: stale + 1 };
                 out.push(Effect::Read(key.object.clone()));
+            }
+            // The apply would leave `null` where the schema refuses it (a map another manager
+            // owns, emptied of ours): keep our values there and apply the rest.
+            Err(ApplyError::Refused { code: 422, message })
+                if apply::null_refusals(&message)
+                    .iter()
+                    .any(|p| !entry.pinned.contains(p)) =>
+            {
+                for path in apply::null_refusals(&message) {
+                    if !entry.pinned.contains(&path) {
+                        entry.pinned.push(path);
+                    }
+                }
+                self.plan_or_read(key, stale, now, out);
             }
             Err(error) => {
                 if error == ApplyError::NotFound
@@ -477,6 +498,19 @@ fn set_phase(entry: &mut Entry, pending: &mut usize, phase: Phase) {
         _ => {}
     }
     entry.phase = phase;
+}
+
+/// Tells, in an outcome, the paths kept because the API server refused to leave them `null`.
+fn note_pins(outcome: &mut Outcome, pinned: &[FieldPath]) {
+    if pinned.is_empty() {
+        return;
+    }
+    outcome.kept = pinned.iter().map(ToString::to_string).collect();
+    outcome.message = Some(format!(
+        "kept {}: the API server refuses to leave it null while another manager owns it; \
+         removed once that changes",
+        outcome.kept.join(", ")
+    ));
 }
 
 /// The action an error is answered with.

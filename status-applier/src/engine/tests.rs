@@ -949,3 +949,78 @@ fn an_apply_that_left_a_conflict_out_is_planned_again_on_its_own_answer() {
     );
     assert!(applies(&effects).is_empty());
 }
+
+#[test]
+fn an_apply_the_server_refuses_for_a_null_it_would_leave_keeps_our_values_there_and_applies_the_rest()
+ {
+    let mut h = Harness::default();
+    // `at` is a map another manager owns itself; everything in it is ours.
+    let view = mk_widget(
+        6,
+        UID,
+        json!({"status": {"at": {"c": "1"}}}),
+        &[
+            (
+                OURS,
+                "Apply",
+                "status",
+                json!({"f:status": {"f:at": {"f:c": {}}}}),
+            ),
+            (
+                "foreign-u",
+                "Update",
+                "status",
+                json!({"f:status": {"f:at": {}}}),
+            ),
+        ],
+    );
+    h.observe(view);
+    let (ticket, _) = h.submit(
+        intent(
+            &status_key(),
+            json!({"status": {"at": null, "phase": "Ready"}}),
+        ),
+        true,
+    );
+    let effects = h.at(10).timer(&status_key());
+    assert_eq!(the_apply(&effects)["status"], json!({"phase": "Ready"}));
+    let refused = ApplyError::Refused {
+        code: 422,
+        message: r#"Widget "w1" is invalid: status.at: Invalid value: "null": must be an object"#
+            .into(),
+    };
+    let effects = h.at(11).applied(&status_key(), Err(refused.clone()));
+    assert_eq!(
+        the_apply(&effects)["status"],
+        json!({"at": {"c": "1"}, "phase": "Ready"}),
+        "ours kept at the refused path, the rest applied"
+    );
+    let done = widget_with_ours(
+        7,
+        json!({"at": {"c": "1"}, "phase": "Ready"}),
+        json!({"f:status": {"f:at": {"f:c": {}}, "f:phase": {}}}),
+    );
+    let effects = h.at(12).applied(&status_key(), Ok(done));
+    let outcome = answer(&effects, ticket).expect("answered");
+    assert_eq!(
+        (outcome.action, outcome.kept.clone()),
+        (Action::applied, vec!["status.at".to_owned()])
+    );
+    // The same refusal again is not retried in a loop: answered as refused.
+    let (again, _) = h.at(20).submit(
+        intent(&status_key(), json!({"status": {"phase": "Failed"}})),
+        true,
+    );
+    h.at(30).timer(&status_key());
+    let effects = h.at(31).applied(&status_key(), Err(refused.clone()));
+    assert_eq!(
+        applies(&effects).len(),
+        1,
+        "the document changed: the pin was dropped, and is set again once"
+    );
+    let effects = h.at(32).applied(&status_key(), Err(refused));
+    assert_eq!(
+        answer(&effects, again).map(|o| o.action),
+        Some(Action::rejected)
+    );
+}

@@ -103,6 +103,7 @@ impl Machine {
             entry.precondition = intent.uid.or(entry.precondition.take());
             entry.version += 1;
             entry.failures = 0;
+            entry.pinned.clear();
         }
         let version = entry.version;
         match entry.phase.clone() {
