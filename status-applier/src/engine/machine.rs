@@ -88,7 +88,9 @@ struct Entry {
     /// The object was read once already because its uid was not the precondition's.
     uid_reread: bool,
     failures: u32,
-    waiters: Vec<(u64, Ticket)>,
+    /// Submitters waiting for the apply of a document version, with the protected paths
+    /// their intent kept (told in their answer, whichever apply carries it).
+    waiters: Vec<(u64, Ticket, Vec<String>)>,
     last_intent: Option<Instant>,
     last: Option<Outcome>,
     reported: BTreeSet<String>,
@@ -456,12 +458,18 @@ impl Machine {
         entry.uid_reread = false;
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters)
             .into_iter()
-            .partition(|(v, _)| *v <= version);
+            .partition(|(v, _, _)| *v <= version);
         entry.waiters = waiting;
-        for (_, ticket) in done {
+        for (_, ticket, kept) in done {
+            let mut answer = outcome.clone();
+            for path in kept {
+                if !answer.kept.contains(&path) {
+                    answer.kept.push(path);
+                }
+            }
             out.push(Effect::Answer {
                 ticket,
-                outcome: outcome.clone(),
+                outcome: answer,
             });
         }
         out.push(Effect::Counted(Count::Attempt(

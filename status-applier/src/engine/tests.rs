@@ -1024,3 +1024,37 @@ fn an_apply_the_server_refuses_for_a_null_it_would_leave_keeps_our_values_there_
         Some(Action::rejected)
     );
 }
+
+#[test]
+fn an_intent_that_rides_a_queued_check_is_still_told_what_it_kept() {
+    let mut h = Harness::new(Settings::default());
+    h.machine = Machine::new(
+        Arc::new(Policy {
+            protected: vec!["Widget.example.com:status.a".parse().unwrap()],
+            ..Policy::default()
+        }),
+        Settings::default(),
+        7,
+    );
+    h.apply_a1(6);
+    // The watch queues a re-check; the intent that tries to remove the protected path rides it.
+    h.at(20).observe(widget_with_ours(
+        7,
+        json!({"a": "1"}),
+        json!({"f:status": {"f:a": {}}}),
+    ));
+    let (ticket, effects) = h
+        .at(21)
+        .submit(intent(&status_key(), json!({"status": {"a": null}})), true);
+    assert!(
+        answer(&effects, ticket).is_none(),
+        "it rides the queued check"
+    );
+    assert_eq!(wakes(&effects), vec![h.ms(31)]);
+    let effects = h.at(31).timer(&status_key());
+    let outcome = answer(&effects, ticket).expect("answered by the check");
+    assert_eq!(
+        (outcome.action, outcome.kept.clone()),
+        (Action::unchanged, vec!["status.a".to_owned()])
+    );
+}

@@ -151,11 +151,11 @@ impl Machine {
             outcome.action,
         )));
         if wait {
-            self.entries
-                .get_mut(&key)
-                .expect("loaded")
-                .waiters
-                .push((version, ticket));
+            self.entries.get_mut(&key).expect("loaded").waiters.push((
+                version,
+                ticket,
+                outcome.kept,
+            ));
         } else {
             out.push(Effect::Answer { ticket, outcome });
         }
@@ -190,7 +190,7 @@ impl Machine {
                  the new incarnation replaced this one before it was applied",
                 uid.unwrap_or("unknown")
             ));
-            for (_, ticket) in old.waiters.drain(..) {
+            for (_, ticket, _) in old.waiters.drain(..) {
                 out.push(Effect::Answer {
                     ticket,
                     outcome: dropped.clone(),
