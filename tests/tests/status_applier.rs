@@ -363,23 +363,31 @@ async fn a_foreign_owner_of_a_protected_path_is_a_reported_conflict_and_keeps_it
             .await?,
         2.0
     );
-    let events = env().kubectl_ok(
-        &[
-            "get",
-            "events",
-            "-n",
-            &f.ns.name,
-            "--field-selector",
-            "reason=FieldConflict",
-            "-o",
-            "jsonpath={.items[*].note}{.items[*].message}",
-        ],
-        None,
-    )?;
-    assert!(
-        events.contains(".spec.controlPlaneEndpoint.host (owned by someone-else)"),
-        "events: {events}"
-    );
+    // The Event is published beside the answer, not before it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let events = env().kubectl_ok(
+            &[
+                "get",
+                "events",
+                "-n",
+                &f.ns.name,
+                "--field-selector",
+                "reason=FieldConflict",
+                "-o",
+                "jsonpath={.items[*].note}{.items[*].message}",
+            ],
+            None,
+        )?;
+        if events.contains(".spec.controlPlaneEndpoint.host (owned by someone-else)") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no FieldConflict event: {events}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }
 

@@ -218,7 +218,11 @@ impl Engine {
         };
         let event = match found {
             Ok(Some(view)) => Event::Observed { object, view },
-            Ok(None) => Event::Gone(object),
+            Ok(None) => {
+                // The API server answered 404.
+                self.api_error(&ApplyError::NotFound);
+                Event::Gone(object)
+            }
             Err(error) => {
                 self.api_error(&error);
                 Event::ReadFailed { object, error }
