@@ -369,6 +369,14 @@ impl Machine {
         else {
             return;
         };
+        // Paths a 422 refuses as `null` that are not kept yet (see below).
+        let new_nulls: Vec<FieldPath> = match &result {
+            Err(ApplyError::Refused { code: 422, message }) => apply::null_refusals(message)
+                .into_iter()
+                .filter(|p| !entry.pinned.contains(p))
+                .collect(),
+            _ => Vec::new(),
+        };
         match result {
             Ok(view) => {
                 let action = if conflicts.is_empty() {
@@ -396,16 +404,8 @@ impl Machine {
             }
             // The apply would leave `null` where the schema refuses it (a map another manager
             // owns, emptied of ours): keep our values there and apply the rest.
-            Err(ApplyError::Refused { code: 422, message })
-                if apply::null_refusals(&message)
-                    .iter()
-                    .any(|p| !entry.pinned.contains(p)) =>
-            {
-                for path in apply::null_refusals(&message) {
-                    if !entry.pinned.contains(&path) {
-                        entry.pinned.push(path);
-                    }
-                }
+            Err(ApplyError::Refused { code: 422, .. }) if !new_nulls.is_empty() => {
+                entry.pinned.extend(new_nulls);
                 self.plan_or_read(key, stale, now, out);
             }
             Err(error) => {
