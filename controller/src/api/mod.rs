@@ -19,14 +19,25 @@ pub use workspacetemplate::*;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-/// Every CRD this project defines.
+/// The label through which Cluster API core resolves a reference's apiVersion: it maps the
+/// contract version to the CRD versions that implement it (the last one is used).
+pub const CONTRACT_LABEL: (&str, &str) = ("cluster.x-k8s.io/v1beta1", "v1beta1");
+
+/// Every CRD this project defines, each labelled with the contract it implements.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         CAPTCluster::crd(),
         CAPTControlPlane::crd(),
         WorkspaceTemplate::crd(),
         WorkspaceTemplateApply::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        crd.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(CONTRACT_LABEL.0.into(), CONTRACT_LABEL.1.into());
+    }
+    crds
 }
 
 /// The CRD manifests as `(file name, YAML)`, in the layout of `manifests/crds/`.
@@ -69,6 +80,20 @@ mod tests {
             committed, expected,
             "manifests/crds/ holds files the types do not generate"
         );
+    }
+
+    #[test]
+    fn every_crd_names_the_contract_version_it_implements() {
+        for crd in crds() {
+            let labels = crd.metadata.labels.unwrap_or_default();
+            let versions: Vec<&str> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
+            let label = labels.get(CONTRACT_LABEL.0).map(String::as_str);
+            assert!(
+                label.is_some_and(|l| l.split('_').all(|v| versions.contains(&v))),
+                "{:?}: contract label {label:?} must list served versions {versions:?}",
+                crd.metadata.name
+            );
+        }
     }
 
     #[test]
