@@ -41,15 +41,23 @@ impl std::fmt::Display for FieldOwner {
     }
 }
 
-/// A protected path and the one manager that must own it: `Kind.group:path=manager`.
+/// A protected path and the managers that may own it: `Kind.group:path=manager`, or
+/// `Kind.group:path=a|b` when a field is shared by design (one writer or the other, never a
+/// third).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Expectation {
     /// The kind.
     pub kind: GroupKind,
     /// The protected path.
     pub path: FieldPath,
-    /// Its expected owner.
+    /// Its expected owners, as written (`a` or `a|b`).
     pub owner: String,
+}
+
+impl Expectation {
+    fn allows(&self, manager: &str) -> bool {
+        self.owner.split('|').any(|o| o == manager)
+    }
 }
 
 impl FromStr for Expectation {
@@ -58,9 +66,11 @@ impl FromStr for Expectation {
     fn from_str(s: &str) -> Result<Self, String> {
         let (rule, owner) = s
             .rsplit_once('=')
-            .filter(|(_, o)| !o.is_empty())
+            .filter(|(_, o)| !o.is_empty() && o.split('|').all(|m| !m.is_empty()))
             .ok_or_else(|| {
-                format!("invalid expectation `{s}`: expected Kind.group:field.path=manager")
+                format!(
+                    "invalid expectation `{s}`: expected Kind.group:field.path=manager[|manager]"
+                )
             })?;
         let rule: crate::config::KindPath = rule.parse()?;
         Ok(Self {
@@ -75,7 +85,9 @@ impl FromStr for Expectation {
 pub const CAPT_EXPECTATIONS: &[&str] = &[
     "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider=capt-captcontrolplane",
     "CAPTControlPlane.controlplane.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-captcontrolplane",
-    "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-cluster",
+    // Cluster API core (its manager binary is `manager`) copies the endpoint from the control
+    // plane when it manages the Cluster; `capt-cluster` writes it only where core does not run.
+    "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-cluster|manager",
 ];
 
 /// A broken expectation.
@@ -197,7 +209,7 @@ fn check(
     let mut owned_by_expected = false;
     for (path, owners) in fields.iter().filter(|(p, _)| under(p)) {
         for o in owners {
-            if o.manager == e.owner {
+            if e.allows(&o.manager) {
                 owned_by_expected = true;
             } else {
                 violations.push(Violation {
@@ -403,6 +415,20 @@ mod tests {
         assert!(a.violations.is_empty(), "{:?}", a.violations);
         let table = table(&[a]);
         assert!(table.contains("capt-captcontrolplane (Apply, status, 2026-11-25T00:00:00Z); capi-core (Update, status"), "{table}");
+    }
+
+    #[test]
+    fn a_shared_expectation_allows_either_owner_and_no_third() {
+        let e: Expectation =
+            "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-cluster|manager"
+                .parse()
+                .unwrap();
+        assert!(e.allows("capt-cluster") && e.allows("manager") && !e.allows("kubectl"));
+        assert!(
+            "Cluster.cluster.x-k8s.io:spec.x=a|"
+                .parse::<Expectation>()
+                .is_err()
+        );
     }
 
     #[test]
