@@ -1,5 +1,6 @@
-// Pins the upstream CRDs the tests install: the Cluster API Cluster CRD (v1.10 stores
-// v1beta1, the contract CAPT implements) and provider-terraform's Workspace CRD.
+// Pins the upstream CRDs the tests install: provider-terraform's Workspace CRD, and Cluster
+// API (v1.10 stores v1beta1, the contract CAPT implements), whose CRDs hack/testenv.sh reads
+// from hack/tools/cluster-api, which must pin the same version (the script checks).
 // hack/testenv.sh reads them from the Go module cache; nothing is copied into the repo.
 module github.com/capt/status-management/hack/tools/crds
 
