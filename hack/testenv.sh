@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The real test environment: etcd, kube-apiserver and kube-controller-manager (garbage
 # collector and namespace controller only) on free 127.0.0.1 ports, built from the Go module
-# proxy by hack/tools/kubernetes, with our CRDs and the upstream Cluster and Workspace CRDs.
+# proxy by hack/tools/kubernetes, with our CRDs, all Cluster API core CRDs and the Workspace
+# CRD; and the real Cluster API core manager (hack/tools/cluster-api) with its admission
+# webhooks, served on 127.0.0.1 with a self-signed certificate (see docs/testenv.md).
 #
 #   hack/testenv.sh build   build the binaries (cached; the first build takes many minutes)
-#   hack/testenv.sh start   build if needed, start everything, install CRDs, print exports
+#   hack/testenv.sh start [--no-core]   build if needed, start everything, install CRDs and
+#                           the webhook configurations, print exports
 #   hack/testenv.sh stop    stop everything started by `start`; leaves no process behind
 #   hack/testenv.sh env     print the exports of a running environment
 #   hack/testenv.sh crds    print the paths of the upstream CRD files in the module cache
 #   hack/testenv.sh apiserver-stop|apiserver-start   fault injection: the API server alone
+#   hack/testenv.sh core-stop|core-start   the Cluster API core manager alone; its webhook
+#                           configurations stay, so Cluster API writes fail while it is stopped
 #
 # Environment: CAPT_TESTENV_DIR (state; default .testenv in the repo), CAPT_CACHE_DIR
-# (built binaries; default ~/.cache/capt-testenv).
+# (built binaries; default ~/.cache/capt-testenv), CAPT_TESTENV_CORE (1: with the Cluster API
+# core manager and its webhooks, the default; 0: without both, like `start --no-core`).
+# `start` on a running environment reuses it; it fails if CAPT_TESTENV_CORE or --no-core asks
+# for the other core setting than the one running (stop it first).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS="$ROOT/hack/tools/kubernetes"
+CAPI_TOOLS="$ROOT/hack/tools/cluster-api"
 CRD_MODULE="$ROOT/hack/tools/crds"
 STATE=${CAPT_TESTENV_DIR:-$ROOT/.testenv}
 CACHE=${CAPT_CACHE_DIR:-$HOME/.cache/capt-testenv}
@@ -33,10 +42,17 @@ bin_dir() {
 	echo "$CACHE/bin-$key"
 }
 
-# Builds one command with `go build -v`, printing how many packages it has compiled every
-# 30 s, so a cold build (many minutes on two cores) visibly progresses.
+capi_bin_dir() {
+	local key
+	key=$(cat "$CAPI_TOOLS/go.mod" "$CAPI_TOOLS/go.sum" <(go env GOVERSION) | sha256sum | cut -c1-16)
+	echo "$CACHE/capi-$key"
+}
+
+# Builds one command of the module in directory $1 with `go build -v`, printing how many
+# packages it has compiled every 30 s, so a cold build (many minutes on two cores) visibly
+# progresses.
 build_one() {
-	local pkg=$1 out=$2 ldflags=$3 name started logf ticker
+	local dir=$1 pkg=$2 out=$3 ldflags=$4 name started logf ticker
 	name=$(basename "$out")
 	logf="$out.build.log"
 	started=$(date +%s)
@@ -47,7 +63,7 @@ build_one() {
 		done
 	) &
 	ticker=$!
-	if ! (cd "$TOOLS" && go build -v -trimpath -ldflags "$ldflags" -o "$out" "$pkg" 2>"$logf"); then
+	if ! (cd "$dir" && go build -v -trimpath -ldflags "$ldflags" -o "$out" "$pkg" 2>"$logf"); then
 		kill "$ticker" 2>/dev/null || true
 		tail -n 30 "$logf" >&2
 		die "building $name failed (log: $logf)"
@@ -57,42 +73,95 @@ build_one() {
 	log "built $name in $(($(date +%s) - started)) s"
 }
 
-cmd_build() {
-	command -v go >/dev/null || die "go is not installed (see .ci/run)"
+build_kubernetes() {
 	local bin tmp vflags
 	bin=$(bin_dir)
 	if [[ -x "$bin/kube-apiserver" && -x "$bin/kubectl" && -x "$bin/etcd" && -x "$bin/kube-controller-manager" ]]; then
-		echo "$bin"
 		return
 	fi
 	log "cold build into $bin (Kubernetes $KUBE_VERSION, etcd 3.6; progress every 30 s)"
 	tmp="$bin.partial"
 	mkdir -p "$tmp"
-	local started=$(date +%s)
+	local started
+	started=$(date +%s)
 	vflags=""
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		vflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=34 -X $p.gitTreeState=clean"
 	done
-	[[ -x "$tmp/etcd" ]] || build_one go.etcd.io/etcd/server/v3 "$tmp/etcd" "-s -w"
-	[[ -x "$tmp/kube-apiserver" ]] || build_one k8s.io/kubernetes/cmd/kube-apiserver "$tmp/kube-apiserver" "-s -w $vflags"
-	[[ -x "$tmp/kube-controller-manager" ]] || build_one k8s.io/kubernetes/cmd/kube-controller-manager "$tmp/kube-controller-manager" "-s -w $vflags"
-	[[ -x "$tmp/kubectl" ]] || build_one k8s.io/kubernetes/cmd/kubectl "$tmp/kubectl" "-s -w $vflags"
+	[[ -x "$tmp/etcd" ]] || build_one "$TOOLS" go.etcd.io/etcd/server/v3 "$tmp/etcd" "-s -w"
+	[[ -x "$tmp/kube-apiserver" ]] || build_one "$TOOLS" k8s.io/kubernetes/cmd/kube-apiserver "$tmp/kube-apiserver" "-s -w $vflags"
+	[[ -x "$tmp/kube-controller-manager" ]] || build_one "$TOOLS" k8s.io/kubernetes/cmd/kube-controller-manager "$tmp/kube-controller-manager" "-s -w $vflags"
+	[[ -x "$tmp/kubectl" ]] || build_one "$TOOLS" k8s.io/kubernetes/cmd/kubectl "$tmp/kubectl" "-s -w $vflags"
 	rm -f "$tmp"/*.build.log
 	mv "$tmp" "$bin"
 	log "environment built in $(($(date +%s) - started)) s"
-	echo "$bin"
 }
 
+# The Cluster API core manager, named `manager` as in the upstream image (/manager): client-go
+# takes the default field manager and the user agent from the binary's name, so managedFields
+# and the audit log show `manager` as on a production cluster. clusterctl beside it.
+build_capi() {
+	local bin tmp vflags version info commit
+	bin=$(capi_bin_dir)
+	[[ -x "$bin/manager" && -x "$bin/clusterctl" ]] && return
+	version=$(capi_version "$CAPI_TOOLS")
+	log "cold build into $bin (Cluster API $version core manager and clusterctl; progress every 30 s)"
+	tmp="$bin.partial"
+	mkdir -p "$tmp"
+	local started
+	started=$(date +%s)
+	# The release's commit, from the module cache's record of the tag (as the upstream build
+	# stamps it; it ends up in the user agent).
+	info=$(cd "$CAPI_TOOLS" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/.*"Info": "\(.*\)".*/\1/p')
+	commit=$(sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' "$info" 2>/dev/null || true)
+	local major=${version#v} minor
+	minor=${major#*.}
+	minor=${minor%%.*}
+	major=${major%%.*}
+	vflags="-X sigs.k8s.io/cluster-api/version.gitVersion=$version -X sigs.k8s.io/cluster-api/version.gitMajor=$major"
+	vflags+=" -X sigs.k8s.io/cluster-api/version.gitMinor=$minor -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
+	[[ -n "$commit" ]] && vflags+=" -X sigs.k8s.io/cluster-api/version.gitCommit=$commit"
+	[[ -x "$tmp/manager" ]] || build_one "$CAPI_TOOLS" sigs.k8s.io/cluster-api "$tmp/manager" "-s -w $vflags"
+	[[ -x "$tmp/clusterctl" ]] || build_one "$CAPI_TOOLS" sigs.k8s.io/cluster-api/cmd/clusterctl "$tmp/clusterctl" "-s -w $vflags"
+	rm -f "$tmp"/*.build.log
+	mv "$tmp" "$bin"
+	log "Cluster API built in $(($(date +%s) - started)) s"
+}
+
+# Builds what is missing and prints the directory of the Kubernetes binaries.
+cmd_build() {
+	command -v go >/dev/null || die "go is not installed (see .ci/run)"
+	build_kubernetes
+	build_capi
+	bin_dir
+}
+
+# The version of sigs.k8s.io/cluster-api that the module in directory $1 pins.
+capi_version() {
+	grep -oE 'sigs\.k8s\.io/cluster-api v[^ ]+' "$1/go.mod" | head -n 1 | cut -d' ' -f2
+}
+
+# The Cluster API module's source in the Go module cache (downloaded if missing): the one the
+# manager is built from, so its CRDs and webhook configurations match the manager.
+capi_dir() {
+	local dir
+	[[ "$(capi_version "$CAPI_TOOLS")" == "$(capi_version "$CRD_MODULE")" ]] ||
+		die "hack/tools/cluster-api and hack/tools/crds pin different Cluster API versions"
+	dir=$(cd "$CAPI_TOOLS" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	[[ -f "$dir/config/crd/bases/cluster.x-k8s.io_clusters.yaml" ]] || die "Cluster CRD not found under $dir"
+	[[ -f "$dir/config/webhook/manifests.yaml" ]] || die "webhook configurations not found under $dir"
+	echo "$dir"
+}
+
+# All Cluster API core CRDs (config/crd/bases of the module the manager is built from) and
+# provider-terraform's Workspace CRD.
 cmd_crds() {
-	local dirs
-	dirs=$(cd "$CRD_MODULE" && go mod download -json sigs.k8s.io/cluster-api github.com/upbound/provider-terraform |
-		sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 	local capi tf
-	capi=$(grep cluster-api <<<"$dirs")
-	tf=$(grep provider-terraform <<<"$dirs")
-	[[ -f "$capi/config/crd/bases/cluster.x-k8s.io_clusters.yaml" ]] || die "Cluster CRD not found under $capi"
+	capi=$(capi_dir)
+	tf=$(cd "$CRD_MODULE" && go mod download -json github.com/upbound/provider-terraform |
+		sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 	[[ -f "$tf/package/crds/tf.upbound.io_workspaces.yaml" ]] || die "Workspace CRD not found under $tf"
-	echo "$capi/config/crd/bases/cluster.x-k8s.io_clusters.yaml"
+	ls "$capi"/config/crd/bases/*.yaml
 	echo "$tf/package/crds/tf.upbound.io_workspaces.yaml"
 }
 
@@ -102,9 +171,15 @@ free_port() {
 
 is_running() { [[ -f "$STATE/$1.pid" ]] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
 
+# The Kubernetes binaries stay first in PATH (tests read that directory from it).
 print_env() {
+	local path core=0
+	path=$(cat "$STATE/bin-dir")
+	[[ -f "$STATE/capi-dir" ]] && path+=":$(cat "$STATE/capi-dir")"
+	[[ -f "$STATE/core" ]] && core=$(cat "$STATE/core")
 	echo "export KUBECONFIG=$STATE/kubeconfig"
-	echo "export PATH=$(cat "$STATE/bin-dir"):\$PATH"
+	echo "export PATH=$path:\$PATH"
+	echo "export CAPT_TESTENV_CORE=$core"
 }
 
 wait_for() {
@@ -117,18 +192,43 @@ wait_for() {
 	die "$what did not become ready; see logs in $STATE"
 }
 
+# The core setting asked for: CAPT_TESTENV_CORE or `start --no-core`; empty when not asked.
+CORE_REQUESTED=""
+
 cmd_start() {
+	local arg
+	case "${CAPT_TESTENV_CORE:-}" in
+	"") ;;
+	0 | 1) CORE_REQUESTED=$CAPT_TESTENV_CORE ;;
+	*) die "CAPT_TESTENV_CORE must be 1 or 0, not '$CAPT_TESTENV_CORE'" ;;
+	esac
+	for arg in "$@"; do
+		case "$arg" in
+		--no-core) CORE_REQUESTED=0 ;;
+		--core) CORE_REQUESTED=1 ;;
+		*) die "start: unknown argument $arg (--no-core, --core)" ;;
+		esac
+	done
 	if is_running kube-apiserver; then
-		log "already running"
+		local running=0
+		[[ -f "$STATE/core" ]] && running=$(cat "$STATE/core")
+		if [[ -n "$CORE_REQUESTED" && "$CORE_REQUESTED" != "$running" ]]; then
+			die "the environment in $STATE runs with CAPT_TESTENV_CORE=$running, not $CORE_REQUESTED as asked; stop it first (hack/testenv.sh stop)"
+		fi
+		log "already running (CAPT_TESTENV_CORE=$running)"
+		[[ "$running" == 1 ]] && ! is_running cluster-api-manager && log "warning: the Cluster API core manager is stopped (hack/testenv.sh core-start)"
 		print_env
 		return
 	fi
+	local core=${CORE_REQUESTED:-1}
 	cmd_stop >/dev/null 2>&1 || true
 	local bin
 	bin=$(cmd_build)
 	rm -rf "$STATE"
 	mkdir -p "$STATE/certs"
 	echo "$bin" >"$STATE/bin-dir"
+	capi_bin_dir >"$STATE/capi-dir"
+	echo "$core" >"$STATE/core"
 	local etcd_port peer_port api_port started
 	etcd_port=$(free_port)
 	peer_port=$(free_port)
@@ -199,22 +299,119 @@ EOF
 	echo $! >"$STATE/kube-controller-manager.pid"
 
 	install_crds
+	if [[ "$core" == 1 ]]; then
+		start_core
+	else
+		log "without the Cluster API core manager and its webhooks (CAPT_TESTENV_CORE=0)"
+	fi
 	print_env
 }
 
 install_crds() {
 	local files=("$ROOT"/manifests/crds/*.yaml) upstream args=()
 	mapfile -t upstream < <(cmd_crds)
+	((${#upstream[@]} > 1)) || die "no upstream CRDs found"
 	for f in "${files[@]}" "${upstream[@]}"; do args+=(-f "$f"); done
 	kubectl apply --server-side --field-manager testenv "${args[@]}" >/dev/null
 	kubectl wait --for condition=Established --timeout 60s crd --all >/dev/null
-	log "installed $((${#args[@]} / 2)) CRDs: ours from manifests/crds, Cluster and Workspace from the Go module cache"
+	log "installed $((${#args[@]} / 2)) CRDs: ${#files[@]} ours from manifests/crds, $((${#upstream[@]} - 1)) Cluster API core and the Workspace from the Go module cache"
 	log "  (${args[*]})"
+}
+
+# A CA and a serving certificate for 127.0.0.1, where the API server calls the webhooks.
+webhook_certs() {
+	local dir=$STATE/webhook
+	mkdir -p "$dir"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=capt-testenv-webhook-ca \
+		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+		-keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null
+	openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 3650 \
+		-extfile <(printf '%s\n' subjectAltName=IP:127.0.0.1 basicConstraints=CA:FALSE \
+			keyUsage=critical,digitalSignature,keyEncipherment extendedKeyUsage=serverAuth) \
+		-out "$dir/tls.crt" 2>/dev/null
+	rm -f "$dir/tls.csr"
+}
+
+# The upstream Mutating and ValidatingWebhookConfiguration (config/webhook/manifests.yaml),
+# named as a release installs them (capi-…), each webhook's clientConfig turned from the
+# in-cluster Service into https://127.0.0.1:<webhook port><its path> with our CA.
+apply_webhook_configurations() {
+	local port=$1 capi
+	capi=$(capi_dir)
+	kubectl create --dry-run=client -o json -f "$capi/config/webhook/manifests.yaml" |
+		CA_BUNDLE=$(base64 -w0 "$STATE/webhook/ca.crt") PORT=$port python3 -c '
+import json, os, sys
+text, at, items = sys.stdin.read(), 0, []
+while text[at:].strip():  # kubectl prints one JSON object after the other
+    at += len(text[at:]) - len(text[at:].lstrip())
+    item, at = json.JSONDecoder().raw_decode(text, at)
+    items += item["items"] if item.get("kind") == "List" else [item]
+for item in items:
+    item["metadata"]["name"] = "capi-" + item["metadata"]["name"]
+    for hook in item["webhooks"]:
+        path = hook["clientConfig"]["service"].get("path", "/")
+        hook["clientConfig"] = {
+            "url": "https://127.0.0.1:%s%s" % (os.environ["PORT"], path),
+            "caBundle": os.environ["CA_BUNDLE"],
+        }
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+' >"$STATE/webhook/configurations.json"
+	kubectl apply --server-side --field-manager testenv -f "$STATE/webhook/configurations.json" >/dev/null
+	log "webhook configurations: $(kubectl get mutatingwebhookconfigurations,validatingwebhookconfigurations -o name | tr '\n' ' ')"
+}
+
+# The Cluster API core manager: its webhooks on a free port, health and diagnostics on
+# 127.0.0.1. Returns when its readyz is OK and its webhooks answer the API server.
+start_core() {
+	local capi webhook_port health_port diag_port started
+	capi=$(cat "$STATE/capi-dir")
+	webhook_port=$(free_port)
+	health_port=$(free_port)
+	diag_port=$(free_port)
+	started=$(date +%s.%N)
+	webhook_certs
+	local manager=("$capi/manager" --kubeconfig "$STATE/kubeconfig" --leader-elect=false
+		--webhook-port "$webhook_port" --webhook-cert-dir "$STATE/webhook"
+		--health-addr "127.0.0.1:$health_port" --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics)
+	# Kept for core-start, on the same ports (the webhook configurations name the port).
+	printf '%q ' "${manager[@]}" >"$STATE/cluster-api-manager.cmd"
+	echo "$health_port" >"$STATE/cluster-api-manager.health-port"
+	"${manager[@]}" >"$STATE/cluster-api-manager.log" 2>&1 &
+	echo $! >"$STATE/cluster-api-manager.pid"
+	apply_webhook_configurations "$webhook_port"
+	wait_core
+	log "Cluster API core manager ready (webhooks on https://127.0.0.1:$webhook_port) in $(printf '%.1f' "$(echo "$(date +%s.%N) - $started" | bc)") s"
+}
+
+# Ready: the manager's readyz, then a server-side dry run of a Cluster create, which passes
+# through the defaulting and the validating webhook.
+wait_core() {
+	cat >"$STATE/webhook/probe-cluster.yaml" <<EOF
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {name: testenv-webhook-probe, namespace: default}
+spec: {}
+EOF
+	local readyz i
+	readyz="http://127.0.0.1:$(cat "$STATE/cluster-api-manager.health-port")/readyz"
+	for ((i = 0; i < 900; i++)); do
+		if ! is_running cluster-api-manager; then
+			tail -n 20 "$STATE/cluster-api-manager.log" >&2
+			die "the Cluster API core manager exited; see $STATE/cluster-api-manager.log"
+		fi
+		if curl -sf "$readyz" >/dev/null 2>&1 &&
+			kubectl create --dry-run=server -f "$STATE/webhook/probe-cluster.yaml" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	die "the Cluster API core manager did not become ready; see $STATE/cluster-api-manager.log"
 }
 
 cmd_stop() {
 	local name pid
-	for name in kube-controller-manager kube-apiserver etcd; do
+	for name in cluster-api-manager kube-controller-manager kube-apiserver etcd; do
 		[[ -f "$STATE/$name.pid" ]] || continue
 		pid=$(cat "$STATE/$name.pid")
 		if kill -0 "$pid" 2>/dev/null; then
@@ -242,18 +439,51 @@ cmd_apiserver_start() {
 	is_running kube-apiserver && die "kube-apiserver is running"
 	eval "exec $(cat "$STATE/kube-apiserver.cmd")" >>"$STATE/kube-apiserver.log" 2>&1 &
 	echo $! >"$STATE/kube-apiserver.pid"
-	export KUBECONFIG="$STATE/kubeconfig" PATH="$(cat "$STATE/bin-dir"):$PATH"
+	PATH="$(cat "$STATE/bin-dir"):$PATH"
+	export KUBECONFIG="$STATE/kubeconfig" PATH
 	wait_for kube-apiserver 600 kubectl get --raw /readyz
 	log "kube-apiserver started again"
+}
+
+# The Cluster API core manager alone. Its webhook configurations stay: while it is stopped,
+# every write of a Cluster API kind they cover fails (failurePolicy: Fail), as on a cluster
+# whose core manager is down.
+cmd_core_stop() {
+	[[ "$(cat "$STATE/core" 2>/dev/null)" == 1 ]] || die "the environment in $STATE runs without core (CAPT_TESTENV_CORE=0)"
+	is_running cluster-api-manager || die "the Cluster API core manager is not running"
+	local pid
+	pid=$(cat "$STATE/cluster-api-manager.pid")
+	kill "$pid"
+	for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	rm -f "$STATE/cluster-api-manager.pid"
+	log "Cluster API core manager stopped (its webhook configurations stay)"
+}
+
+cmd_core_start() {
+	[[ "$(cat "$STATE/core" 2>/dev/null)" == 1 ]] || die "the environment in $STATE runs without core (CAPT_TESTENV_CORE=0)"
+	is_running kube-apiserver || die "not running (hack/testenv.sh start)"
+	is_running cluster-api-manager && die "the Cluster API core manager is running"
+	local started
+	started=$(date +%s.%N)
+	eval "exec $(cat "$STATE/cluster-api-manager.cmd")" >>"$STATE/cluster-api-manager.log" 2>&1 &
+	echo $! >"$STATE/cluster-api-manager.pid"
+	PATH="$(cat "$STATE/bin-dir"):$PATH"
+	export KUBECONFIG="$STATE/kubeconfig" PATH
+	wait_core
+	log "Cluster API core manager started again, ready in $(printf '%.1f' "$(echo "$(date +%s.%N) - $started" | bc)") s"
 }
 
 case "${1:-}" in
 build) cmd_build ;;
 apiserver-stop) cmd_apiserver_stop ;;
 apiserver-start) cmd_apiserver_start ;;
-start) cmd_start ;;
+core-stop) cmd_core_stop ;;
+core-start) cmd_core_start ;;
+start) shift; cmd_start "$@" ;;
 stop) cmd_stop ;;
 env) is_running kube-apiserver || die "not running (hack/testenv.sh start)"; print_env ;;
 crds) cmd_crds ;;
-*) echo "usage: $0 build|start|stop|env|crds|apiserver-stop|apiserver-start" >&2; exit 2 ;;
+*) echo "usage: $0 build|start [--no-core]|stop|env|crds|apiserver-stop|apiserver-start|core-stop|core-start" >&2; exit 2 ;;
 esac
