@@ -6,6 +6,7 @@
 pub mod api;
 pub mod context;
 pub mod k8s;
+pub mod kubeconfig;
 pub mod metrics;
 pub mod publish;
 pub mod reconcile;

@@ -1,0 +1,365 @@
+//! The Cluster's `<cluster>-kubeconfig` Secret of the Cluster API control-plane contract, as a
+//! pure function of the control plane's connection Secret (every Terraform output, sensitive
+//! ones included, as provider-terraform writes them).
+//!
+//! Nothing here logs, and nothing here puts a Secret value into an error: the only outputs are
+//! the bytes to store and whether the live Secret needs a write.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// The Secret type Cluster API gives the Secrets it reads (`clusterv1.ClusterSecretType`).
+pub const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+/// The data key holding the kubeconfig (`secret.KubeconfigDataName`).
+pub const VALUE_KEY: &str = "value";
+/// The connection Secret key of a kubeconfig the Terraform module outputs itself.
+pub const KUBECONFIG_OUTPUT: &str = "kubeconfig";
+/// The connection Secret key of the EKS API server endpoint.
+pub const ENDPOINT_OUTPUT: &str = "cluster_endpoint";
+/// The connection Secret key of the cluster's CA bundle (base64 PEM, as terraform-aws-eks
+/// outputs it).
+pub const CA_OUTPUT: &str = "cluster_certificate_authority_data";
+/// The connection Secret key of the EKS cluster's name.
+pub const NAME_OUTPUT: &str = "cluster_name";
+
+/// The name of a Cluster's kubeconfig Secret: `<cluster>-kubeconfig`.
+pub fn secret_name(cluster: &str) -> String {
+    format!("{cluster}-kubeconfig")
+}
+
+/// The kubeconfig to store for `cluster`, from the connection Secret's `data`: its
+/// `kubeconfig` output verbatim; else one generated from `cluster_endpoint` and
+/// `cluster_certificate_authority_data` that authenticates with `aws eks get-token` (for
+/// the `cluster_name` output, else `cluster`, in `region` when known); else `None`, nothing
+/// to write yet. No other key is ever read.
+pub fn kubeconfig(
+    data: &BTreeMap<String, ByteString>,
+    cluster: &str,
+    region: Option<&str>,
+) -> Option<Vec<u8>> {
+    if let Some(verbatim) = data.get(KUBECONFIG_OUTPUT).filter(|v| !v.0.is_empty()) {
+        return Some(verbatim.0.clone());
+    }
+    let text = |key: &str| {
+        data.get(key)
+            .and_then(|v| std::str::from_utf8(&v.0).ok())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    let endpoint = text(ENDPOINT_OUTPUT)?;
+    let ca = text(CA_OUTPUT)?;
+    let eks_name = text(NAME_OUTPUT).unwrap_or(cluster);
+    let server = if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("https://{endpoint}")
+    };
+    let mut args = vec!["eks", "get-token", "--cluster-name", eks_name];
+    if let Some(region) = region {
+        args.extend(["--region", region]);
+    }
+    // Named as Cluster API core names its own kubeconfigs (util/kubeconfig.New).
+    let user = format!("{cluster}-admin");
+    let context = format!("{user}@{cluster}");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": args,
+        }}}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
+        "current-context": context,
+    });
+    serde_yaml::to_string(&config).ok().map(String::into_bytes)
+}
+
+/// The controller owner reference Cluster API's KubeadmControlPlane puts on the Secret
+/// (`metav1.NewControllerRef`): controller and blocking its owner's deletion.
+pub fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: api_version.to_owned(),
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The Secret to apply: `<cluster>-kubeconfig` in `namespace`, of type
+/// `cluster.x-k8s.io/secret`, labelled with the cluster's name, controlled by `owner`, with
+/// the kubeconfig under `value` and nothing else.
+pub fn desired_secret(
+    cluster: &str,
+    namespace: &str,
+    owner: OwnerReference,
+    kubeconfig: Vec<u8>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(secret_name(cluster)),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                crate::render::CLUSTER_NAME_LABEL.to_owned(),
+                cluster.to_owned(),
+            )])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        type_: Some(SECRET_TYPE.to_owned()),
+        data: Some(BTreeMap::from([(
+            VALUE_KEY.to_owned(),
+            ByteString(kubeconfig),
+        )])),
+        ..Secret::default()
+    }
+}
+
+/// What to do about the live Secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It already holds what we want: no write.
+    UpToDate,
+    /// It is missing, or our type, label, owner reference or value differ: apply.
+    Write,
+    /// It exists with another type: a user-provided kubeconfig (a Secret's type cannot
+    /// change, and Cluster API providers leave such Secrets alone). No write.
+    UserProvided,
+}
+
+/// Compares the live Secret with the desired one. Only what we apply counts: labels, owner
+/// references and data keys others added do not make a write.
+pub fn verdict(live: Option<&Secret>, desired: &Secret) -> Verdict {
+    let Some(live) = live else {
+        return Verdict::Write;
+    };
+    if live.type_ != desired.type_ {
+        return Verdict::UserProvided;
+    }
+    let labels_present = desired.metadata.labels.iter().flatten().all(|(k, v)| {
+        live.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .is_some_and(|l| l == v)
+    });
+    let owners_present = desired.metadata.owner_references.iter().flatten().all(|o| {
+        live.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|l| l == o)
+    });
+    let data_present = desired.data.iter().flatten().all(|(k, v)| {
+        live.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .is_some_and(|l| l == v)
+    });
+    if labels_present && owners_present && data_present {
+        Verdict::UpToDate
+    } else {
+        Verdict::Write
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET_VALUE: &str = "do-not-leak-3f9a";
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+            .collect()
+    }
+
+    fn owner() -> OwnerReference {
+        controller_ref(
+            "controlplane.cluster.x-k8s.io/v1beta1",
+            "CAPTControlPlane",
+            "demo",
+            "uid-1",
+        )
+    }
+
+    #[test]
+    fn a_kubeconfig_output_is_used_verbatim() {
+        let d = data(&[
+            ("kubeconfig", "apiVersion: v1\nkind: Config\n"),
+            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
+            ("cluster_certificate_authority_data", "Q0E="),
+        ]);
+        assert_eq!(
+            kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
+            b"apiVersion: v1\nkind: Config\n"
+        );
+    }
+
+    #[test]
+    fn endpoint_and_ca_give_an_aws_exec_kubeconfig() {
+        let d = data(&[
+            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
+            ("cluster_certificate_authority_data", "Q0E=\n"),
+            ("cluster_name", "demo-eks"),
+        ]);
+        let bytes = kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
+        let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
+        assert_eq!(
+            config,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "demo", "cluster": {
+                    "server": "https://x.eks.amazonaws.com", "certificate-authority-data": "Q0E="}}],
+                "users": [{"name": "demo-admin", "user": {"exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": "aws",
+                    "args": ["eks", "get-token", "--cluster-name", "demo-eks", "--region", "ap-northeast-1"],
+                }}}],
+                "contexts": [{"name": "demo-admin@demo", "context": {"cluster": "demo", "user": "demo-admin"}}],
+                "current-context": "demo-admin@demo",
+            })
+        );
+        // Stable: the same outputs give the same bytes, so an unchanged Secret is not rewritten.
+        assert_eq!(
+            kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
+            bytes
+        );
+    }
+
+    #[test]
+    fn without_a_name_output_or_region_the_cluster_name_is_used_and_no_region_given() {
+        let d = data(&[
+            ("cluster_endpoint", "x.eks.amazonaws.com"),
+            ("cluster_certificate_authority_data", "Q0E="),
+        ]);
+        let config: serde_json::Value =
+            serde_yaml::from_slice(&kubeconfig(&d, "demo", None).unwrap()).unwrap();
+        assert_eq!(
+            config["users"][0]["user"]["exec"]["args"],
+            json!(["eks", "get-token", "--cluster-name", "demo"])
+        );
+        assert_eq!(
+            config["clusters"][0]["cluster"]["server"],
+            "https://x.eks.amazonaws.com"
+        );
+    }
+
+    #[test]
+    fn nothing_to_write_without_a_kubeconfig_or_both_endpoint_and_ca() {
+        assert_eq!(kubeconfig(&data(&[]), "demo", None), None);
+        let endpoint_only = data(&[
+            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
+            ("cluster_name", "demo"),
+        ]);
+        assert_eq!(kubeconfig(&endpoint_only, "demo", None), None);
+        let ca_only = data(&[("cluster_certificate_authority_data", "Q0E=")]);
+        assert_eq!(kubeconfig(&ca_only, "demo", None), None);
+        let empty_kubeconfig = data(&[("kubeconfig", "")]);
+        assert_eq!(kubeconfig(&empty_kubeconfig, "demo", None), None);
+    }
+
+    #[test]
+    fn other_keys_never_reach_the_kubeconfig_or_the_secret() {
+        let others = [
+            ("db_password", SECRET_VALUE),
+            ("token", SECRET_VALUE),
+            ("vpc_id", SECRET_VALUE),
+        ];
+        let mut generated = data(&others);
+        generated.extend(data(&[
+            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
+            ("cluster_certificate_authority_data", "Q0E="),
+        ]));
+        let mut verbatim = data(&others);
+        verbatim.extend(data(&[("kubeconfig", "apiVersion: v1\n")]));
+        for d in [generated, verbatim] {
+            let bytes = kubeconfig(&d, "demo", Some("us-east-1")).unwrap();
+            let text = String::from_utf8(bytes.clone()).unwrap();
+            assert!(!text.contains(SECRET_VALUE), "{text}");
+            let secret = desired_secret("demo", "ns", owner(), bytes);
+            let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
+            assert_eq!(keys, ["value"]);
+        }
+    }
+
+    #[test]
+    fn the_secret_follows_the_contract() {
+        let secret = desired_secret("demo", "ns", owner(), b"kc".to_vec());
+        let v = serde_json::to_value(&secret).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "demo-kubeconfig", "namespace": "ns",
+                    "labels": {"cluster.x-k8s.io/cluster-name": "demo"},
+                    "ownerReferences": [{"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+                        "kind": "CAPTControlPlane", "name": "demo", "uid": "uid-1",
+                        "controller": true, "blockOwnerDeletion": true}]},
+                "type": "cluster.x-k8s.io/secret",
+                "data": {"value": "a2M="},
+            })
+        );
+    }
+
+    #[test]
+    fn only_a_difference_in_what_we_apply_makes_a_write() {
+        let desired = desired_secret("demo", "ns", owner(), b"kc".to_vec());
+        assert_eq!(verdict(None, &desired), Verdict::Write);
+        assert_eq!(verdict(Some(&desired), &desired), Verdict::UpToDate);
+
+        // Others' labels, owners and keys, and server-set metadata, change nothing.
+        let mut live = desired.clone();
+        live.metadata.resource_version = Some("7".into());
+        live.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "a".into());
+        live.metadata
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "x".into(),
+                uid: "uid-2".into(),
+                ..OwnerReference::default()
+            });
+        live.data
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), ByteString(b"x".to_vec()));
+        assert_eq!(verdict(Some(&live), &desired), Verdict::UpToDate);
+
+        let mut changed = desired.clone();
+        changed.data = Some(BTreeMap::from([(
+            "value".into(),
+            ByteString(b"old".to_vec()),
+        )]));
+        assert_eq!(verdict(Some(&changed), &desired), Verdict::Write);
+        let mut unlabelled = desired.clone();
+        unlabelled.metadata.labels = None;
+        assert_eq!(verdict(Some(&unlabelled), &desired), Verdict::Write);
+        let mut not_controller = desired.clone();
+        not_controller.metadata.owner_references.as_mut().unwrap()[0].controller = None;
+        assert_eq!(verdict(Some(&not_controller), &desired), Verdict::Write);
+        let mut other_owner_uid = desired.clone();
+        other_owner_uid.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-old".into();
+        assert_eq!(verdict(Some(&other_owner_uid), &desired), Verdict::Write);
+
+        let mut opaque = desired.clone();
+        opaque.type_ = Some("Opaque".into());
+        assert_eq!(verdict(Some(&opaque), &desired), Verdict::UserProvided);
+    }
+}
