@@ -44,6 +44,9 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         let apply = ensure_apply(&ctx, &*cp, apply_spec(&cp)).await?;
         record_apply_name(&api, &cp, &apply.name_any()).await?;
         workspace = observe_workspace(&ctx, &*cp, &apply).await?;
+        if workspace.as_ref().is_some_and(|w| w.is_ready()) {
+            super::kubeconfig::ensure_kubeconfig(&ctx, &cp, &apply).await?;
+        }
         endpoint_source = workspace
             .as_ref()
             .and_then(|w| w.output_string("cluster_endpoint"));

@@ -7,6 +7,7 @@ pub mod capt_cluster;
 pub mod cluster;
 pub mod control_plane;
 pub mod deletion;
+pub mod kubeconfig;
 pub mod shared;
 
 use crate::context::Context;

@@ -1,0 +1,87 @@
+//! The Cluster's `<cluster>-kubeconfig` Secret (Cluster API control-plane contract), kept
+//! equal to what [`crate::kubeconfig`] computes from the control plane's connection Secret.
+//! Secret data is never logged and never put into an error.
+
+use super::shared::cluster_name;
+use super::{Result, kube_err};
+use crate::api::{CAPTControlPlane, WorkspaceTemplateApply};
+use crate::context::Context;
+use crate::k8s::SPEC_MANAGER;
+use crate::kubeconfig::{self, Verdict};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+
+/// Creates or updates the kubeconfig Secret of the control plane's Cluster from the apply's
+/// connection Secret; writes only when the live Secret differs from the wanted one. Does
+/// nothing without an owning Cluster, without a connection Secret in the control plane's own
+/// namespace, or before the outputs hold a kubeconfig (or an endpoint and a CA).
+pub async fn ensure_kubeconfig(
+    ctx: &Context,
+    cp: &CAPTControlPlane,
+    apply: &WorkspaceTemplateApply,
+) -> Result<()> {
+    let Some(cluster) = cluster_name(cp) else {
+        return Ok(());
+    };
+    let (Some(ns), Some(uid)) = (cp.namespace(), cp.uid()) else {
+        return Ok(());
+    };
+    let Some(secret_ref) = &apply.spec.write_connection_secret_to_ref else {
+        return Ok(());
+    };
+    if secret_ref.namespace != ns {
+        return Ok(());
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let connection = secrets
+        .get_opt(&secret_ref.name)
+        .await
+        .map_err(kube_err(cp, "reading the connection Secret"))?;
+    let Some(data) = connection.and_then(|s| s.data) else {
+        return Ok(());
+    };
+    let region = cp
+        .spec
+        .control_plane_config
+        .as_ref()
+        .and_then(|c| c.region.as_deref());
+    let Some(value) = kubeconfig::kubeconfig(&data, &cluster, region) else {
+        return Ok(());
+    };
+    let owner = kubeconfig::controller_ref(
+        &CAPTControlPlane::api_version(&()),
+        &CAPTControlPlane::kind(&()),
+        &cp.name_any(),
+        &uid,
+    );
+    let desired = kubeconfig::desired_secret(&cluster, &ns, owner, value);
+    let name = kubeconfig::secret_name(&cluster);
+    let live = secrets
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(cp, "reading the kubeconfig Secret"))?;
+    match kubeconfig::verdict(live.as_ref(), &desired) {
+        Verdict::UpToDate => return Ok(()),
+        Verdict::UserProvided => {
+            tracing::debug!(
+                subject = super::subject(cp),
+                secret = name,
+                "The kubeconfig Secret has another type: user-provided, left alone"
+            );
+            return Ok(());
+        }
+        Verdict::Write => {}
+    }
+    let params = PatchParams::apply(SPEC_MANAGER).force();
+    secrets
+        .patch(&name, &params, &Patch::Apply(&desired))
+        .await
+        .map_err(kube_err(cp, "applying the kubeconfig Secret"))?;
+    tracing::info!(
+        subject = super::subject(cp),
+        secret = name,
+        "Kubeconfig Secret written"
+    );
+    Ok(())
+}
