@@ -1,0 +1,244 @@
+//! The Cluster's `<cluster>-kubeconfig` Secret (Cluster API control-plane contract) against
+//! the real API server: written once the control plane is Ready, from the connection Secret's
+//! `kubeconfig` output; following the outputs when they change (a generated `aws eks
+//! get-token` kubeconfig when only the endpoint and CA are there); never rewritten at rest;
+//! deleted with its CAPTControlPlane by the garbage collector.
+
+use anyhow::{Context, Result};
+use capt_controller::api::{CAPTControlPlane, ControlPlanePhase};
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const SECRET: &str = "demo-kubeconfig";
+const CONNECTION: &str = "demo-eks-connection";
+
+fn value(secret: &Secret, key: &str) -> Option<String> {
+    let bytes = secret.data.as_ref()?.get(key)?;
+    String::from_utf8(bytes.0.clone()).ok()
+}
+
+/// Sets the sensitive outputs the fake provider reports for the control plane, where they
+/// come from: the WorkspaceTemplate the controller renders the Workspace from.
+fn set_sensitive_outputs(ns: &str, outputs: Value) -> Result<()> {
+    let patch = json!({"spec": {"template": {"metadata": {"annotations": {
+        capt_tests::fake_provider::SENSITIVE_OUTPUTS_ANNOTATION: outputs.to_string()}}}}});
+    env().kubectl_ok(
+        &[
+            "patch",
+            "workspacetemplate",
+            "eks",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// The API server's audit log of `hack/testenv.sh` (every write, metadata only).
+fn audit_log() -> Result<PathBuf> {
+    Ok(env()
+        .kubeconfig
+        .parent()
+        .context("the test environment's state directory")?
+        .join("audit.log"))
+}
+
+/// The write requests (create, update, patch) to the kubeconfig Secret of `ns` audited after
+/// byte `offset` of the audit log.
+fn secret_writes(audit: &Path, offset: u64, ns: &str) -> Result<usize> {
+    use std::io::{BufRead, Read, Seek};
+    let mut file = std::fs::File::open(audit)?;
+    file.seek(std::io::SeekFrom::Start(offset))?;
+    let mut count = 0;
+    for line in std::io::BufReader::new(file.take(u64::MAX)).lines() {
+        let Ok(event) = serde_json::from_str::<Value>(&line?) else {
+            continue; // a line still being written
+        };
+        let object = &event["objectRef"];
+        if object["resource"] == "secrets"
+            && object["namespace"] == ns
+            && object["name"] == SECRET
+            && event["stage"] == "ResponseComplete"
+            && ["create", "update", "patch"].contains(&event["verb"].as_str().unwrap_or(""))
+        {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+#[tokio::test]
+async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "kubeconfig").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    system
+        .wait_for(
+            "the control plane Ready and its kubeconfig Secret",
+            Duration::from_secs(60),
+            || async {
+                let ready = cps
+                    .get_opt("demo")
+                    .await?
+                    .and_then(|c| c.status)
+                    .and_then(|s| s.phase)
+                    == Some(ControlPlanePhase::Ready);
+                Ok(ready && secrets.get_opt(SECRET).await?.is_some())
+            },
+        )
+        .await?;
+
+    // The contract: type, label, controller owner reference, `value` = the kubeconfig output.
+    let cp = cps.get("demo").await?;
+    let secret = secrets.get(SECRET).await?;
+    let connection = secrets.get(CONNECTION).await?;
+    assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+    assert_eq!(
+        secret.labels().get("cluster.x-k8s.io/cluster-name"),
+        Some(&"demo".to_owned())
+    );
+    let owners = serde_json::to_value(secret.owner_references())?;
+    assert_eq!(
+        owners,
+        json!([{"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "name": "demo", "uid": cp.uid().context("uid")?, "controller": true, "blockOwnerDeletion": true}])
+    );
+    let keys: Vec<&String> = secret.data.as_ref().context("data")?.keys().collect();
+    assert_eq!(keys, ["value"], "nothing but the kubeconfig");
+    assert_eq!(value(&secret, "value"), value(&connection, "kubeconfig"));
+    assert_eq!(
+        value(&secret, "value").as_deref(),
+        Some("apiVersion: v1 (elided)")
+    );
+    let managers: Vec<String> = secret
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, ["capt-controller"]);
+
+    // At rest: a forced reconcile (a label changes the control plane's lifecycle hash) reads
+    // the Secrets and writes nothing. A server-side apply that changes nothing leaves the
+    // resourceVersion alone, so the API server's audit log is what counts the requests.
+    let version = secret.resource_version();
+    let audit = audit_log()?;
+    let offset = std::fs::metadata(&audit)?.len();
+    assert!(
+        secret_writes(&audit, 0, &ns.name)? >= 1,
+        "the audit log records the Secret's creation"
+    );
+    let reconciles = || async {
+        system
+            .controller_metric("capt_reconciles_total", &["kind=\"CAPTControlPlane\""])
+            .await
+    };
+    let before = reconciles().await?;
+    cps.patch(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"test/poke": "1"}}})),
+    )
+    .await?;
+    system
+        .wait_for(
+            "a reconcile of the control plane",
+            Duration::from_secs(10),
+            || async { Ok(reconciles().await? > before) },
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(reconciles().await? > before);
+    assert_eq!(
+        secret_writes(&audit, offset, &ns.name)?,
+        0,
+        "no write request at rest"
+    );
+    assert_eq!(secrets.get(SECRET).await?.resource_version(), version);
+
+    // A new kubeconfig output: the Secret follows.
+    set_sensitive_outputs(&ns.name, json!({"kubeconfig": "apiVersion: v1 (rotated)"}))?;
+    system
+        .wait_for(
+            "the rotated kubeconfig in the Secret",
+            Duration::from_secs(30),
+            || async {
+                let secret = secrets.get(SECRET).await?;
+                let connection = secrets.get(CONNECTION).await?;
+                Ok(
+                    value(&secret, "value").as_deref() == Some("apiVersion: v1 (rotated)")
+                        && value(&secret, "value") == value(&connection, "kubeconfig"),
+                )
+            },
+        )
+        .await?;
+
+    // Only an endpoint and a CA: a kubeconfig that asks `aws eks get-token`.
+    set_sensitive_outputs(
+        &ns.name,
+        json!({"cluster_certificate_authority_data": "Q0EgYnVuZGxl", "db_password": "hunter2"}),
+    )?;
+    let generated = || async {
+        let secret = secrets.get(SECRET).await?;
+        let text = value(&secret, "value").unwrap_or_default();
+        anyhow::Ok((text.clone(), serde_yaml::from_str::<Value>(&text)?))
+    };
+    system
+        .wait_for(
+            "the generated kubeconfig in the Secret",
+            Duration::from_secs(30),
+            || async {
+                let (_, config) = generated().await?;
+                Ok(
+                    config["clusters"][0]["cluster"]["certificate-authority-data"]
+                        == "Q0EgYnVuZGxl",
+                )
+            },
+        )
+        .await?;
+    let (text, generated) = generated().await?;
+    assert!(!text.contains("hunter2"), "no other output");
+    assert_eq!(
+        generated["clusters"][0]["cluster"]["server"],
+        "https://demo.gr7.ap-northeast-1.eks.amazonaws.com"
+    );
+    assert_eq!(
+        generated["users"][0]["user"]["exec"],
+        json!({"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", "demo", "--region", "ap-northeast-1"]})
+    );
+    let log = system.controller_log_text();
+    for secret_text in ["hunter2", "Q0EgYnVuZGxl", "(rotated)", "(elided)"] {
+        assert!(!log.contains(secret_text), "Secret data in the log: {log}");
+    }
+
+    // The garbage collector deletes the Secret with its CAPTControlPlane.
+    let cp_uid = cps.get("demo").await?.meta().uid.clone();
+    cps.delete("demo", &DeleteParams::default()).await?;
+    system
+        .wait_for(
+            "the kubeconfig Secret gone with the control plane",
+            Duration::from_secs(60),
+            || async {
+                let cp_gone = cps
+                    .get_opt("demo")
+                    .await?
+                    .is_none_or(|c| c.meta().uid != cp_uid);
+                Ok(cp_gone && secrets.get_opt(SECRET).await?.is_none())
+            },
+        )
+        .await?;
+    Ok(())
+}
