@@ -63,9 +63,14 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     let workspaces = || Api::<TerraformWorkspace>::all(client.clone());
     let ws_config = scope.workspaces();
 
+    let applies_of_cluster = applies.clone();
     let apply_loop = apply_controller
         .watches(workspaces(), ws_config.clone(), |ws| {
             labelled_ref(&ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
+        })
+        // Pausing and unpausing a Cluster holds and releases its applies.
+        .watches(scope.api::<Cluster>(&client), wc.clone(), move |c| {
+            of_cluster(&applies_of_cluster, &c)
         })
         .watches(
             scope.api::<WorkspaceTemplate>(&client),
@@ -210,6 +215,22 @@ where
         .filter(|o| {
             o.namespace() == obj.meta().namespace
                 && cluster_name(o.as_ref()).as_deref() == Some(&cluster)
+        })
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+/// The objects in `store` that belong to `cluster` (by owner reference or label).
+fn of_cluster<K>(store: &Store<K>, cluster: &Cluster) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            o.namespace() == cluster.namespace()
+                && cluster_name(o.as_ref()).as_deref() == Some(&cluster.name_any())
         })
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()

@@ -24,7 +24,7 @@ pub const CAPT_CLUSTER_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/captcl
     status = "CAPTClusterStatus",
     printcolumn = r#"{"name":"VPC-ID","type":"string","jsonPath":".status.vpcId","description":"ID of the VPC"}"#,
     printcolumn = r#"{"name":"READY","type":"boolean","jsonPath":".status.ready","description":"Infrastructure is ready"}"#,
-    printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".spec.controlPlaneEndpoint.host","description":"Control plane endpoint"}"#,
+    printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".status.endpoint","description":"The Cluster's control plane endpoint (host:port)"}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("has(self.vpcTemplateRef) != has(self.existingVpcId)").message("exactly one of spec.vpcTemplateRef and spec.existingVpcId must be set"))]
@@ -81,13 +81,17 @@ pub struct CAPTClusterStatus {
     /// Human-readable message of a terminal failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_message: Option<String>,
-    /// Failure domains available for machine placement.
+    /// Failure domains available for machine placement: the VPC's availability zones (its
+    /// `azs` output), when it reports them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_domains: Option<BTreeMap<String, FailureDomain>>,
+    /// The owning Cluster's control plane endpoint as `host:port`, for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// What the controller observed of the VPC WorkspaceTemplateApply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_template_status: Option<WorkspaceTemplateStatus>,
-    /// Conditions (VPCReady, VPCFailed, WaitingForCluster, ...).
+    /// Conditions (VPCReady, VPCFailed, WaitingForCluster, Paused, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Option<Vec<Condition>>,

@@ -25,7 +25,7 @@ pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/ca
     printcolumn = r#"{"name":"READY","type":"boolean","jsonPath":".status.ready","description":"Control plane is ready"}"#,
     printcolumn = r#"{"name":"PHASE","type":"string","jsonPath":".status.phase","description":"Creating, Ready or Failed"}"#,
     printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".spec.version","description":"Kubernetes version"}"#,
-    printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".spec.controlPlaneEndpoint.host","description":"API server endpoint"}"#,
+    printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".status.endpoint","description":"API server endpoint (host:port)"}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -144,7 +144,8 @@ pub enum ControlPlanePhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTControlPlaneStatus {
-    /// True when the control plane is ready and its endpoint is known.
+    /// True once the control plane has been ready with a known endpoint; it stays true
+    /// (Cluster API contract: provisioning completed). `phase` tells the state of now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
     /// True once the control plane has been ready at least once.
@@ -153,9 +154,16 @@ pub struct CAPTControlPlaneStatus {
     /// Creating, Ready or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ControlPlanePhase>,
-    /// Kubernetes version that is running.
+    /// Kubernetes version that is running: the spec's version when last seen Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Always true: EKS runs the control plane, there are no control plane Machines
+    /// (Cluster API contract).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_managed_control_plane: Option<bool>,
+    /// The API server endpoint as `host:port`, for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// Programmatic token of a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -168,7 +176,7 @@ pub struct CAPTControlPlaneStatus {
     /// What the controller observed of the Workspace, with `atProvider` verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_status: Option<WorkspaceStatus>,
-    /// Conditions (Ready, Initialized, Failed, Creating, DeletionFailed).
+    /// Conditions (Ready, Initialized, Failed, Creating, Paused, DeletionFailed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Option<Vec<Condition>>,

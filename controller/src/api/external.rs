@@ -29,6 +29,9 @@ pub struct ClusterSpec {
     /// The API server endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// True while the Cluster and everything it owns must not change (`clusterctl move`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
     /// Every other field.
     #[serde(flatten)]
     pub other: Map<String, Value>,

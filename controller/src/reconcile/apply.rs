@@ -24,6 +24,13 @@ pub const MANAGER: &str = "capt-workspacetemplateapply";
 /// Reconciles one WorkspaceTemplateApply.
 pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciled("WorkspaceTemplateApply");
+    // Paused (its Cluster, or its own annotation): no Workspace change, no finalizer change,
+    // and its status, which only mirrors the Workspace, stays as it is.
+    let cluster = super::shared::owning_cluster(&ctx, &*apply).await?;
+    if let Some(why) = super::pause::paused(cluster.as_ref(), &*apply) {
+        tracing::debug!(apply = apply.name_any(), why, "Paused");
+        return Ok(Action::await_change());
+    }
     let namespace = apply.namespace().unwrap_or_default();
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &namespace);
     let workspaces: Api<TerraformWorkspace> = Api::all(ctx.client.clone());

@@ -5,7 +5,7 @@
 
 use super::deletion::{self, Deletion};
 use super::shared::{ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster};
-use super::{Result, after, kube_err};
+use super::{Result, after, kube_err, pause};
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane};
 use crate::context::Context;
 use crate::k8s::{apply_fields, set_finalizer};
@@ -28,13 +28,18 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     ctx.metrics.reconciled("CAPTCluster");
     let api: Api<CAPTCluster> =
         Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
+    let cluster = owning_cluster(&ctx, &*cc).await?;
+    let existing = cc.status.as_ref().and_then(|s| s.conditions.as_deref());
+    if let Some(why) = pause::paused(cluster.as_ref(), &*cc) {
+        let (types, list) = (&CAPT_CLUSTER_CONDITION_TYPES, existing.unwrap_or_default());
+        return pause::hold(&ctx, &*cc, MANAGER_CAPT_CLUSTER, types, list, why).await;
+    }
     if cc.meta().deletion_timestamp.is_some() {
         return delete(&cc, &api, &ctx).await;
     }
     set_finalizer(&api, &cc, CAPT_CLUSTER_FINALIZER, true)
         .await
         .map_err(kube_err(&*cc, "adding its finalizer"))?;
-    let cluster = owning_cluster(&ctx, &*cc).await?;
     let mut workspace = None;
     let mut vpc_workspace_name = None;
     if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
@@ -67,6 +72,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         workspace,
         vpc_workspace_name,
         waiting_for_cluster: cluster.is_none(),
+        cluster_endpoint: cluster.and_then(|c| c.spec.control_plane_endpoint),
     };
     let desired = desired_capt_cluster(&input);
     let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);

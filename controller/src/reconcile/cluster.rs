@@ -13,10 +13,23 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
+/// The finalizer core's Cluster controller puts on every Cluster it manages.
+pub const CORE_CLUSTER_FINALIZER: &str = "cluster.cluster.x-k8s.io";
+
+/// True when the Cluster API core controller manages the Cluster: it carries core's finalizer
+/// (core adds it before anything else, long before a VPC or control plane can be ready).
+pub fn managed_by_core(cluster: &Cluster) -> bool {
+    cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == CORE_CLUSTER_FINALIZER)
+}
+
 /// Reconciles one Cluster.
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciled("Cluster");
-    if cluster.meta().deletion_timestamp.is_some() {
+    // Paused: core writes nothing, and neither do we. Deleting: nothing left to report.
+    if cluster.meta().deletion_timestamp.is_some() || cluster.spec.paused == Some(true) {
         return Ok(Action::await_change());
     }
     let ns = cluster.namespace().unwrap_or_default();
@@ -55,6 +68,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         control_plane_deleting: cp
             .as_ref()
             .is_some_and(|c| c.meta().deletion_timestamp.is_some()),
+        managed_by_core: managed_by_core(&cluster),
     };
     let desired = desired_cluster(&input);
     ctx.publish(Publication::status(

@@ -2,11 +2,12 @@
 //! publishes the status and endpoint computed by [`crate::status::control_plane`]. Deletion
 //! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
 
+use super::cluster::managed_by_core;
 use super::deletion::{self, Deletion};
 use super::shared::{
     ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster, secret_endpoint,
 };
-use super::{Result, after, kube_err};
+use super::{Result, after, kube_err, pause};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
 };
@@ -30,13 +31,18 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     ctx.metrics.reconciled("CAPTControlPlane");
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
+    let cluster = owning_cluster(&ctx, &*cp).await?;
+    let existing = cp.status.as_ref().and_then(|s| s.conditions.as_deref());
+    if let Some(why) = pause::paused(cluster.as_ref(), &*cp) {
+        let (types, list) = (&CONTROL_PLANE_CONDITION_TYPES, existing.unwrap_or_default());
+        return pause::hold(&ctx, &*cp, MANAGER_CAPT_CONTROL_PLANE, types, list, why).await;
+    }
     if cp.meta().deletion_timestamp.is_some() {
-        return delete(&cp, &api, &ctx).await;
+        return delete(&cp, &api, &ctx, cluster).await;
     }
     set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
         .await
         .map_err(kube_err(&*cp, "adding its finalizer"))?;
-    let cluster = owning_cluster(&ctx, &*cp).await?;
     let vpc_ready = vpc_ready(&ctx, &cp, cluster.as_ref()).await?;
     let mut workspace = None;
     let mut endpoint_source = None;
@@ -70,6 +76,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
             .unwrap_or_else(Timestamp::now),
         now: Timestamp::now(),
         existing: cp.status.clone(),
+        cluster_found: cluster.is_some(),
         vpc_ready,
         workspace,
         endpoint_source,
@@ -195,6 +202,7 @@ async fn delete(
     cp: &CAPTControlPlane,
     api: &Api<CAPTControlPlane>,
     ctx: &Context,
+    cluster: Option<Cluster>,
 ) -> Result<Action> {
     if !cp
         .finalizers()
@@ -203,10 +211,13 @@ async fn delete(
     {
         return Ok(Action::await_change());
     }
-    let cluster = owning_cluster(ctx, cp).await?;
     let (apply, workspace_present) = deletion::apply_facts(ctx, cp, &apply_name(cp)).await?;
     let facts = DeletionFacts {
-        endpoint_owned: cluster.as_ref().is_some_and(endpoint_owned_by_us),
+        // Under core, the endpoint is core's (it copied it from us) and a Cluster going away
+        // keeps it; alone, ours is released before the control plane goes.
+        endpoint_owned: cluster
+            .as_ref()
+            .is_some_and(|c| !managed_by_core(c) && endpoint_owned_by_us(c)),
         control_plane_present: false,
         apply_present: apply.is_some(),
         apply_deleting: apply

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod control_plane;
 pub mod deletion;
 pub mod kubeconfig;
+pub mod pause;
 pub mod shared;
 
 use crate::context::Context;
@@ -100,7 +101,8 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
 }
 
 /// The hash of what should make a primary object reconcile again: its generation (spec
-/// changes), finalizers and deletion. Status changes, ours included, do not.
+/// changes), finalizers, labels, deletion and the pause annotation. Status changes, ours
+/// included, do not.
 pub fn lifecycle<K: Resource>(obj: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = obj.meta();
@@ -109,6 +111,9 @@ pub fn lifecycle<K: Resource>(obj: &K) -> Option<u64> {
     meta.finalizers.hash(&mut hasher);
     meta.deletion_timestamp.is_some().hash(&mut hasher);
     meta.labels.hash(&mut hasher);
+    let pause = crate::status::pause::PAUSED_ANNOTATION;
+    let paused = meta.annotations.as_ref().map(|a| a.contains_key(pause));
+    paused.hash(&mut hasher);
     Some(hasher.finish())
 }
 

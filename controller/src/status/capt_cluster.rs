@@ -10,16 +10,29 @@
 
 use super::conditions::{self, ConditionBuilder, Status};
 use super::duration::format_duration;
+use super::endpoint;
+use super::pause::{PAUSED_CONDITION, paused_condition};
 use super::wait::{self, Deadline, recheck_after};
 use super::workspace::{WorkspaceObservation, WorkspaceState};
-use crate::api::CAPTClusterStatus;
+use crate::api::{ApiEndpoint, CAPTClusterStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// Condition types this manager sets on a CAPTCluster, in the order it lists them.
-pub const CAPT_CLUSTER_CONDITION_TYPES: [&str; 3] = ["VPCReady", "VPCFailed", "WaitingForCluster"];
+pub const CAPT_CLUSTER_CONDITION_TYPES: [&str; 4] = [
+    "VPCReady",
+    "VPCFailed",
+    "WaitingForCluster",
+    PAUSED_CONDITION,
+];
+
+/// The conditions whose turn to False starts a wait (not `Paused`: unpausing resumes a wait).
+const WAIT_MARKERS: [&str; 3] = ["VPCReady", "VPCFailed", "WaitingForCluster"];
+
+/// The VPC output listing its availability zones; each becomes a failure domain.
+pub const AZS_OUTPUT: &str = "azs";
 
 /// How long the VPC may take when nobody says otherwise (a CAPTCluster has no timeouts field).
 pub const DEFAULT_VPC_READY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -71,6 +84,8 @@ pub struct CaptClusterInput {
     pub vpc_workspace_name: Option<String>,
     /// True when no Cluster owns the CAPTCluster yet (no ownerReference, or no such Cluster).
     pub waiting_for_cluster: bool,
+    /// The owning Cluster's `spec.controlPlaneEndpoint`, if set.
+    pub cluster_endpoint: Option<ApiEndpoint>,
 }
 
 /// The desired CAPTCluster status.
@@ -216,7 +231,7 @@ fn sticky_timeout(input: &CaptClusterInput) -> Option<Outcome> {
 
 fn waiting_since(input: &CaptClusterInput, now: Timestamp) -> Timestamp {
     let list = existing_conditions(input);
-    let markers = CAPT_CLUSTER_CONDITION_TYPES.map(|t| (t, Status::False));
+    let markers = WAIT_MARKERS.map(|t| (t, Status::False));
     wait::waiting_since(list, &markers, input.created, now)
 }
 
@@ -237,10 +252,20 @@ fn status_fragment(
     now: Timestamp,
 ) -> Value {
     let mut status = Map::new();
+    // The contract's "provisioning completed": once true it stays true; the conditions say
+    // what the VPC is doing now.
+    let was_ready = input.existing.as_ref().and_then(|s| s.ready) == Some(true);
     status.insert(
         "ready".into(),
-        json!(matches!(outcome, Outcome::Ready { .. })),
+        json!(was_ready || matches!(outcome, Outcome::Ready { .. })),
     );
+    if let Some(e) = input
+        .cluster_endpoint
+        .as_ref()
+        .filter(|e| endpoint::is_valid(e))
+    {
+        status.insert("endpoint".into(), json!(endpoint::display(e)));
+    }
     if let Some(id) = vpc_id {
         status.insert("vpcId".into(), json!(id));
     }
@@ -252,7 +277,8 @@ fn status_fragment(
     status.insert("failureMessage".into(), failure_message);
     insert_workspace_fields(&mut status, input);
     let builder = ConditionBuilder::new(existing_conditions(input), input.generation, now);
-    let list = capt_cluster_conditions(&builder, outcome, input.waiting_for_cluster, start);
+    let mut list = capt_cluster_conditions(&builder, outcome, input.waiting_for_cluster, start);
+    list.push(paused_condition(&builder, None));
     status.insert("conditions".into(), conditions::to_json(&list));
     if let Some(generation) = input.generation {
         status.insert("observedGeneration".into(), json!(generation));
@@ -276,6 +302,9 @@ fn insert_workspace_fields(status: &mut Map<String, Value>, input: &CaptClusterI
     if let Some(name) = name {
         status.insert("vpcWorkspaceName".into(), json!(name));
     }
+    if let Some(domains) = ws.and_then(failure_domains) {
+        status.insert("failureDomains".into(), domains);
+    }
     if let Some(ws) = ws {
         let previous = input
             .existing
@@ -287,6 +316,19 @@ fn insert_workspace_fields(status: &mut Map<String, Value>, input: &CaptClusterI
             ws.template_status(previous),
         );
     }
+}
+
+/// `failureDomains` from the VPC's `azs` output (a list of zone names), when it has one:
+/// every zone may hold control plane instances (EKS spreads its own across them).
+fn failure_domains(ws: &WorkspaceObservation) -> Option<Value> {
+    let zones = ws.output(AZS_OUTPUT)?.as_array()?;
+    let domains: Map<String, Value> = zones
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|z| !z.is_empty())
+        .map(|z| (z.to_owned(), json!({"controlPlane": true})))
+        .collect();
+    (!domains.is_empty()).then_some(Value::Object(domains))
 }
 
 /// VPCReady, VPCFailed and WaitingForCluster, in that order. While waiting, transitions are

@@ -2,10 +2,17 @@
 //! CAPTCluster and CAPTControlPlane statuses) and `spec.controlPlaneEndpoint` (from the
 //! CAPTControlPlane's).
 //!
-//! The Cluster API core controller writes the same fields when it runs. To agree with it (and
-//! so share ownership instead of conflicting) failures are reported the way core reports them
-//! (`Failure detected from referenced resource <GVK> with name "<name>": <message>`), and
-//! `phase` is claimed only when it must be `Provisioned`; otherwise it is left to core.
+//! The Cluster API core controller writes every one of these fields when it manages the
+//! Cluster (it carries core's finalizer). Then `capt-cluster` writes none of them and gives
+//! up what it holds: core derives each from the same source (our objects' `status.ready`,
+//! `failureReason`/`failureMessage`, the control plane's `spec.controlPlaneEndpoint`), on a
+//! watch of those objects, and keeps `infrastructureReady`/`controlPlaneReady` sticky, which
+//! a mirror cannot. Two writers of one field could only agree (no news) or conflict.
+//! `docs/cluster-api.md` records each decision with the evidence.
+//!
+//! Without core (a test environment without it), `capt-cluster` writes them itself, the way
+//! core would: failures as core reports them (`Failure detected from referenced resource
+//! <GVK> with name "<name>": <message>`), and `phase` only when it must be `Provisioned`.
 
 use super::endpoint;
 use crate::api::{ApiEndpoint, CAPTClusterStatus, CAPTControlPlaneStatus};
@@ -70,6 +77,8 @@ pub struct ClusterInput {
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// True when the CAPTControlPlane is being deleted: the endpoint is released.
     pub control_plane_deleting: bool,
+    /// True when Cluster API core manages the Cluster: every field here is core's.
+    pub managed_by_core: bool,
 }
 
 /// The desired Cluster fragments.
@@ -85,8 +94,30 @@ pub struct ClusterDesired {
     pub release_endpoint: bool,
 }
 
+/// The status fields `capt-cluster` writes without core, all released (`null`).
+pub const STATUS_FIELDS: [&str; 5] = [
+    "infrastructureReady",
+    "controlPlaneReady",
+    "failureReason",
+    "failureMessage",
+    "phase",
+];
+
 /// Computes the Cluster's status and endpoint fragments.
 pub fn desired_cluster(input: &ClusterInput) -> ClusterDesired {
+    if input.managed_by_core {
+        // The endpoint is never released here: core copied it (or will) from the control
+        // plane, and a `null` would blank it while we were its only owner.
+        let released: Map<String, Value> = STATUS_FIELDS
+            .iter()
+            .map(|f| ((*f).to_owned(), Value::Null))
+            .collect();
+        return ClusterDesired {
+            status_fragment: json!({ "status": released }),
+            main_fragment: None,
+            release_endpoint: false,
+        };
+    }
     let endpoint = input
         .control_plane_endpoint
         .as_ref()
@@ -177,7 +208,22 @@ mod tests {
                 port: p,
             }),
             control_plane_deleting: false,
+            managed_by_core: false,
         }
+    }
+
+    #[test]
+    fn under_core_every_status_field_is_released_and_the_endpoint_left_alone() {
+        let mut input = mk_input(true, true, Some(("h.example", 443)));
+        input.managed_by_core = true;
+        let d = desired_cluster(&input);
+        let status = d.status_fragment["status"].as_object().unwrap();
+        assert_eq!(status.len(), STATUS_FIELDS.len());
+        assert!(status.values().all(Value::is_null), "{status:?}");
+        assert_eq!(d.main_fragment, None);
+        assert!(!d.release_endpoint);
+        input.control_plane_deleting = true;
+        assert_eq!(desired_cluster(&input).main_fragment, None, "never blanked");
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! Failed   --(failure cleared, or a new generation)--> Creating
 //! ```
 //!
+//! `ready` and `initialized` are the Cluster API contract's: once true they stay true (core
+//! treats them as "provisioning completed"); `phase` and the conditions say what the control
+//! plane is doing now, an upgrade included. `version` is the version last seen Ready.
+//!
 //! The wait started when the `Creating` condition last turned True (the object's creation
 //! time before any status exists). A timeout failure stays until the control plane becomes
 //! ready, the spec changes (a new generation), or, for `VPCReadyTimeout`, the VPC is ready.
@@ -15,6 +19,7 @@
 use super::conditions::{self, ConditionBuilder, Status};
 use super::duration::{DurationError, format_duration, parse_duration};
 use super::endpoint::{self, EndpointError, parse_endpoint};
+use super::pause::{PAUSED_CONDITION, paused_condition};
 use super::wait::{self, Deadline, recheck_after};
 use super::workspace::{WorkspaceObservation, WorkspaceState};
 use crate::api::{ApiEndpoint, CAPTControlPlaneStatus, ControlPlanePhase, Timeouts};
@@ -24,7 +29,13 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// Condition types this manager sets on a CAPTControlPlane, in the order it lists them.
-pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 4] = ["Ready", "Initialized", "Failed", "Creating"];
+pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 5] = [
+    "Ready",
+    "Initialized",
+    "Failed",
+    "Creating",
+    PAUSED_CONDITION,
+];
 
 /// Reasons used in `status.failureReason` and in the conditions.
 pub mod reason {
@@ -50,6 +61,8 @@ pub mod reason {
     pub const WAITING_FOR_ENDPOINT: &str = "WaitingForEndpoint";
     /// The control plane is ready.
     pub const CONTROL_PLANE_READY: &str = "ControlPlaneReady";
+    /// No Cluster owns the control plane yet; nothing is built before one does.
+    pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 }
 
 /// Everything the control-plane status depends on.
@@ -67,6 +80,8 @@ pub struct ControlPlaneInput {
     pub now: Timestamp,
     /// The live `status`, if any: transition times, `initialized`, the previous phase.
     pub existing: Option<CAPTControlPlaneStatus>,
+    /// True when a Cluster owns the control plane.
+    pub cluster_found: bool,
     /// Whether the VPC is ready; `None` when unknown.
     pub vpc_ready: Option<bool>,
     /// The Workspace; `None` when it does not exist yet or could not be read: the fragment
@@ -132,6 +147,12 @@ fn observed_outcome(
     endpoint: Option<&Result<ApiEndpoint, EndpointError>>,
 ) -> Outcome {
     let waiting = |reason, message: String| Outcome::Waiting { reason, message };
+    if !input.cluster_found {
+        return waiting(
+            reason::WAITING_FOR_CLUSTER,
+            "no Cluster owns this control plane yet".into(),
+        );
+    }
     let Some(ws) = &input.workspace else {
         return match input.vpc_ready {
             Some(false) => waiting(reason::WAITING_FOR_VPC, "waiting for the VPC".into()),
@@ -179,6 +200,11 @@ fn apply_timeouts(
 ) -> (Outcome, Option<Duration>) {
     if let Some(sticky) = sticky_timeout(input) {
         return (sticky, None);
+    }
+    // Waiting for an owner is not provisioning: it never times out, and nothing rechecks it
+    // (the Cluster's arrival wakes the reconcile).
+    if reason == reason::WAITING_FOR_CLUSTER {
+        return (Outcome::Waiting { reason, message }, None);
     }
     let (cp_timeout, vpc_timeout) = match parse_timeouts(input.timeouts.as_ref()) {
         Ok(t) => t,
@@ -273,14 +299,20 @@ fn status_fragment(
     phase: ControlPlanePhase,
 ) -> Value {
     let existing = input.existing.as_ref();
-    let ready = phase == ControlPlanePhase::Ready;
-    let initialized = ready || existing.and_then(|s| s.initialized) == Some(true);
+    let ready_now = phase == ControlPlanePhase::Ready;
+    let was = |f: fn(&CAPTControlPlaneStatus) -> Option<bool>| existing.and_then(f) == Some(true);
+    let initialized = ready_now || was(|s| s.initialized) || was(|s| s.ready);
     let mut status = Map::new();
-    status.insert("ready".into(), json!(ready));
+    status.insert("ready".into(), json!(initialized));
     status.insert("initialized".into(), json!(initialized));
+    status.insert("externalManagedControlPlane".into(), json!(true));
     status.insert("phase".into(), json!(phase));
-    if ready {
+    // Omitted while not Ready, so the version last seen Ready stays (an upgrade in progress).
+    if ready_now {
         status.insert("version".into(), json!(input.version));
+    }
+    if let Outcome::Ready(e) = outcome {
+        status.insert("endpoint".into(), json!(endpoint::display(e)));
     }
     let (failure_reason, failure_message) = match outcome {
         Outcome::Failed { reason, message } => (json!(reason), json!(message)),
@@ -300,7 +332,8 @@ fn status_fragment(
     }
     let builder = ConditionBuilder::new(existing_conditions(existing), input.generation, now);
     let since = waiting_since(input, now);
-    let list = control_plane_conditions(&builder, outcome, initialized, since);
+    let mut list = control_plane_conditions(&builder, outcome, initialized, since);
+    list.push(paused_condition(&builder, None));
     status.insert("conditions".into(), conditions::to_json(&list));
     if let Some(generation) = input.generation {
         status.insert("observedGeneration".into(), json!(generation));

@@ -22,6 +22,7 @@ pub mod control_plane;
 pub mod deletion;
 pub mod duration;
 pub mod endpoint;
+pub mod pause;
 pub mod wait;
 pub mod workspace;
 

@@ -111,6 +111,11 @@ impl WorkspaceObservation {
         self.raw_outputs()?.get(name).and_then(render_output)
     }
 
+    /// The output `name` as the provider reported it (any JSON).
+    pub fn output(&self, name: &str) -> Option<&Value> {
+        self.raw_outputs()?.get(name)
+    }
+
     /// Every output rendered as by [`Self::output_string`], sorted by name.
     pub fn outputs(&self) -> BTreeMap<String, String> {
         let Some(outputs) = self.raw_outputs() else {

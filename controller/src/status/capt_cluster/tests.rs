@@ -16,6 +16,7 @@ fn mk_input() -> CaptClusterInput {
         workspace: None,
         vpc_workspace_name: None,
         waiting_for_cluster: false,
+        cluster_endpoint: None,
     }
 }
 
@@ -281,4 +282,48 @@ fn the_fragment_lists_only_this_managers_conditions() {
         .map(|c| c["type"].as_str().unwrap())
         .collect();
     assert_eq!(types, CAPT_CLUSTER_CONDITION_TYPES);
+}
+
+#[test]
+fn the_vpc_zones_become_failure_domains() {
+    let ws = ready_workspace(
+        json!({"vpc_id": "vpc-1", "azs": ["ap-northeast-1a", "ap-northeast-1c", ""]}),
+    );
+    let d = desired_capt_cluster(&with(|i| i.workspace = Some(ws)));
+    assert_eq!(
+        status(&d)["failureDomains"],
+        json!({"ap-northeast-1a": {"controlPlane": true}, "ap-northeast-1c": {"controlPlane": true}})
+    );
+    let d = desired_capt_cluster(&with(|i| i.workspace = Some(vpc_ready_ws())));
+    assert!(
+        status(&d).get("failureDomains").is_none(),
+        "no azs output: nothing claimed"
+    );
+}
+
+/// The Cluster API contract: `ready` never goes back once the VPC was provisioned.
+#[test]
+fn ready_stays_true_while_the_vpc_is_re_applied() {
+    let mut sim = Sim::new();
+    sim.step(at(2, Some(vpc_ready_ws())));
+    let d = sim.step(with(|i| {
+        i.now = at_min(3);
+        i.generation = Some(2);
+        i.workspace = Some(creating_workspace());
+    }));
+    assert!(!d.ready, "the outcome is not ready");
+    assert_eq!(sim.live["status"]["ready"], json!(true));
+    assert_eq!(sim.condition("VPCReady")["status"], "False");
+}
+
+#[test]
+fn the_clusters_endpoint_is_shown_as_host_and_port() {
+    let e = ApiEndpoint {
+        host: "h.example".into(),
+        port: 6443,
+    };
+    let d = desired_capt_cluster(&with(|i| i.cluster_endpoint = Some(e)));
+    assert_eq!(status(&d)["endpoint"], json!("h.example:6443"));
+    let d = desired_capt_cluster(&mk_input());
+    assert!(status(&d).get("endpoint").is_none());
 }

@@ -15,6 +15,7 @@ fn mk_input() -> ControlPlaneInput {
         created: ts(T0),
         now: at_min(1),
         existing: None,
+        cluster_found: true,
         vpc_ready: Some(true),
         workspace: None,
         endpoint_source: None,
@@ -533,4 +534,78 @@ fn the_fragment_lists_only_this_managers_conditions_in_a_fixed_order() {
         .map(|c| c["type"].as_str().unwrap())
         .collect();
     assert_eq!(types, CONTROL_PLANE_CONDITION_TYPES);
+}
+
+/// The Cluster API contract: `ready`/`initialized` never go back once provisioning completed,
+/// and `version` is the version last seen Ready, through an upgrade.
+#[test]
+fn an_upgrade_keeps_ready_initialized_and_the_old_version_until_ready_again() {
+    let mut sim = Sim::new();
+    sim.step(ready_input(2));
+    let upgrade = |now| {
+        with(|i| {
+            i.now = at_min(now);
+            i.generation = Some(2);
+            i.version = "1.32".into();
+            i.workspace = Some(creating_workspace());
+        })
+    };
+    let d = sim.step(upgrade(3));
+    assert_eq!(d.phase, ControlPlanePhase::Creating);
+    let live = &sim.live["status"];
+    assert_eq!(live["ready"], json!(true), "sticky through the upgrade");
+    assert_eq!(live["initialized"], json!(true));
+    assert_eq!(live["version"], json!("1.31"), "still the old version");
+    let ready_cond = live["conditions"].as_array().unwrap().iter();
+    let ready_cond = ready_cond.clone().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(
+        ready_cond["status"], "False",
+        "the condition tells the truth of now"
+    );
+    sim.step(with(|i| {
+        i.now = at_min(9);
+        i.generation = Some(2);
+        i.version = "1.32".into();
+        i.workspace = Some(ready_ws());
+        i.endpoint_source = Some(ENDPOINT.into());
+    }));
+    assert_eq!(sim.live["status"]["version"], json!("1.32"));
+}
+
+#[test]
+fn the_control_plane_is_externally_managed_and_shows_its_endpoint() {
+    for input in [mk_input(), creating_input(3), ready_input(5)] {
+        let d = desired_control_plane(&input);
+        assert_eq!(status(&d)["externalManagedControlPlane"], json!(true));
+    }
+    let d = desired_control_plane(&ready_input(5));
+    assert_eq!(
+        status(&d)["endpoint"],
+        json!(format!("{}:443", &ENDPOINT[8..]))
+    );
+    assert!(
+        status(&desired_control_plane(&creating_input(3)))
+            .get("endpoint")
+            .is_none()
+    );
+}
+
+/// A control plane nobody owns waits, says why, and is not failed by a timeout however long
+/// it waits; nothing polls it (the owner's arrival wakes it).
+#[test]
+fn waiting_for_a_cluster_is_explained_and_never_times_out() {
+    let d = desired_control_plane(&with(|i| {
+        i.cluster_found = false;
+        i.vpc_ready = None;
+        i.now = at_min(24 * 60);
+    }));
+    assert_eq!(d.phase, ControlPlanePhase::Creating);
+    assert_eq!(d.recheck_after, None);
+    let s = status(&d);
+    assert_eq!(s["failureReason"], Value::Null);
+    let list = s["conditions"].as_array().unwrap();
+    let ready = list.iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(ready["reason"], reason::WAITING_FOR_CLUSTER);
+    let paused = list.iter().find(|c| c["type"] == "Paused").unwrap();
+    assert_eq!(paused["status"], "False");
 }
