@@ -37,7 +37,7 @@ pub const AZS_OUTPUT: &str = "azs";
 /// How long the VPC may take when nobody says otherwise (a CAPTCluster has no timeouts field).
 pub const DEFAULT_VPC_READY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
-/// Reasons used in `status.failureReason` and in the conditions.
+/// Reasons used in the conditions.
 pub mod reason {
     /// `spec.existingVpcId` names the VPC.
     pub const EXISTING_VPC: &str = "ExistingVPC";
@@ -220,12 +220,12 @@ fn apply_timeout(
 fn sticky_timeout(input: &CaptClusterInput) -> Option<Outcome> {
     let existing = input.existing.as_ref()?;
     let list = existing.conditions.as_deref().unwrap_or_default();
-    let timed_out = existing.failure_reason.as_deref() == Some(reason::VPC_READY_TIMEOUT);
+    let failed = conditions::find(list, "VPCFailed")
+        .filter(|c| c.status == Status::True.as_str() && c.reason == reason::VPC_READY_TIMEOUT)?;
     let same_generation = existing.observed_generation == input.generation;
-    let failed = conditions::is_true(list, "VPCFailed");
-    (timed_out && same_generation && failed).then(|| Outcome::Failed {
+    same_generation.then(|| Outcome::Failed {
         reason: reason::VPC_READY_TIMEOUT.into(),
-        message: existing.failure_message.clone().unwrap_or_default(),
+        message: failed.message.clone(),
     })
 }
 
@@ -269,12 +269,10 @@ fn status_fragment(
     if let Some(id) = vpc_id {
         status.insert("vpcId".into(), json!(id));
     }
-    let (failure_reason, failure_message) = match outcome {
-        Outcome::Failed { reason, message } => (json!(reason), json!(message)),
-        _ => (Value::Null, Value::Null),
-    };
-    status.insert("failureReason".into(), failure_reason);
-    status.insert("failureMessage".into(), failure_message);
+    // Terminal failures only, in the Cluster API contract (core turns them into a Cluster
+    // that stays Failed): none of ours is, so `VPCFailed` tells a failure and these stay absent.
+    status.insert("failureReason".into(), Value::Null);
+    status.insert("failureMessage".into(), Value::Null);
     insert_workspace_fields(&mut status, input);
     let builder = ConditionBuilder::new(existing_conditions(input), input.generation, now);
     let mut list = capt_cluster_conditions(&builder, outcome, input.waiting_for_cluster, start);

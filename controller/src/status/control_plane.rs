@@ -37,7 +37,7 @@ pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 5] = [
     PAUSED_CONDITION,
 ];
 
-/// Reasons used in `status.failureReason` and in the conditions.
+/// Reasons used in the conditions.
 pub mod reason {
     /// The Workspace reported `Synced=False` with `ReconcileError`.
     pub const WORKSPACE_FAILED: &str = "WorkspaceFailed";
@@ -260,7 +260,9 @@ fn failed(reason: &str, message: String) -> Outcome {
 fn sticky_timeout(input: &ControlPlaneInput) -> Option<Outcome> {
     let existing = input.existing.as_ref()?;
     let same_generation = existing.observed_generation == input.generation;
-    let reason = existing.failure_reason.as_deref()?;
+    let failed_condition = conditions::find(existing_conditions(Some(existing)), "Failed")
+        .filter(|c| c.status == Status::True.as_str())?;
+    let reason = failed_condition.reason.as_str();
     let sticky = match reason {
         reason::CONTROL_PLANE_TIMEOUT => true,
         reason::VPC_READY_TIMEOUT => input.vpc_ready != Some(true),
@@ -269,7 +271,7 @@ fn sticky_timeout(input: &ControlPlaneInput) -> Option<Outcome> {
     let failed = existing.phase == Some(ControlPlanePhase::Failed);
     (failed && same_generation && sticky).then(|| Outcome::Failed {
         reason: reason.into(),
-        message: existing.failure_message.clone().unwrap_or_default(),
+        message: failed_condition.message.clone(),
     })
 }
 
@@ -314,12 +316,12 @@ fn status_fragment(
     if let Outcome::Ready(e) = outcome {
         status.insert("endpoint".into(), json!(endpoint::display(e)));
     }
-    let (failure_reason, failure_message) = match outcome {
-        Outcome::Failed { reason, message } => (json!(reason), json!(message)),
-        _ => (Value::Null, Value::Null),
-    };
-    status.insert("failureReason".into(), failure_reason);
-    status.insert("failureMessage".into(), failure_message);
+    // In the Cluster API contract `failureReason`/`failureMessage` mean a *terminal* failure:
+    // core copies them to the Cluster, which stays Failed until it is deleted. Nothing here is
+    // terminal (a fixed Terraform error or spec recovers), so failures are told by `phase` and
+    // the `Failed` condition only, and the fields are kept absent.
+    status.insert("failureReason".into(), Value::Null);
+    status.insert("failureMessage".into(), Value::Null);
     if let Some(ws) = &input.workspace {
         let previous = existing
             .and_then(|s| s.workspace_template_status.as_ref())

@@ -224,8 +224,8 @@ fn each_failure_path_sets_phase_reason_and_conditions() {
         assert_eq!(s["ready"], json!(false), "{name}");
         let failed = phase == ControlPlanePhase::Failed;
         let expected_reason = if failed { json!(reason) } else { Value::Null };
-        assert_eq!(s["failureReason"], expected_reason, "{name}");
-        assert_eq!(s["failureMessage"].is_string(), failed, "{name}");
+        assert_eq!(failed_reason(s), expected_reason, "{name}");
+        assert_eq!(failed_message(s).is_string(), failed, "{name}");
         let conds = s["conditions"].as_array().unwrap();
         let cond = |t: &str| conds.iter().find(|c| c["type"] == t).unwrap().clone();
         assert_eq!(cond("Ready")["reason"], reason, "{name}");
@@ -273,7 +273,7 @@ fn ready_sets_endpoint_version_initialized_and_workspace_mirrors() {
 fn the_reconcile_error_message_is_the_providers_not_still_creating() {
     let input = with(|i| i.workspace = Some(failed_workspace("Error: creating EKS Cluster")));
     let d = desired_control_plane(&input);
-    let message = status(&d)["failureMessage"].as_str().unwrap().to_string();
+    let message = failed_message(status(&d)).as_str().unwrap().to_string();
     assert_eq!(message, "Workspace ws-1: Error: creating EKS Cluster");
     assert!(
         !message
@@ -370,7 +370,7 @@ fn a_timeout_failure_stays_until_ready_or_a_new_generation() {
     assert_eq!(again.phase, ControlPlanePhase::Failed);
     assert_eq!(again.recheck_after, None);
     assert_eq!(
-        status(&again)["failureReason"],
+        failed_reason(status(&again)),
         json!(reason::CONTROL_PLANE_TIMEOUT)
     );
     assert_eq!(sim.step(ready_input(33)).phase, ControlPlanePhase::Ready);
@@ -435,11 +435,11 @@ fn cleared_failures_are_explicit_nulls_and_vanish_from_the_merged_status() {
     let mut sim = Sim::new();
     sim.step(with(|i| i.workspace = Some(failed_workspace("boom"))));
     assert_eq!(
-        sim.live["status"]["failureReason"],
+        failed_reason(&sim.live["status"]),
         json!(reason::WORKSPACE_FAILED)
     );
     let d = sim.step(creating_input(2));
-    assert_eq!(status(&d)["failureReason"], Value::Null);
+    assert_eq!(failed_reason(status(&d)), Value::Null);
     assert!(
         status(&d)
             .as_object()
@@ -520,7 +520,7 @@ fn the_endpoint_is_published_whenever_it_parses_and_never_when_it_does_not() {
     });
     let d = desired_control_plane(&bad);
     assert_eq!(d.endpoint, None);
-    let message = status(&d)["failureMessage"].as_str().unwrap().to_string();
+    let message = failed_message(status(&d)).as_str().unwrap().to_string();
     assert!(message.contains("invalid port \"0\""), "{message}");
 }
 
@@ -602,10 +602,36 @@ fn waiting_for_a_cluster_is_explained_and_never_times_out() {
     assert_eq!(d.phase, ControlPlanePhase::Creating);
     assert_eq!(d.recheck_after, None);
     let s = status(&d);
-    assert_eq!(s["failureReason"], Value::Null);
+    assert_eq!(failed_reason(s), Value::Null);
     let list = s["conditions"].as_array().unwrap();
     let ready = list.iter().find(|c| c["type"] == "Ready").unwrap();
     assert_eq!(ready["reason"], reason::WAITING_FOR_CLUSTER);
     let paused = list.iter().find(|c| c["type"] == "Paused").unwrap();
     assert_eq!(paused["status"], "False");
+}
+
+/// The reason of the `Failed` condition while it is True, else `null`: failures are told by
+/// the condition; `failureReason` is for terminal failures only and stays absent.
+fn failed_reason(status: &Value) -> Value {
+    assert!(
+        status.get("failureReason").is_none_or(Value::is_null),
+        "{status}"
+    );
+    failed_condition(status).map_or(Value::Null, |c| c["reason"].clone())
+}
+
+/// The message of the `Failed` condition while it is True, else `null`.
+fn failed_message(status: &Value) -> Value {
+    assert!(
+        status.get("failureMessage").is_none_or(Value::is_null),
+        "{status}"
+    );
+    failed_condition(status).map_or(Value::Null, |c| c["message"].clone())
+}
+
+fn failed_condition(status: &Value) -> Option<&Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Failed" && c["status"] == "True")
 }
