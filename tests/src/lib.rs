@@ -1,11 +1,15 @@
 //! Support for integration tests against the real API server of `hack/testenv.sh`.
 //!
 //! [`env`] starts the environment once per test process, or reuses one that is running
-//! (`hack/test.sh` starts it before the tests and stops it after). Each test works in a
+//! (`hack/test.sh` starts it before the tests and stops it after). It runs the real Cluster
+//! API core manager beside the API server; a test binary whose subject is our own Cluster
+//! writer (core would be noise there) calls [`without_core`] first in each test, and gets an
+//! environment of its own without core (`.testenv-nocore`). Each test works in a
 //! [`TestNamespace`] of its own, deleted when the test ends, pass or fail.
 #![forbid(unsafe_code)]
 
 pub mod applier;
+pub mod audit_log;
 pub mod fake_provider;
 pub mod system;
 
@@ -16,7 +20,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// A running test environment.
 #[derive(Debug, Clone)]
@@ -25,6 +29,16 @@ pub struct Env {
     pub kubeconfig: PathBuf,
     /// Where `kubectl`, `kube-apiserver` and `etcd` were built.
     pub bin_dir: PathBuf,
+    /// True when the Cluster API core manager runs in it.
+    pub core: bool,
+}
+
+static WITHOUT_CORE: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`env`] an environment without Cluster API core in this test process. Call it
+/// first in every test of a binary that needs it (whichever test runs first decides).
+pub fn without_core() {
+    WITHOUT_CORE.store(true, Ordering::SeqCst);
 }
 
 /// The repository's root directory.
@@ -42,10 +56,15 @@ pub fn env() -> &'static Env {
 
 fn start_env() -> Result<Env> {
     let script = repo_root().join("hack/testenv.sh");
-    let out = Command::new(&script)
-        .arg("start")
-        .output()
-        .context("running hack/testenv.sh start")?;
+    let mut cmd = Command::new(&script);
+    cmd.arg("start");
+    if WITHOUT_CORE.load(Ordering::SeqCst) {
+        let dir = std::env::var("CAPT_TESTENV_DIR")
+            .unwrap_or_else(|_| repo_root().join(".testenv").display().to_string());
+        cmd.env("CAPT_TESTENV_DIR", format!("{dir}-nocore"))
+            .env("CAPT_TESTENV_CORE", "0");
+    }
+    let out = cmd.output().context("running hack/testenv.sh start")?;
     if !out.status.success() {
         bail!(
             "hack/testenv.sh start failed:\n{}",
@@ -63,6 +82,7 @@ fn start_env() -> Result<Env> {
     Ok(Env {
         kubeconfig: export("KUBECONFIG")?.into(),
         bin_dir: export("PATH")?.into(),
+        core: export("CAPT_TESTENV_CORE")? == "1",
     })
 }
 

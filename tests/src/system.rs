@@ -130,8 +130,9 @@ impl System {
     }
 
     /// Applies the sample templates and Cluster into the namespace; with `retain_vpc`, the
-    /// CAPTCluster keeps its VPC on deletion. Then adds the owner references the Cluster API
-    /// core controller would add.
+    /// CAPTCluster keeps its VPC on deletion. Cluster API core, when the environment runs it,
+    /// adopts the CAPT objects; without it, their `cluster.x-k8s.io/cluster-name` label names
+    /// their Cluster.
     pub async fn apply_samples(&self, retain_vpc: bool) -> Result<()> {
         let samples = repo_root().join("manifests/samples");
         let mut docs = Vec::new();
@@ -147,36 +148,6 @@ impl System {
             }
         }
         env().kubectl_ok(&["apply", "-f", "-"], Some(&docs.join("\n")))?;
-        let uid = env().kubectl_ok(
-            &[
-                "get",
-                "cluster",
-                "demo",
-                "-n",
-                &self.namespace,
-                "-o",
-                "jsonpath={.metadata.uid}",
-            ],
-            None,
-        )?;
-        let owner = format!(
-            r#"{{"metadata":{{"ownerReferences":[{{"apiVersion":"cluster.x-k8s.io/v1beta1","kind":"Cluster","name":"demo","uid":"{uid}","blockOwnerDeletion":true}}]}}}}"#
-        );
-        for kind in ["captcluster", "captcontrolplane"] {
-            env().kubectl_ok(
-                &[
-                    "patch",
-                    kind,
-                    "demo",
-                    "-n",
-                    &self.namespace,
-                    "--type=merge",
-                    "-p",
-                    &owner,
-                ],
-                None,
-            )?;
-        }
         Ok(())
     }
 

@@ -25,7 +25,7 @@ async fn kubectl_get_captcontrolplane_shows_the_printer_columns_of_the_design() 
         &["apply", "--server-side", "--subresource=status", "--field-manager=test", "-f", "-"],
         Some(&json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
             "metadata": {"name": "test-cluster", "namespace": ns.name},
-            "status": {"ready": true, "phase": "Ready"}})
+            "status": {"ready": true, "phase": "Ready", "endpoint": "10.0.0.1:6443"}})
         .to_string()),
     )?;
 
@@ -41,7 +41,7 @@ async fn kubectl_get_captcontrolplane_shows_the_printer_columns_of_the_design() 
     );
     assert_eq!(
         lines[1][..5],
-        ["test-cluster", "true", "Ready", "1.31", "10.0.0.1"],
+        ["test-cluster", "true", "Ready", "1.31", "10.0.0.1:6443"],
         "{out}"
     );
 
@@ -65,11 +65,35 @@ async fn kubectl_get_captcluster_shows_vpc_ready_and_endpoint_columns() -> Resul
         &["apply", "--server-side", "-f", "-"],
         Some(&manifest.to_string()),
     )?;
+    env().kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--subresource=status",
+            "--field-manager=test",
+            "-f",
+            "-",
+        ],
+        Some(
+            &json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+            "metadata": {"name": "test-cluster", "namespace": ns.name},
+            "status": {"ready": true, "vpcId": "vpc-123456789", "endpoint": "10.0.0.1:6443"}})
+            .to_string(),
+        ),
+    )?;
     let out = env().kubectl_ok(&["get", "captcluster", "-n", &ns.name], None)?;
-    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(
-        header,
+        lines[0],
         ["NAME", "VPC-ID", "READY", "ENDPOINT", "AGE"],
+        "{out}"
+    );
+    assert_eq!(
+        lines[1][..4],
+        ["test-cluster", "vpc-123456789", "true", "10.0.0.1:6443"],
         "{out}"
     );
     Ok(())

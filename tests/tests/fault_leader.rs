@@ -172,6 +172,7 @@ fn entry_name(e: &Value) -> String {
 #[tokio::test]
 async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_lost() -> Result<()>
 {
+    capt_tests::without_core(); // capt-cluster writes the Cluster only where core does not
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-leader").await?;
     let mut system = System::start_with(&ns.name, 300, LEASE).await?;

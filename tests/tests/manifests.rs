@@ -89,7 +89,8 @@ async fn the_service_accounts_rbac_is_enough_to_provision_a_cluster() -> Result<
 async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     install_rbac()?;
-    // The same role without the Cluster status permission.
+    // The same role without the WorkspaceTemplateApply status permission (a status nothing
+    // else waits for; with Cluster API core running, capt-cluster writes no Cluster status).
     let role = env().kubectl_ok(
         &["get", "clusterrole", "capt-controller", "-o", "json"],
         None,
@@ -97,10 +98,10 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
     let mut role: serde_json::Value = serde_json::from_str(&role)?;
     let rules = role["rules"].as_array_mut().unwrap();
     for rule in rules.iter_mut() {
-        if rule["apiGroups"][0] == "cluster.x-k8s.io"
-            && rule["verbs"] == serde_json::json!(["patch"])
+        if rule["resources"]
+            == serde_json::json!(["captclusters/status", "workspacetemplateapplies/status"])
         {
-            rule["resources"] = serde_json::json!(["clusters"]);
+            rule["resources"] = serde_json::json!(["captclusters/status"]);
         }
     }
     let limited = serde_json::json!({
@@ -118,20 +119,20 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
     env().kubectl_ok(&["apply", "-f", "-"], Some(&limited.to_string()))?;
     let (_ns, system) = start_as_service_account("rbac-missing", "capt-limited").await?;
     system.apply_samples(false).await?;
-    // The CAPT objects still progress; the Cluster's status is refused, and said so.
+    // The CAPT objects still progress; the applies' status is refused, and said so.
     system
         .wait_for(
-            "the Cluster status refusal in the applier",
+            "the WorkspaceTemplateApply status refusal in the applier",
             Duration::from_secs(30),
             || async {
                 let docs = system.applier.client.get("/v1/intents").await?.json();
                 Ok(docs.as_array().into_iter().flatten().any(|d| {
-                    d["object"]["kind"] == "Cluster"
+                    d["object"]["kind"] == "WorkspaceTemplateApply"
                         && d["subresource"] == "status"
                         && d["last"]["action"] == "rejected"
                         && d["last"]["message"].as_str().is_some_and(|m| {
                             m.contains("refused by the API server (403)")
-                                && m.contains("clusters/status")
+                                && m.contains("workspacetemplateapplies/status")
                         })
                 }))
             },

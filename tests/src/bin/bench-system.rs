@@ -287,9 +287,9 @@ async fn create_templates(client: &kube::Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates one stack, with the owner references the Cluster API core controller would add.
+/// Creates one stack; Cluster API core adopts its CAPT objects (their cluster-name label
+/// names the Cluster where core does not run).
 async fn create_stack(client: kube::Client, ns: String, name: String) -> Result<()> {
-    let mut cluster_uid = String::new();
     for mut doc in stack_docs(&name)? {
         let kind = doc["kind"].as_str().context("kind")?.to_owned();
         let group = doc["apiVersion"]
@@ -299,19 +299,11 @@ async fn create_stack(client: kube::Client, ns: String, name: String) -> Result<
             .0
             .to_owned();
         doc["metadata"]["namespace"] = json!(ns);
-        if kind != "Cluster" {
-            doc["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1",
-                "kind": "Cluster", "name": name, "uid": cluster_uid, "blockOwnerDeletion": true}]);
-        }
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &ns, &resource(&group, &kind));
-        let created = api
-            .create(&bench_creates(), &serde_json::from_value(doc)?)
+        api.create(&bench_creates(), &serde_json::from_value(doc)?)
             .await
             .with_context(|| format!("creating {kind} {ns}/{name}"))?;
-        if kind == "Cluster" {
-            cluster_uid = created.metadata.uid.context("uid")?;
-        }
     }
     Ok(())
 }

@@ -1,0 +1,93 @@
+//! The API server's audit log of `hack/testenv.sh` (every write except Events and Leases, at
+//! Metadata level: no bodies) read from an offset: which writes reached the API server, by
+//! whom. Counted by the server itself, so a write by any process, Cluster API core included,
+//! shows.
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::io::{BufRead, Read, Seek};
+use std::path::PathBuf;
+
+/// One audited write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Write {
+    /// The `fieldManager` of the request, else `(no manager: <user agent's program>)`.
+    pub manager: String,
+    /// `create`, `update`, `patch`, `delete`, ...
+    pub verb: String,
+    /// `resource[/subresource] namespace/name`.
+    pub object: String,
+}
+
+impl std::fmt::Display for Write {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} by {}", self.verb, self.object, self.manager)
+    }
+}
+
+/// A position in the audit log.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl AuditLog {
+    /// The log of the running environment, from its current end.
+    pub fn from_now() -> Result<Self> {
+        let path = crate::env()
+            .kubeconfig
+            .parent()
+            .context("the environment's state directory")?
+            .join("audit.log");
+        let offset = std::fs::metadata(&path)
+            .with_context(|| format!("{}", path.display()))?
+            .len();
+        Ok(Self { path, offset })
+    }
+
+    /// The writes since this position that touched namespace `ns` (or a cluster-scoped
+    /// object whose name starts with `ns-`, as our Workspaces do).
+    pub fn writes_in(&self, ns: &str) -> Result<Vec<Write>> {
+        let mut file = std::fs::File::open(&self.path)?;
+        let end = file.metadata()?.len();
+        anyhow::ensure!(end >= self.offset, "the audit log was rotated");
+        file.seek(std::io::SeekFrom::Start(self.offset))?;
+        let reader = std::io::BufReader::new(file.take(end - self.offset));
+        let mut writes = Vec::new();
+        for line in reader.lines() {
+            let event: Value = serde_json::from_str(&line?)?;
+            let o = &event["objectRef"];
+            let name = o["name"].as_str().unwrap_or("");
+            let ours = o["namespace"] == ns || name.starts_with(&format!("{ns}-"));
+            if !ours || event["stage"] != "ResponseComplete" {
+                continue;
+            }
+            writes.push(Write {
+                manager: manager(&event),
+                verb: event["verb"].as_str().unwrap_or("").to_owned(),
+                object: format!(
+                    "{}{} {}/{name}",
+                    o["resource"].as_str().unwrap_or(""),
+                    o["subresource"]
+                        .as_str()
+                        .map(|s| format!("/{s}"))
+                        .unwrap_or_default(),
+                    o["namespace"].as_str().unwrap_or(""),
+                ),
+            });
+        }
+        Ok(writes)
+    }
+}
+
+fn manager(event: &Value) -> String {
+    let uri = event["requestURI"].as_str().unwrap_or("");
+    uri.split_once('?')
+        .and_then(|(_, q)| q.split('&').find_map(|kv| kv.strip_prefix("fieldManager=")))
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            let agent = event["userAgent"].as_str().unwrap_or("unknown");
+            format!("(no manager: {})", agent.split('/').next().unwrap_or(agent))
+        })
+}

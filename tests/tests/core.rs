@@ -1,0 +1,522 @@
+//! Beside the real Cluster API core manager (v1.10, started by `hack/testenv.sh` with its
+//! webhooks): the provider contract (the contract label, pausing, `externalManagedControlPlane`,
+//! the kubeconfig Secret), sharing the Cluster with core, deletion through core's finalizer,
+//! and bad input. Each test runs its own status-applier, controller and fake provider; they
+//! take turns.
+
+use anyhow::{Context, Result, ensure};
+use capt_tests::audit_log::AuditLog;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
+const CORE_FINALIZER: &str = "cluster.cluster.x-k8s.io";
+/// The field manager of core's writes: client-go names it after the binary, `manager`.
+const CORE_MANAGER: &str = "manager";
+
+async fn provisioned(prefix: &str) -> Result<(TestNamespace, System)> {
+    ensure!(
+        env().core,
+        "these tests need Cluster API core (CAPT_TESTENV_CORE=1)"
+    );
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
+    let system = System::start_with(&ns.name, 200, &["--stuck-deletion-seconds", "3"]).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    Ok((ns, system))
+}
+
+fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn is_true(obj: &Value, type_: &str) -> bool {
+    condition(obj, type_).is_some_and(|c| c["status"] == "True")
+}
+
+/// The managers with an entry on `obj` that owns at least one field.
+fn managers(obj: &Value) -> Vec<String> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty()))
+        .map(|e| e["manager"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// The GroupVersionKind of a short name used in these tests.
+fn gvk(short: &str) -> GroupVersionKind {
+    let (group, kind) = match short {
+        "cluster" => ("cluster.x-k8s.io", "Cluster"),
+        "captcontrolplane" => ("controlplane.cluster.x-k8s.io", "CAPTControlPlane"),
+        "captcluster" => ("infrastructure.cluster.x-k8s.io", "CAPTCluster"),
+        "apply" => ("infrastructure.cluster.x-k8s.io", "WorkspaceTemplateApply"),
+        _ => ("tf.upbound.io", "Workspace"),
+    };
+    GroupVersionKind::gvk(group, "v1beta1", kind)
+}
+
+fn merge_patch(kind: &str, name: &str, ns: &str, patch: Value) -> Result<()> {
+    env().kubectl_ok(
+        &[
+            "patch",
+            kind,
+            name,
+            "-n",
+            ns,
+            "--type=merge",
+            "--field-manager=capt-test",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    for crd in [
+        "captclusters.infrastructure.cluster.x-k8s.io",
+        "captcontrolplanes.controlplane.cluster.x-k8s.io",
+    ] {
+        let label = env().kubectl_ok(
+            &[
+                "get",
+                "crd",
+                crd,
+                "-o",
+                r"jsonpath={.metadata.labels.cluster\.x-k8s\.io/v1beta1}",
+            ],
+            None,
+        )?;
+        assert_eq!(label, "v1beta1", "{crd}: the contract label");
+    }
+    let (ns, system) = provisioned("core-up").await?;
+    system
+        .wait_for(
+            "the Cluster's Ready condition",
+            Duration::from_secs(30),
+            || async {
+                Ok(system
+                    .get(&["cluster", "demo"])?
+                    .is_some_and(|c| is_true(&c, "Ready")))
+            },
+        )
+        .await?;
+    let cluster = system.get(&["cluster", "demo"])?.context("the Cluster")?;
+    assert!(
+        cluster["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == CORE_FINALIZER)),
+        "core manages the Cluster"
+    );
+    for kind in ["captcluster", "captcontrolplane"] {
+        let obj = system.get(&[kind, "demo"])?.context(kind)?;
+        let owner = &obj["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "Cluster", "{kind}: adopted by core");
+        assert_eq!(owner["uid"], cluster["metadata"]["uid"], "{kind}");
+        assert_eq!(owner["controller"], true, "{kind}");
+    }
+    assert_eq!(
+        cluster["spec"]["controlPlaneEndpoint"],
+        json!({"host": ENDPOINT_HOST, "port": 443})
+    );
+    assert_eq!(cluster["status"]["phase"], "Provisioned");
+    assert_eq!(cluster["status"]["infrastructureReady"], true);
+    assert_eq!(cluster["status"]["controlPlaneReady"], true);
+    // Every one of those is core's: capt-cluster writes nothing core writes.
+    let owners = managers(&cluster);
+    assert!(!owners.iter().any(|m| m == "capt-cluster"), "{owners:?}");
+
+    let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
+    assert_eq!(cp["status"]["externalManagedControlPlane"], true);
+    assert_eq!(cp["status"]["initialized"], true);
+    assert_eq!(cp["status"]["ready"], true);
+    assert_eq!(cp["status"]["version"], "1.31");
+    assert_eq!(
+        cp["status"]["endpoint"],
+        format!("{ENDPOINT_HOST}:443"),
+        "the printed endpoint"
+    );
+    let secret = system.get(&["secret", "demo-kubeconfig"])?;
+    let secret = secret.context("the demo-kubeconfig Secret")?;
+    assert_eq!(secret["type"], "cluster.x-k8s.io/secret");
+    assert_eq!(
+        secret["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        "demo"
+    );
+    assert!(secret["data"]["value"].is_string());
+
+    let conflicts = system
+        .applier
+        .metric("status_applier_conflicts_total", &[])
+        .await?;
+    assert_eq!(conflicts, 0.0, "no conflict while provisioning beside core");
+
+    let audit = std::process::Command::new(capt_tests::applier::binary("status-applier"))
+        .args(["audit", "-n", &ns.name])
+        .env("KUBECONFIG", &env().kubeconfig)
+        .output()?;
+    assert!(
+        audit.status.success(),
+        "the ownership audit is clean with core's managers present:\n{}{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&audit.stdout).contains(CORE_MANAGER),
+        "core's writes are in the audit"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, system) = provisioned("core-rest").await?;
+    system
+        .wait_for(
+            "the Cluster's Ready condition",
+            Duration::from_secs(30),
+            || async {
+                Ok(system
+                    .get(&["cluster", "demo"])?
+                    .is_some_and(|c| is_true(&c, "Ready")))
+            },
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await; // the last echoes of provisioning
+    let log = AuditLog::from_now()?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let writes = log.writes_in(&ns.name)?;
+    let listed: Vec<String> = writes.iter().map(ToString::to_string).collect();
+    assert!(
+        writes.is_empty(),
+        "{} writes over 60 s at rest (API server audit log):\n{}",
+        writes.len(),
+        listed.join("\n")
+    );
+    println!("60 s at rest beside Cluster API core: 0 writes in the API server's audit log");
+    Ok(())
+}
+
+/// While the Cluster is paused nothing changes but the `Paused` conditions: not the
+/// Workspace (with the real provider a spec change is a Terraform run), not an apply, not a
+/// finalizer, not a status. Unpausing lets the change through.
+#[tokio::test]
+async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, system) = provisioned("core-pause").await?;
+    merge_patch(
+        "cluster",
+        "demo",
+        &ns.name,
+        json!({"spec": {"paused": true}}),
+    )?;
+    system
+        .wait_for("Paused conditions", Duration::from_secs(20), || async {
+            let cc = system.get(&["captcluster", "demo"])?.unwrap_or_default();
+            let cp = system
+                .get(&["captcontrolplane", "demo"])?
+                .unwrap_or_default();
+            Ok(is_true(&cc, "Paused") && is_true(&cp, "Paused"))
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let statuses = || -> Result<Vec<Value>> {
+        let mut all = Vec::new();
+        for kind in ["captcluster", "captcontrolplane"] {
+            let mut obj = system.get(&[kind, "demo"])?.context(kind)?;
+            let list = obj["status"]["conditions"]
+                .as_array_mut()
+                .context("conditions")?;
+            list.retain(|c| c["type"] != "Paused");
+            all.push(obj["status"].take());
+        }
+        Ok(all)
+    };
+    let before = statuses()?;
+    let log = AuditLog::from_now()?;
+    merge_patch(
+        "captcontrolplane",
+        "demo",
+        &ns.name,
+        json!({"spec": {"version": "1.32"}}),
+    )?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // One write is allowed besides ours: the Paused condition observes the new generation.
+    let paused_condition = format!(
+        "patch captcontrolplanes/status {}/demo by capt-captcontrolplane",
+        ns.name
+    );
+    let others: Vec<String> = log
+        .writes_in(&ns.name)?
+        .into_iter()
+        .filter(|w| w.manager != "capt-test")
+        .map(|w| w.to_string())
+        .collect();
+    assert!(
+        others.is_empty() || others == [paused_condition],
+        "nothing but our version change and the Paused condition is written while paused:\n{}",
+        others.join("\n")
+    );
+    assert_eq!(
+        statuses()?,
+        before,
+        "no status but Paused changes while paused"
+    );
+
+    merge_patch(
+        "cluster",
+        "demo",
+        &ns.name,
+        json!({"spec": {"paused": false}}),
+    )?;
+    let workspace = format!("{}-demo-controlplane", ns.name);
+    system
+        .wait_for(
+            "the Workspace to render version 1.32 after unpausing",
+            Duration::from_secs(30),
+            || async {
+                let ws = env().kubectl_ok(&["get", "workspace", &workspace, "-o", "json"], None)?;
+                Ok(ws.contains("1.32"))
+            },
+        )
+        .await?;
+    let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
+    assert_eq!(
+        condition(&cp, "Paused").context("Paused")?["status"],
+        "False"
+    );
+    Ok(())
+}
+
+/// `kubectl delete cluster` (background, as users do): core deletes the control plane, waits
+/// for it, then the infrastructure; our finalizers keep the seeds' order inside that, and
+/// the Cluster keeps its endpoint to the end.
+#[tokio::test]
+async fn deleting_the_cluster_goes_through_core_in_order_and_keeps_its_endpoint() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, _system) = provisioned("core-delete").await?;
+    let client = env().client().await?;
+    let n = &ns.name;
+    let namespaced = |resource: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), n, &ApiResource::from_gvk(&gvk(resource)))
+    };
+    let workspaces: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk("workspace")));
+    let objects: Vec<(&str, Api<DynamicObject>, String)> = vec![
+        ("cluster", namespaced("cluster"), "demo".into()),
+        (
+            "captcontrolplane",
+            namespaced("captcontrolplane"),
+            "demo".into(),
+        ),
+        ("cp-apply", namespaced("apply"), "demo-controlplane".into()),
+        (
+            "cp-workspace",
+            workspaces.clone(),
+            format!("{n}-demo-controlplane"),
+        ),
+        ("captcluster", namespaced("captcluster"), "demo".into()),
+        ("vpc-apply", namespaced("apply"), "demo-vpc".into()),
+        ("vpc-workspace", workspaces, format!("{n}-demo-vpc")),
+    ];
+    env().kubectl_ok(
+        &["delete", "cluster", "demo", "-n", n, "--wait=false"],
+        None,
+    )?;
+    let started = Instant::now();
+    let mut deleting: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut gone: BTreeMap<&str, f64> = BTreeMap::new();
+    while gone.len() < objects.len() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(90),
+            "deletion did not finish in 90 s: deleting {deleting:?}, gone {gone:?}"
+        );
+        for (label, api, name) in &objects {
+            if gone.contains_key(label) {
+                continue;
+            }
+            let found = api.get_opt(name).await?;
+            let t = started.elapsed().as_secs_f64();
+            let Some(obj) = found else {
+                gone.insert(label, t);
+                continue;
+            };
+            if obj.metadata.deletion_timestamp.is_some() {
+                deleting.entry(label).or_insert(t);
+            }
+            if *label == "cluster" {
+                assert_eq!(
+                    obj.data["spec"]["controlPlaneEndpoint"]["host"], ENDPOINT_HOST,
+                    "the endpoint of a Cluster going away is never blanked (t={t:.3} s)"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("deletion timeline (s since kubectl delete):");
+    for (label, ..) in &objects {
+        println!(
+            "  {label:<17} deleting {:>6}  gone {:>6.3}",
+            deleting
+                .get(label)
+                .map_or("-".into(), |t| format!("{t:.3}")),
+            gone[label]
+        );
+    }
+    let at = |m: &BTreeMap<&str, f64>, k: &str| m.get(k).copied().unwrap_or(f64::INFINITY);
+    assert!(gone["cp-workspace"] <= gone["captcontrolplane"]);
+    assert!(gone["cp-apply"] <= gone["captcontrolplane"]);
+    assert!(gone["captcontrolplane"] <= at(&deleting, "vpc-apply"));
+    assert!(gone["vpc-workspace"] <= gone["captcluster"]);
+    assert!(gone["captcluster"] <= gone["cluster"]);
+    Ok(())
+}
+
+/// As core does for the Cluster, a paused Cluster that is deleted is held: nothing of it is
+/// deleted until it is unpaused.
+#[tokio::test]
+async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, system) = provisioned("core-pause-delete").await?;
+    merge_patch(
+        "cluster",
+        "demo",
+        &ns.name,
+        json!({"spec": {"paused": true}}),
+    )?;
+    env().kubectl_ok(
+        &["delete", "cluster", "demo", "-n", &ns.name, "--wait=false"],
+        None,
+    )?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for kind in ["captcluster", "captcontrolplane", "workspacetemplateapply"] {
+        let out = env().kubectl_ok(
+            &[
+                "get",
+                kind,
+                "-n",
+                &ns.name,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}:{.metadata.deletionTimestamp} {end}",
+            ],
+            None,
+        )?;
+        assert!(
+            !out.trim().is_empty() && out.split_whitespace().all(|o| o.ends_with(':')),
+            "{kind}: still there and not deleting while paused: {out:?}"
+        );
+    }
+    merge_patch(
+        "cluster",
+        "demo",
+        &ns.name,
+        json!({"spec": {"paused": false}}),
+    )?;
+    system
+        .wait_for(
+            "the Cluster to be gone",
+            Duration::from_secs(60),
+            || async { Ok(system.get(&["cluster", "demo"])?.is_none()) },
+        )
+        .await?;
+    let left = env().kubectl_ok(
+        &[
+            "get",
+            "captcluster,captcontrolplane,workspacetemplateapply",
+            "-n",
+            &ns.name,
+            "-o",
+            "name",
+        ],
+        None,
+    )?;
+    assert_eq!(left, "", "everything went once unpaused");
+    Ok(())
+}
+
+/// A Cluster whose infrastructureRef names nothing, and a control plane no Cluster owns:
+/// each is explained by a condition, and neither makes a write while nothing changes.
+#[tokio::test]
+async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    ensure!(env().core, "this test needs Cluster API core");
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "core-bad").await?;
+    let system = System::start_with(&ns.name, 200, &[]).await?;
+    let docs = [
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+               "metadata": {"name": "lost", "namespace": ns.name},
+               "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                                              "kind": "CAPTCluster", "name": "nowhere"}}}),
+        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+               "metadata": {"name": "orphan", "namespace": ns.name},
+               "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"}}}),
+    ];
+    let text: Vec<String> = docs.iter().map(Value::to_string).collect();
+    env().kubectl_ok(&["apply", "-f", "-"], Some(&text.join("\n")))?;
+    system
+        .wait_for("both explained", Duration::from_secs(30), || async {
+            let cluster = system.get(&["cluster", "lost"])?.unwrap_or_default();
+            let infra = cluster["status"]["v1beta2"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "InfrastructureReady")
+                .cloned()
+                .unwrap_or_default();
+            let cp = system
+                .get(&["captcontrolplane", "orphan"])?
+                .unwrap_or_default();
+            let waiting =
+                condition(&cp, "Ready").is_some_and(|c| c["reason"] == "WaitingForCluster");
+            Ok(infra["status"] == "False"
+                && infra["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("CAPTCluster does not exist"))
+                && waiting)
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = AuditLog::from_now()?;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let writes: Vec<String> = log
+        .writes_in(&ns.name)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "no write while nothing changes:\n{}",
+        writes.join("\n")
+    );
+    let cp = system.get(&["captcontrolplane", "orphan"])?.context("cp")?;
+    assert_eq!(
+        cp["status"]["failureReason"],
+        Value::Null,
+        "waiting is not a failure"
+    );
+    assert!(
+        system
+            .get(&["workspacetemplateapply", "orphan-controlplane"])?
+            .is_none(),
+        "nothing is built for a control plane no Cluster owns"
+    );
+    Ok(())
+}
