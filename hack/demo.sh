@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a local API server (hack/testenv.sh) with the whole
-# system running on it (status-applier, capt-controller, and the fake Terraform provider in
-# place of Crossplane), and the sample Cluster of manifests/samples/ going to Provisioned.
+# The main job on the embedded default: a local API server with the real Cluster API core
+# manager beside it (hack/testenv.sh), the whole system running on it (status-applier,
+# capt-controller, and the fake Terraform provider in place of Crossplane), and the sample
+# Cluster of manifests/samples/ going to Provisioned with its Ready condition True.
 #
 #   hack/demo.sh          run until the Cluster is Provisioned, show it, stop everything
 #   hack/demo.sh --keep   leave it all running and print how to point kubectl at it
@@ -29,7 +30,7 @@ say "building the binaries (cargo build; cached after the first run)"
 cargo build --workspace --bins --quiet
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 say "starting the local API server"
-exports=$(hack/testenv.sh start)
+exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start) # with Cluster API core
 eval "$exports"
 mkdir -p "$RUN" && rm -f "$RUN"/*.sock
 
@@ -45,13 +46,8 @@ for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
 pids+=($!)
 say "status-applier, capt-controller and fake-terraform-provider running (logs in $RUN)"
 
+# Cluster API core (started by hack/testenv.sh) adopts the CAPTCluster and CAPTControlPlane.
 kubectl apply -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml
-# The Cluster API core controller would make the Cluster own its infrastructure and
-# control plane; there is none here, so the demo does it.
-uid=$(kubectl get cluster demo -o jsonpath='{.metadata.uid}')
-for kind in captcluster captcontrolplane; do
-	kubectl patch "$kind" demo --type=merge -p "{\"metadata\":{\"ownerReferences\":[{\"apiVersion\":\"cluster.x-k8s.io/v1beta1\",\"kind\":\"Cluster\",\"name\":\"demo\",\"uid\":\"$uid\",\"blockOwnerDeletion\":true}]}}" >/dev/null
-done
 
 started=$(date +%s)
 last=""
@@ -59,16 +55,17 @@ while true; do
 	cc=$(kubectl get captcluster demo -o jsonpath='{.status.conditions[?(@.status=="True")].type}' 2>/dev/null || true)
 	cp=$(kubectl get captcontrolplane demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
 	phase=$(kubectl get cluster demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
-	now="CAPTCluster [${cc:-…}]  CAPTControlPlane ${cp:-…}  Cluster ${phase:-…}"
+	ready=$(kubectl get cluster demo -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+	now="CAPTCluster [${cc:-…}]  CAPTControlPlane ${cp:-…}  Cluster ${phase:-…} (Ready=${ready:-…})"
 	[[ "$now" != "$last" ]] && say "$now" && last=$now
-	[[ "$phase" == Provisioned ]] && break
+	[[ "$phase" == Provisioned && "$ready" == True ]] && break
 	if (($(date +%s) - started > 120)); then
-		say "the Cluster was not Provisioned within 120 s; logs in $RUN"
+		say "the Cluster was not Provisioned and Ready within 120 s; logs in $RUN"
 		exit 1
 	fi
 	sleep 0.5
 done
-say "Cluster demo is Provisioned after $(($(date +%s) - started)) s"
+say "Cluster demo is Provisioned and Ready after $(($(date +%s) - started)) s"
 echo
 kubectl get cluster,captcluster,captcontrolplane,workspacetemplateapply,workspaces
 echo
