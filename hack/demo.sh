@@ -47,7 +47,7 @@ pids+=($!)
 say "status-applier, capt-controller and fake-terraform-provider running (logs in $RUN)"
 
 # Cluster API core (started by hack/testenv.sh) adopts the CAPTCluster and CAPTControlPlane.
-kubectl apply -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml
+kubectl apply --server-side -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml
 
 started=$(date +%s)
 last=""

@@ -147,7 +147,12 @@ impl System {
                 docs.push(v.to_string());
             }
         }
-        env().kubectl_ok(&["apply", "-f", "-"], Some(&docs.join("\n")))?;
+        // Server-side, as a user should: a later `kubectl apply --server-side` by someone else
+        // then takes only what it names (a client-side apply is migrated to the next one).
+        env().kubectl_ok(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&docs.join("\n")),
+        )?;
         Ok(())
     }
 

@@ -8,9 +8,12 @@ use anyhow::{Context, Result, ensure};
 use capt_tests::audit_log::AuditLog;
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
+use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
@@ -517,6 +520,134 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
             .get(&["workspacetemplateapply", "orphan-controlplane"])?
             .is_none(),
         "nothing is built for a control plane no Cluster owns"
+    );
+    Ok(())
+}
+
+/// Every value a watch saw of the fields core and our controller both care about, on the
+/// Cluster and on the CAPTControlPlane, in order.
+type Histories = Arc<std::sync::Mutex<BTreeMap<String, Vec<Value>>>>;
+
+/// Records each watched object's `fields` (JSON pointers) whenever one of them changes.
+fn record(api: Api<DynamicObject>, name: &str, fields: &'static [&'static str], into: Histories) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut events = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(obj)) = events.next().await {
+            let json = serde_json::to_value(&obj).unwrap_or_default();
+            let mut h = into.lock().unwrap();
+            for f in fields {
+                let v = json.pointer(f).cloned().unwrap_or(Value::Null);
+                let seen = h
+                    .entry(format!("{}{f}", obj.types.as_ref().map_or("", |t| &t.kind)))
+                    .or_default();
+                if seen.last() != Some(&v) {
+                    seen.push(v);
+                }
+            }
+        }
+    });
+}
+
+/// A value that comes back after another: `A → B → A`.
+fn flips(history: &[Value]) -> Option<String> {
+    history.iter().enumerate().find_map(|(i, v)| {
+        history[..i.saturating_sub(1)]
+            .contains(v)
+            .then(|| format!("{history:?}"))
+    })
+}
+
+/// Provisioning, a version upgrade and deletion beside core: no conflict at the applier, and
+/// no field of the Cluster or of the control plane's contract goes back to a value it left.
+#[tokio::test]
+async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_conflict_nowhere()
+-> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    ensure!(env().core, "this test needs Cluster API core");
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "core-flips").await?;
+    let histories: Histories = Default::default();
+    let api = |short| {
+        Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns.name,
+            &ApiResource::from_gvk(&gvk(short)),
+        )
+    };
+    const CLUSTER: &[&str] = &[
+        "/status/phase",
+        "/status/infrastructureReady",
+        "/status/controlPlaneReady",
+        "/status/failureReason",
+        "/spec/controlPlaneEndpoint",
+    ];
+    const CONTROL_PLANE: &[&str] = &[
+        "/status/ready",
+        "/status/initialized",
+        "/status/version",
+        "/status/externalManagedControlPlane",
+        "/spec/controlPlaneEndpoint",
+    ];
+    record(api("cluster"), "demo", CLUSTER, histories.clone());
+    record(
+        api("captcontrolplane"),
+        "demo",
+        CONTROL_PLANE,
+        histories.clone(),
+    );
+    let system = System::start_with(&ns.name, 200, &[]).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    merge_patch(
+        "captcontrolplane",
+        "demo",
+        &ns.name,
+        json!({"spec": {"version": "1.32"}}),
+    )?;
+    system
+        .wait_for("the upgrade to 1.32", Duration::from_secs(30), || async {
+            Ok(system.get(&["captcontrolplane", "demo"])?.is_some_and(|c| {
+                c["status"]["version"] == "1.32" && c["status"]["phase"] == "Ready"
+            }))
+        })
+        .await?;
+    env().kubectl_ok(
+        &["delete", "cluster", "demo", "-n", &ns.name, "--wait=false"],
+        None,
+    )?;
+    system
+        .wait_for(
+            "the Cluster to be gone",
+            Duration::from_secs(60),
+            || async { Ok(system.get(&["cluster", "demo"])?.is_none()) },
+        )
+        .await?;
+    let conflicts = system
+        .applier
+        .metric("status_applier_conflicts_total", &[])
+        .await?;
+    let histories = histories.lock().unwrap().clone();
+    for (field, history) in &histories {
+        println!("{field}: {history:?}");
+    }
+    assert_eq!(conflicts, 0.0, "no conflict at the applier");
+    let flipped: Vec<String> = histories
+        .iter()
+        .filter_map(|(f, h)| flips(h).map(|h| format!("{f}: {h}")))
+        .collect();
+    assert!(
+        flipped.is_empty(),
+        "fields that flipped back:\n{}",
+        flipped.join("\n")
+    );
+    assert_eq!(
+        histories["CAPTControlPlane/status/version"],
+        [Value::Null, json!("1.31"), json!("1.32")],
+        "the version moves once, when the upgrade is done"
     );
     Ok(())
 }

@@ -138,11 +138,14 @@ fn status_fragment(input: &ClusterInput, endpoint_valid: bool) -> Value {
     let infra = input.infrastructure.as_ref();
     let cp = input.control_plane.as_ref();
     let mut status = Map::new();
-    if let Some(infra) = infra {
-        status.insert("infrastructureReady".into(), json!(infra.ready));
+    // Only ever `true`, as core writes them: before core adds its finalizer to a new Cluster
+    // we cannot tell it will, and a `false` of ours would be ours alone, then released (gone),
+    // then core's `true`: a flip. Our sources are sticky, so `true` never has to be taken back.
+    if infra.is_some_and(|v| v.ready) {
+        status.insert("infrastructureReady".into(), json!(true));
     }
-    if let Some(cp) = cp {
-        status.insert("controlPlaneReady".into(), json!(cp.ready));
+    if cp.is_some_and(|v| v.ready) {
+        status.insert("controlPlaneReady".into(), json!(true));
     }
     // Core records the control plane's failure last, so it wins when both failed.
     let failing = cp.filter(|v| v.failed()).or(infra.filter(|v| v.failed()));
@@ -255,11 +258,11 @@ mod tests {
     }
 
     #[test]
-    fn readiness_is_mirrored_and_no_failure_is_an_explicit_null() {
+    fn readiness_is_only_ever_claimed_true_and_no_failure_is_an_explicit_null() {
         let d = desired_cluster(&mk_input(true, false, None));
         assert_eq!(
             d.status_fragment,
-            json!({"status": {"infrastructureReady": true, "controlPlaneReady": false,
+            json!({"status": {"infrastructureReady": true,
                               "failureReason": null, "failureMessage": null}})
         );
     }
