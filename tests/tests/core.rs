@@ -71,6 +71,11 @@ fn gvk(short: &str) -> GroupVersionKind {
     GroupVersionKind::gvk(group, "v1beta1", kind)
 }
 
+/// Pauses or unpauses the Cluster `demo`, as `clusterctl move` does.
+fn set_paused(ns: &str, paused: bool) -> Result<()> {
+    merge_patch("cluster", "demo", ns, json!({"spec": {"paused": paused}}))
+}
+
 fn merge_patch(kind: &str, name: &str, ns: &str, patch: Value) -> Result<()> {
     env().kubectl_ok(
         &[
@@ -224,12 +229,7 @@ async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
 async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("core-pause").await?;
-    merge_patch(
-        "cluster",
-        "demo",
-        &ns.name,
-        json!({"spec": {"paused": true}}),
-    )?;
+    set_paused(&ns.name, true)?;
     system
         .wait_for("Paused conditions", Duration::from_secs(20), || async {
             let cc = system.get(&["captcluster", "demo"])?.unwrap_or_default();
@@ -283,12 +283,7 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
         "no status but Paused changes while paused"
     );
 
-    merge_patch(
-        "cluster",
-        "demo",
-        &ns.name,
-        json!({"spec": {"paused": false}}),
-    )?;
+    set_paused(&ns.name, false)?;
     let workspace = format!("{}-demo-controlplane", ns.name);
     system
         .wait_for(
@@ -398,12 +393,7 @@ async fn deleting_the_cluster_goes_through_core_in_order_and_keeps_its_endpoint(
 async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("core-pause-delete").await?;
-    merge_patch(
-        "cluster",
-        "demo",
-        &ns.name,
-        json!({"spec": {"paused": true}}),
-    )?;
+    set_paused(&ns.name, true)?;
     env().kubectl_ok(
         &["delete", "cluster", "demo", "-n", &ns.name, "--wait=false"],
         None,
@@ -426,12 +416,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
             "{kind}: still there and not deleting while paused: {out:?}"
         );
     }
-    merge_patch(
-        "cluster",
-        "demo",
-        &ns.name,
-        json!({"spec": {"paused": false}}),
-    )?;
+    set_paused(&ns.name, false)?;
     system
         .wait_for(
             "the Cluster to be gone",

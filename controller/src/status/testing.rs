@@ -48,3 +48,23 @@ pub fn has_null(value: &Value) -> bool {
         _ => false,
     }
 }
+
+/// The `(reason, message)` of condition `type_` while it is True, else `(null, null)`: how a
+/// status tells a failure. `failureReason`/`failureMessage` are for terminal failures only
+/// (the Cluster API contract) and must stay absent.
+pub fn failure(status: &Value, type_: &str) -> (Value, Value) {
+    for field in ["failureReason", "failureMessage"] {
+        assert!(
+            status.get(field).is_none_or(Value::is_null),
+            "{field}: {status}"
+        );
+    }
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_ && c["status"] == "True")
+        .map_or((Value::Null, Value::Null), |c| {
+            (c["reason"].clone(), c["message"].clone())
+        })
+}

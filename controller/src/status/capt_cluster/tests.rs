@@ -2,7 +2,7 @@
 //! way the status-applier merges them.
 
 use super::*;
-use crate::status::testing::{T0, at_min, has_null, merge_patch, ts};
+use crate::status::testing::{T0, at_min, failure, has_null, merge_patch, ts};
 use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
 
 fn mk_input() -> CaptClusterInput {
@@ -322,28 +322,10 @@ fn the_clusters_endpoint_is_shown_as_host_and_port() {
     assert!(status(&d).get("endpoint").is_none());
 }
 
-/// The reason of the `VPCFailed` condition while it is True, else `null`: failures are told by
-/// the condition; `failureReason` is for terminal failures only and stays absent.
 fn failed_reason(status: &Value) -> Value {
-    assert!(
-        status.get("failureReason").is_none_or(Value::is_null),
-        "{status}"
-    );
-    failed_condition(status).map_or(Value::Null, |c| c["reason"].clone())
+    failure(status, "VPCFailed").0
 }
 
-/// The message of the `VPCFailed` condition while it is True, else `null`.
 fn failed_message(status: &Value) -> Value {
-    assert!(
-        status.get("failureMessage").is_none_or(Value::is_null),
-        "{status}"
-    );
-    failed_condition(status).map_or(Value::Null, |c| c["message"].clone())
-}
-
-fn failed_condition(status: &Value) -> Option<&Value> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "VPCFailed" && c["status"] == "True")
+    failure(status, "VPCFailed").1
 }

@@ -2,7 +2,7 @@
 //! merged the way the status-applier merges them.
 
 use super::*;
-use crate::status::testing::{T0, at_min, merge_patch, ts};
+use crate::status::testing::{T0, at_min, failure, merge_patch, ts};
 use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
 
 const ENDPOINT: &str = "https://ABC.gr7.ap-northeast-1.eks.amazonaws.com";
@@ -610,28 +610,10 @@ fn waiting_for_a_cluster_is_explained_and_never_times_out() {
     assert_eq!(paused["status"], "False");
 }
 
-/// The reason of the `Failed` condition while it is True, else `null`: failures are told by
-/// the condition; `failureReason` is for terminal failures only and stays absent.
 fn failed_reason(status: &Value) -> Value {
-    assert!(
-        status.get("failureReason").is_none_or(Value::is_null),
-        "{status}"
-    );
-    failed_condition(status).map_or(Value::Null, |c| c["reason"].clone())
+    failure(status, "Failed").0
 }
 
-/// The message of the `Failed` condition while it is True, else `null`.
 fn failed_message(status: &Value) -> Value {
-    assert!(
-        status.get("failureMessage").is_none_or(Value::is_null),
-        "{status}"
-    );
-    failed_condition(status).map_or(Value::Null, |c| c["message"].clone())
-}
-
-fn failed_condition(status: &Value) -> Option<&Value> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Failed" && c["status"] == "True")
+    failure(status, "Failed").1
 }
