@@ -70,8 +70,8 @@ echo
 kubectl get cluster,captcluster,captcontrolplane,workspacetemplateapply,workspaces
 echo
 echo
-say "ownership audit (status-applier audit): the Cluster, then a summary of every object"
-"$BIN/status-applier" audit cluster/demo -n default
+say "ownership audit (status-applier audit): the control plane (the Cluster's status is Cluster API core's, manager 'manager'), then every object"
+"$BIN/status-applier" audit captcontrolplane/demo -n default
 if "$BIN/status-applier" audit -n default >"$RUN/audit.txt" 2>&1; then
 	say "audit of every CAPT object: no violation (full report: $RUN/audit.txt)"
 else

@@ -636,3 +636,54 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
     );
     Ok(())
 }
+
+/// Core mirrors the control plane's `Ready` condition into the Cluster's `ControlPlaneReady`
+/// and summarizes `Ready` from it by severity: while the control plane is still creating, the
+/// Cluster is not Ready (found with the demo: without a severity it was).
+#[tokio::test]
+async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    ensure!(env().core, "this test needs Cluster API core");
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "core-ready").await?;
+    let system = System::start_with(&ns.name, 3000, &[]).await?;
+    system.apply_samples(false).await?;
+    system
+        .wait_for(
+            "the VPC ready and the control plane creating",
+            Duration::from_secs(30),
+            || async {
+                let cc = system.get(&["captcluster", "demo"])?.unwrap_or_default();
+                let cp = system
+                    .get(&["captcontrolplane", "demo"])?
+                    .unwrap_or_default();
+                Ok(cc["status"]["ready"] == true
+                    && condition(&cp, "Ready").is_some_and(|c| c["reason"] == "WorkspaceCreating"))
+            },
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await; // core's mirror of it
+    let cluster = system.get(&["cluster", "demo"])?.context("the Cluster")?;
+    let mirrored = condition(&cluster, "ControlPlaneReady").context("ControlPlaneReady")?;
+    assert_eq!(mirrored["status"], "False", "{mirrored}");
+    assert_eq!(mirrored["severity"], "Info", "{mirrored}");
+    assert_eq!(
+        condition(&cluster, "Ready").context("Ready")?["status"],
+        "False",
+        "the Cluster is not Ready while its control plane creates: {}",
+        cluster["status"]["conditions"]
+    );
+    system.wait_provisioned().await?;
+    system
+        .wait_for(
+            "the Cluster's Ready condition",
+            Duration::from_secs(30),
+            || async {
+                Ok(system
+                    .get(&["cluster", "demo"])?
+                    .is_some_and(|c| is_true(&c, "Ready")))
+            },
+        )
+        .await?;
+    Ok(())
+}

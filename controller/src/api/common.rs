@@ -60,10 +60,25 @@ pub struct WorkspaceTemplateStatus {
     pub outputs: Option<BTreeMap<String, String>>,
 }
 
-/// Schema of a `metav1.Condition` list that several field managers can share under
-/// server-side apply: a list-type map keyed by `type`.
+/// A condition as Cluster API's v1beta1 contract reads it: a `metav1.Condition` and, while
+/// it is False, a `severity`. Core mirrors a provider object's `Ready` condition into the
+/// Cluster and summarizes by severity: a False condition without one does not hold the
+/// Cluster's `Ready` back. Schema only; [`crate::status::conditions`] writes the severity.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ClusterApiCondition {
+    #[serde(flatten)]
+    condition: Condition,
+    /// How bad a False condition is: `Error`, `Warning` or `Info`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(Error|Warning|Info)$"))]
+    severity: Option<String>,
+}
+
+/// Schema of a condition list that several field managers can share under server-side apply:
+/// a list-type map keyed by `type`.
 pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
-    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    let mut schema = generator.subschema_for::<Vec<ClusterApiCondition>>();
     schema.insert("x-kubernetes-list-type".into(), "map".into());
     schema.insert(
         "x-kubernetes-list-map-keys".into(),

@@ -111,9 +111,35 @@ pub fn to_json(conditions: &[Condition]) -> Value {
     Value::Array(conditions.iter().map(condition_json).collect())
 }
 
+/// The reasons of a failure (in any manager's conditions): a False condition with one of them
+/// is of severity `Error`.
+pub const FAILURE_REASONS: [&str; 5] = [
+    "WorkspaceFailed",
+    "ControlPlaneTimeout",
+    "VPCReadyTimeout",
+    "InvalidEndpoint",
+    "InvalidTimeout",
+];
+
+/// The Cluster API v1beta1 severity of a condition: set only while it is False (`Error` for a
+/// failure, `Info` otherwise). Core summarizes the Cluster's `Ready` from the mirrored `Ready`
+/// conditions by severity; without one, a False `Ready` would not hold the Cluster back.
+pub fn severity(c: &Condition) -> Option<&'static str> {
+    (c.status == Status::False.as_str()).then(|| {
+        match FAILURE_REASONS.contains(&c.reason.as_str()) {
+            true => "Error",
+            false => "Info",
+        }
+    })
+}
+
 fn condition_json(c: &Condition) -> Value {
     // A `Condition` always serializes: its only fallible part is a time format.
-    serde_json::to_value(c).unwrap_or(Value::Null)
+    let mut json = serde_json::to_value(c).unwrap_or(Value::Null);
+    if let (Some(severity), Value::Object(fields)) = (severity(c), &mut json) {
+        fields.insert("severity".into(), severity.into());
+    }
+    json
 }
 
 #[cfg(test)]

@@ -617,3 +617,21 @@ fn failed_reason(status: &Value) -> Value {
 fn failed_message(status: &Value) -> Value {
     failure(status, "Failed").1
 }
+
+/// Core mirrors `Ready` into the Cluster and summarizes by severity (Cluster API v1beta1
+/// conditions): a False `Ready` carries one, `Error` for a failure, `Info` while waiting.
+#[test]
+fn a_false_ready_condition_carries_the_severity_core_summarizes_by() {
+    let ready = |input: &ControlPlaneInput| {
+        let d = desired_control_plane(input);
+        let list = status(&d)["conditions"].as_array().unwrap().clone();
+        list.into_iter().find(|c| c["type"] == "Ready").unwrap()
+    };
+    assert_eq!(ready(&creating_input(3))["severity"], "Info");
+    let failed = with(|i| i.workspace = Some(failed_workspace("Error: quota")));
+    assert_eq!(ready(&failed)["severity"], "Error");
+    assert!(
+        ready(&ready_input(5)).get("severity").is_none(),
+        "none while True"
+    );
+}
