@@ -2,6 +2,7 @@
 
 use crate::metrics::Metrics;
 use crate::publish::{Publication, PublishError, Publisher};
+use crate::status::deletion::DEFAULT_STUCK_AFTER;
 use std::time::Duration;
 
 /// Settings of the reconcilers.
@@ -13,11 +14,14 @@ pub struct Settings {
     pub poll_interval: Duration,
 }
 
+/// How often to look again, by default, while waiting for something not watched.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            stuck_deletion_after: Duration::from_secs(600),
-            poll_interval: Duration::from_secs(5),
+            stuck_deletion_after: DEFAULT_STUCK_AFTER,
+            poll_interval: DEFAULT_POLL_INTERVAL,
         }
     }
 }

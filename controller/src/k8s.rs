@@ -86,11 +86,3 @@ fn merge(target: &mut Value, patch: Value) {
         (t, p) => *t = p,
     }
 }
-
-/// The value of `kube::Result<Option<K>>` for "not found".
-pub async fn get_opt<K>(api: &Api<K>, name: &str) -> kube::Result<Option<K>>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    api.get_opt(name).await
-}

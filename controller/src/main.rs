@@ -7,9 +7,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use capt_controller::context::{Context, Settings};
+use capt_controller::context::{Context, DEFAULT_POLL_INTERVAL, Settings};
 use capt_controller::metrics::Metrics;
 use capt_controller::publish::Publisher;
+use capt_controller::status::deletion::DEFAULT_STUCK_AFTER;
 use clap::Parser;
 use prometheus_client::registry::Registry;
 use std::path::PathBuf;
@@ -31,10 +32,10 @@ struct Args {
     #[arg(long, env = "CAPT_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: std::net::SocketAddr,
     /// Report a deletion as stuck (DeletionFailed) after this many seconds.
-    #[arg(long, env = "CAPT_STUCK_DELETION_SECONDS", default_value_t = 900)]
+    #[arg(long, env = "CAPT_STUCK_DELETION_SECONDS", default_value_t = DEFAULT_STUCK_AFTER.as_secs())]
     stuck_deletion_seconds: u64,
     /// How often to look again while waiting for something not watched.
-    #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = 5)]
+    #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = DEFAULT_POLL_INTERVAL.as_secs())]
     poll_interval_seconds: u64,
     #[command(flatten)]
     leader: LeaderArgs,

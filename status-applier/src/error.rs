@@ -61,24 +61,6 @@ impl ApplyError {
         }
     }
 
-    /// True when retrying later may succeed without a change of intent or object.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Transient(_) | Self::Conflict(_) | Self::Stale)
-    }
-
-    /// The metric label of the error.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::UnknownKind(..) => "unknown_kind",
-            Self::NotFound => "not_found",
-            Self::UidMismatch { .. } => "uid_mismatch",
-            Self::Stale => "stale",
-            Self::Conflict(_) => "conflict",
-            Self::Refused { .. } => "refused",
-            Self::Transient(_) => "transient",
-        }
-    }
-
     /// The HTTP status the error stands for, as an API error code label.
     pub fn code(&self) -> &'static str {
         match self {

@@ -223,10 +223,13 @@ struct PolicyArgs {
     no_events: bool,
 }
 
+/// The engine's defaults: the flags' defaults are read from them, so the two cannot drift.
+const DEFAULTS: Settings = Settings::DEFAULT;
+
 #[derive(Args)]
 struct TuningArgs {
     /// How long a queued document waits for more intents before its apply.
-    #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = 10)]
+    #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = DEFAULTS.coalesce_window.as_millis() as u64)]
     coalesce_window_ms: u64,
     /// Apply a lone intent at once instead of after a quiet window: lower latency, a burst
     /// becomes two applies, and an apply may be planned on a cache that has not yet seen a
@@ -237,20 +240,20 @@ struct TuningArgs {
     #[arg(
         long,
         env = "STATUS_APPLIER_MAX_CONCURRENT_APPLIES",
-        default_value_t = 16
+        default_value_t = DEFAULTS.max_concurrent_applies
     )]
     max_concurrent_applies: usize,
     /// First retry delay after an API error (doubles per failure, with jitter).
-    #[arg(long, env = "STATUS_APPLIER_BACKOFF_BASE_MS", default_value_t = 200)]
+    #[arg(long, env = "STATUS_APPLIER_BACKOFF_BASE_MS", default_value_t = DEFAULTS.backoff_base.as_millis() as u64)]
     backoff_base_ms: u64,
     /// Longest retry delay.
-    #[arg(long, env = "STATUS_APPLIER_BACKOFF_MAX_SECONDS", default_value_t = 60)]
+    #[arg(long, env = "STATUS_APPLIER_BACKOFF_MAX_SECONDS", default_value_t = DEFAULTS.backoff_max.as_secs())]
     backoff_max_seconds: u64,
     /// How long a submitter that waits for the apply waits at most.
     #[arg(
         long,
         env = "STATUS_APPLIER_WAIT_TIMEOUT_SECONDS",
-        default_value_t = 30
+        default_value_t = DEFAULTS.wait_timeout.as_secs()
     )]
     wait_timeout_seconds: u64,
 }

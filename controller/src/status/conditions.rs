@@ -29,11 +29,6 @@ impl Status {
             Status::Unknown => "Unknown",
         }
     }
-
-    /// `True` for `true`, `False` for `false`.
-    pub fn from_bool(b: bool) -> Self {
-        if b { Status::True } else { Status::False }
-    }
 }
 
 /// The condition of type `type_` in `list`, if any.

@@ -44,16 +44,21 @@ pub struct Settings {
     pub conflict_history: usize,
 }
 
+impl Settings {
+    /// The defaults, as a constant: the command line's flags take theirs from it.
+    pub const DEFAULT: Settings = Settings {
+        coalesce_window: Duration::from_millis(10),
+        apply_lone_intents_at_once: false,
+        max_concurrent_applies: 16,
+        backoff_base: Duration::from_millis(200),
+        backoff_max: Duration::from_secs(60),
+        wait_timeout: Duration::from_secs(30),
+        conflict_history: 256,
+    };
+}
+
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            coalesce_window: Duration::from_millis(10),
-            apply_lone_intents_at_once: false,
-            max_concurrent_applies: 16,
-            backoff_base: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(60),
-            wait_timeout: Duration::from_secs(30),
-            conflict_history: 256,
-        }
+        Self::DEFAULT
     }
 }
