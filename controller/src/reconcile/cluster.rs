@@ -1,6 +1,7 @@
 //! The Cluster API `Cluster` (manager `capt-cluster`): readiness, failures, the phase
 //! `Provisioned` and `spec.controlPlaneEndpoint`, computed by [`crate::status::cluster`]
-//! from the CAPTCluster and CAPTControlPlane the Cluster references.
+//! from the CAPTCluster and CAPTControlPlane the Cluster references; whether core manages the
+//! Cluster, and the endpoint's ownership and release that the control plane's deletion uses.
 
 use super::{Result, after, kube_err};
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
@@ -11,6 +12,7 @@ use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
+use serde_json::json;
 use std::sync::Arc;
 
 /// The finalizer core's Cluster controller puts on every Cluster it manages.
@@ -92,4 +94,28 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         .await?;
     }
     Ok(after(None))
+}
+
+/// True when `capt-cluster` still owns the Cluster's `spec.controlPlaneEndpoint`.
+pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
+    cluster.managed_fields().iter().any(|e| {
+        e.manager.as_deref() == Some(MANAGER_CLUSTER)
+            && e.operation.as_deref() == Some("Apply")
+            && e.subresource.as_deref().unwrap_or("").is_empty()
+            && e.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0["f:spec"].get("f:controlPlaneEndpoint").is_some())
+    })
+}
+
+/// Publishes the release of the Cluster's endpoint under `capt-cluster`.
+pub async fn release_cluster_endpoint(ctx: &Context, cluster: &Cluster) -> Result<()> {
+    let release = Publication::main(
+        cluster,
+        MANAGER_CLUSTER,
+        json!({"spec": {"controlPlaneEndpoint": null}}),
+        vec![ENDPOINT_PATH.to_owned()],
+    );
+    ctx.publish(release).await?;
+    Ok(())
 }

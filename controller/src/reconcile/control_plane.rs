@@ -2,7 +2,7 @@
 //! publishes the status and endpoint computed by [`crate::status::control_plane`]. Deletion
 //! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
 
-use super::cluster::managed_by_core;
+use super::cluster::{endpoint_owned_by_us, managed_by_core};
 use super::deletion::{self, Deletion};
 use super::shared::{
     ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster, secret_endpoint,
@@ -14,11 +14,11 @@ use crate::api::{
 use crate::context::Context;
 use crate::k8s::{apply_fields, set_finalizer};
 use crate::publish::Publication;
+use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{
     CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
 };
 use crate::status::deletion::DeletionFacts;
-use crate::status::{ENDPOINT_PATH, MANAGER_CAPT_CONTROL_PLANE, MANAGER_CLUSTER};
 use jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -242,28 +242,4 @@ async fn delete(
         cluster,
     };
     deletion::carry_out(ctx, cp, api, facts, d).await
-}
-
-/// True when `capt-cluster` still owns the Cluster's `spec.controlPlaneEndpoint`.
-pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
-    cluster.managed_fields().iter().any(|e| {
-        e.manager.as_deref() == Some(MANAGER_CLUSTER)
-            && e.operation.as_deref() == Some("Apply")
-            && e.subresource.as_deref().unwrap_or("").is_empty()
-            && e.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0["f:spec"].get("f:controlPlaneEndpoint").is_some())
-    })
-}
-
-/// Publishes the release of the Cluster's endpoint under `capt-cluster`.
-pub async fn release_cluster_endpoint(ctx: &Context, cluster: &Cluster) -> Result<()> {
-    let release = Publication::main(
-        cluster,
-        MANAGER_CLUSTER,
-        json!({"spec": {"controlPlaneEndpoint": null}}),
-        vec![ENDPOINT_PATH.to_owned()],
-    );
-    ctx.publish(release).await?;
-    Ok(())
 }

@@ -84,7 +84,7 @@ where
     match plan.step {
         DeletionStep::ReleaseEndpoint => {
             if let Some(cluster) = &d.cluster {
-                super::control_plane::release_cluster_endpoint(ctx, cluster).await?;
+                super::cluster::release_cluster_endpoint(ctx, cluster).await?;
             }
         }
         DeletionStep::DeleteApply => {
