@@ -219,13 +219,13 @@ fn apply_timeout(
 /// A timeout failure of the same generation: it stays until the VPC is ready.
 fn sticky_timeout(input: &CaptClusterInput) -> Option<Outcome> {
     let existing = input.existing.as_ref()?;
-    let list = existing.conditions.as_deref().unwrap_or_default();
-    let failed = conditions::find(list, "VPCFailed")
-        .filter(|c| c.status == Status::True.as_str() && c.reason == reason::VPC_READY_TIMEOUT)?;
     let same_generation = existing.observed_generation == input.generation;
-    same_generation.then(|| Outcome::Failed {
-        reason: reason::VPC_READY_TIMEOUT.into(),
-        message: failed.message.clone(),
+    let list = existing_conditions(input);
+    let reasons = [reason::VPC_READY_TIMEOUT];
+    let (reason, message) = wait::sticky_failure(list, "VPCFailed", &reasons, same_generation)?;
+    Some(Outcome::Failed {
+        reason: reason.into(),
+        message: message.into(),
     })
 }
 

@@ -259,20 +259,19 @@ fn failed(reason: &str, message: String) -> Outcome {
 /// A timeout failure of the same generation that nothing has cleared yet.
 fn sticky_timeout(input: &ControlPlaneInput) -> Option<Outcome> {
     let existing = input.existing.as_ref()?;
-    let same_generation = existing.observed_generation == input.generation;
-    let failed_condition = conditions::find(existing_conditions(Some(existing)), "Failed")
-        .filter(|c| c.status == Status::True.as_str())?;
-    let reason = failed_condition.reason.as_str();
-    let sticky = match reason {
-        reason::CONTROL_PLANE_TIMEOUT => true,
-        reason::VPC_READY_TIMEOUT => input.vpc_ready != Some(true),
-        _ => false,
+    // The VPC's timeout stays only while the VPC is still not ready.
+    let reasons: &[&str] = match input.vpc_ready {
+        Some(true) => &[reason::CONTROL_PLANE_TIMEOUT],
+        _ => &[reason::CONTROL_PLANE_TIMEOUT, reason::VPC_READY_TIMEOUT],
     };
-    let failed = existing.phase == Some(ControlPlanePhase::Failed);
-    (failed && same_generation && sticky).then(|| Outcome::Failed {
-        reason: reason.into(),
-        message: failed_condition.message.clone(),
-    })
+    let same_generation = existing.observed_generation == input.generation;
+    let (reason, message) = wait::sticky_failure(
+        existing_conditions(Some(existing)),
+        "Failed",
+        reasons,
+        same_generation,
+    )?;
+    (existing.phase == Some(ControlPlanePhase::Failed)).then(|| failed(reason, message.into()))
 }
 
 /// When the current wait started: the `Creating` condition's transition to True; `now` when

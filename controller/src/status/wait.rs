@@ -92,6 +92,20 @@ pub fn recheck_after(remaining: impl IntoIterator<Item = Duration>) -> Option<Du
         .map(|d| d.max(Duration::from_secs(1)))
 }
 
+/// A timeout failure that stays: the failure condition `type_` is True with one of `reasons`
+/// and the status was computed from the current generation (a spec change retries). Returns
+/// `(reason, message)`.
+pub fn sticky_failure<'a>(
+    list: &'a [Condition],
+    type_: &str,
+    reasons: &[&str],
+    same_generation: bool,
+) -> Option<(&'a str, &'a str)> {
+    let c = conditions::find(list, type_).filter(|c| c.status == Status::True.as_str())?;
+    (same_generation && reasons.contains(&c.reason.as_str()))
+        .then_some((c.reason.as_str(), c.message.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
