@@ -31,7 +31,8 @@ pub fn managed_by_core(cluster: &Cluster) -> bool {
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciled("Cluster");
     // Paused: core writes nothing, and neither do we. Deleting: nothing left to report.
-    if cluster.meta().deletion_timestamp.is_some() || cluster.spec.paused == Some(true) {
+    let paused = super::pause::paused(Some(&cluster), &*cluster).is_some();
+    if cluster.meta().deletion_timestamp.is_some() || paused {
         return Ok(Action::await_change());
     }
     let ns = cluster.namespace().unwrap_or_default();
