@@ -3,25 +3,59 @@
 //! [`crate::status::capt_cluster`]. Deletion waits for the control plane, then deletes the
 //! VPC apply (or orphans it with `retainVpcOnDelete`) and waits for its Workspace to go.
 
-use super::deletion::{self, Deletion};
-use super::shared::{ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster};
-use super::{Result, after, kube_err, pause};
+use super::deletion;
+use super::owner::{self, ApplyOwner};
+use super::shared::{cluster_name, observe_workspace, owning_cluster};
+use super::{Result, after, kube_err};
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane};
 use crate::context::Context;
-use crate::k8s::{apply_fields, set_finalizer};
+use crate::k8s::set_finalizer;
 use crate::publish::Publication;
 use crate::render::workspace_name;
 use crate::status::MANAGER_CAPT_CLUSTER;
 use crate::status::capt_cluster::{
     CAPT_CLUSTER_CONDITION_TYPES, CaptClusterInput, DEFAULT_VPC_READY_TIMEOUT, desired_capt_cluster,
 };
-use crate::status::deletion::DeletionFacts;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
+
+impl ApplyOwner for CAPTCluster {
+    const FINALIZER: &'static str = CAPT_CLUSTER_FINALIZER;
+    const MANAGER: &'static str = MANAGER_CAPT_CLUSTER;
+    const CONDITION_TYPES: &'static [&'static str] = &CAPT_CLUSTER_CONDITION_TYPES;
+    const APPLY_SUFFIX: &'static str = "vpc";
+
+    fn recorded_apply_name(&self) -> Option<&str> {
+        self.spec.workspace_template_apply_name.as_deref()
+    }
+
+    fn apply_spec(&self) -> Value {
+        let mut variables = json!({
+            "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
+            "REGION": self.spec.region,
+        });
+        if let Some(vpc) = &self.spec.vpc_config {
+            variables["VPC_NAME"] = json!(vpc.name);
+        }
+        let ns = self.namespace().unwrap_or_default();
+        let secret = format!("{}-vpc-connection", self.name_any());
+        json!({
+            "templateRef": self.spec.vpc_template_ref,
+            "variables": variables,
+            "writeConnectionSecretToRef": {"name": secret, "namespace": ns},
+        })
+    }
+
+    fn conditions(&self) -> &[Condition] {
+        let list = self.status.as_ref().and_then(|s| s.conditions.as_deref());
+        list.unwrap_or_default()
+    }
+}
 
 /// Reconciles one CAPTCluster.
 pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action> {
@@ -29,10 +63,8 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let api: Api<CAPTCluster> =
         Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
     let cluster = owning_cluster(&ctx, &*cc).await?;
-    let existing = cc.status.as_ref().and_then(|s| s.conditions.as_deref());
-    if let Some(why) = pause::paused(cluster.as_ref(), &*cc) {
-        let (types, list) = (&CAPT_CLUSTER_CONDITION_TYPES, existing.unwrap_or_default());
-        return pause::hold(&ctx, &*cc, MANAGER_CAPT_CLUSTER, types, list, why).await;
+    if let Some(held) = owner::hold_if_paused(&ctx, &*cc, cluster.as_ref()).await? {
+        return Ok(held);
     }
     if cc.meta().deletion_timestamp.is_some() {
         return delete(&cc, &api, &ctx).await;
@@ -44,16 +76,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let mut vpc_workspace_name = None;
     if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
     {
-        let apply = ensure_apply(&ctx, &*cc, apply_spec(&cc)).await?;
-        if cc.spec.workspace_template_apply_name.as_deref() != Some(&apply.name_any()) {
-            apply_fields(
-                &api,
-                &cc,
-                json!({"spec": {"workspaceTemplateApplyName": apply.name_any()}}),
-            )
-            .await
-            .map_err(kube_err(&*cc, "recording its WorkspaceTemplateApply name"))?;
-        }
+        let apply = owner::ensure_recorded_apply(&ctx, &api, &*cc).await?;
         vpc_workspace_name = Some(workspace_name(&apply));
         workspace = observe_workspace(&ctx, &*cc, &apply).await?;
     }
@@ -80,33 +103,6 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     Ok(after(desired.recheck_after))
 }
 
-/// The name of the VPC apply: the recorded one, else `<name>-vpc`.
-pub fn apply_name(cc: &CAPTCluster) -> String {
-    cc.spec
-        .workspace_template_apply_name
-        .clone()
-        .unwrap_or_else(|| format!("{}-vpc", cc.name_any()))
-}
-
-fn apply_spec(cc: &CAPTCluster) -> ApplySpec {
-    let mut variables = json!({
-        "CLUSTER_NAME": cluster_name(cc).unwrap_or_else(|| cc.name_any()),
-        "REGION": cc.spec.region,
-    });
-    if let Some(vpc) = &cc.spec.vpc_config {
-        variables["VPC_NAME"] = json!(vpc.name);
-    }
-    let ns = cc.namespace().unwrap_or_default();
-    ApplySpec {
-        name: apply_name(cc),
-        spec: json!({
-            "templateRef": cc.spec.vpc_template_ref,
-            "variables": variables,
-            "writeConnectionSecretToRef": {"name": format!("{}-vpc-connection", cc.name_any()), "namespace": ns},
-        }),
-    }
-}
-
 /// True when a CAPTControlPlane of the same Cluster still exists.
 async fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> Result<bool> {
     let Some(cluster) = cluster_name(cc) else {
@@ -125,34 +121,11 @@ async fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> Result<bool> 
 }
 
 async fn delete(cc: &CAPTCluster, api: &Api<CAPTCluster>, ctx: &Context) -> Result<Action> {
-    if !cc.finalizers().iter().any(|f| f == CAPT_CLUSTER_FINALIZER) {
+    if !owner::ours_to_delete(cc) {
         return Ok(Action::await_change());
     }
-    let (apply, workspace_present) = deletion::apply_facts(ctx, cc, &apply_name(cc)).await?;
-    let facts = DeletionFacts {
-        endpoint_owned: false,
-        control_plane_present: control_plane_present(ctx, cc).await?,
-        apply_present: apply.is_some(),
-        apply_deleting: apply
-            .as_ref()
-            .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
-        workspace_present,
-        retain: cc.spec.retain_vpc_on_delete.unwrap_or(false),
-        started: deletion::started(cc),
-        now: Timestamp::now(),
-        stuck_after: ctx.settings.stuck_deletion_after,
-    };
-    let d = Deletion {
-        finalizer: CAPT_CLUSTER_FINALIZER,
-        manager: MANAGER_CAPT_CLUSTER,
-        own_types: &CAPT_CLUSTER_CONDITION_TYPES,
-        existing: cc
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default(),
-        apply,
-        cluster: None,
-    };
+    let (d, mut facts) = owner::deletion_of(ctx, cc, None).await?;
+    facts.control_plane_present = control_plane_present(ctx, cc).await?;
+    facts.retain = cc.spec.retain_vpc_on_delete.unwrap_or(false);
     deletion::carry_out(ctx, cc, api, facts, d).await
 }

@@ -3,28 +3,61 @@
 //! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
 
 use super::cluster::{endpoint_owned_by_us, managed_by_core};
-use super::deletion::{self, Deletion};
-use super::shared::{
-    ApplySpec, cluster_name, ensure_apply, observe_workspace, owning_cluster, secret_endpoint,
-};
-use super::{Result, after, kube_err, pause};
+use super::deletion;
+use super::owner::{self, ApplyOwner};
+use super::shared::{cluster_name, observe_workspace, owning_cluster, secret_endpoint};
+use super::{Result, after, kube_err};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
 };
 use crate::context::Context;
-use crate::k8s::{apply_fields, set_finalizer};
+use crate::k8s::set_finalizer;
 use crate::publish::Publication;
 use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{
     CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
 };
-use crate::status::deletion::DeletionFacts;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
+
+impl ApplyOwner for CAPTControlPlane {
+    const FINALIZER: &'static str = CAPT_CONTROL_PLANE_FINALIZER;
+    const MANAGER: &'static str = MANAGER_CAPT_CONTROL_PLANE;
+    const CONDITION_TYPES: &'static [&'static str] = &CONTROL_PLANE_CONDITION_TYPES;
+    const APPLY_SUFFIX: &'static str = "controlplane";
+
+    fn recorded_apply_name(&self) -> Option<&str> {
+        self.spec.workspace_template_apply_name.as_deref()
+    }
+
+    fn apply_spec(&self) -> Value {
+        let config = self.spec.control_plane_config.clone().unwrap_or_default();
+        let mut variables = json!({
+            "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
+            "KUBERNETES_VERSION": self.spec.version,
+        });
+        if let Some(region) = config.region {
+            variables["REGION"] = json!(region);
+        }
+        let ns = self.namespace().unwrap_or_default();
+        let secret = format!("{}-eks-connection", self.name_any());
+        json!({
+            "templateRef": self.spec.workspace_template_ref,
+            "variables": variables,
+            "writeConnectionSecretToRef": {"name": secret, "namespace": ns},
+        })
+    }
+
+    fn conditions(&self) -> &[Condition] {
+        let list = self.status.as_ref().and_then(|s| s.conditions.as_deref());
+        list.unwrap_or_default()
+    }
+}
 
 /// Reconciles one CAPTControlPlane.
 pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<Action> {
@@ -32,10 +65,8 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
     let cluster = owning_cluster(&ctx, &*cp).await?;
-    let existing = cp.status.as_ref().and_then(|s| s.conditions.as_deref());
-    if let Some(why) = pause::paused(cluster.as_ref(), &*cp) {
-        let (types, list) = (&CONTROL_PLANE_CONDITION_TYPES, existing.unwrap_or_default());
-        return pause::hold(&ctx, &*cp, MANAGER_CAPT_CONTROL_PLANE, types, list, why).await;
+    if let Some(held) = owner::hold_if_paused(&ctx, &*cp, cluster.as_ref()).await? {
+        return Ok(held);
     }
     if cp.meta().deletion_timestamp.is_some() {
         return delete(&cp, &api, &ctx, cluster).await;
@@ -47,8 +78,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let mut workspace = None;
     let mut endpoint_source = None;
     if vpc_ready == Some(true) {
-        let apply = ensure_apply(&ctx, &*cp, apply_spec(&cp)).await?;
-        record_apply_name(&api, &cp, &apply.name_any()).await?;
+        let apply = owner::ensure_recorded_apply(&ctx, &api, &*cp).await?;
         workspace = observe_workspace(&ctx, &*cp, &apply).await?;
         if workspace.as_ref().is_some_and(|w| w.is_ready()) {
             super::kubeconfig::ensure_kubeconfig(&ctx, &cp, &apply).await?;
@@ -100,54 +130,6 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     }
     ctx.publish(status).await?;
     Ok(after(desired.recheck_after))
-}
-
-/// The name of the control plane's apply: the recorded one, else `<name>-controlplane`.
-pub fn apply_name(cp: &CAPTControlPlane) -> String {
-    cp.spec
-        .workspace_template_apply_name
-        .clone()
-        .unwrap_or_else(|| format!("{}-controlplane", cp.name_any()))
-}
-
-fn apply_spec(cp: &CAPTControlPlane) -> ApplySpec {
-    let config = cp.spec.control_plane_config.clone().unwrap_or_default();
-    let mut variables = json!({
-        "CLUSTER_NAME": cluster_name(cp).unwrap_or_else(|| cp.name_any()),
-        "KUBERNETES_VERSION": cp.spec.version,
-    });
-    if let Some(region) = config.region {
-        variables["REGION"] = json!(region);
-    }
-    let ns = cp.namespace().unwrap_or_default();
-    ApplySpec {
-        name: apply_name(cp),
-        spec: json!({
-            "templateRef": cp.spec.workspace_template_ref,
-            "variables": variables,
-            "writeConnectionSecretToRef": {"name": format!("{}-eks-connection", cp.name_any()), "namespace": ns},
-        }),
-    }
-}
-
-/// Records the apply's name in `spec.workspaceTemplateApplyName` (field manager
-/// `capt-controller`), once.
-async fn record_apply_name(
-    api: &Api<CAPTControlPlane>,
-    cp: &CAPTControlPlane,
-    name: &str,
-) -> Result<()> {
-    if cp.spec.workspace_template_apply_name.as_deref() == Some(name) {
-        return Ok(());
-    }
-    apply_fields(
-        api,
-        cp,
-        json!({"spec": {"workspaceTemplateApplyName": name}}),
-    )
-    .await
-    .map_err(kube_err(cp, "recording its WorkspaceTemplateApply name"))?;
-    Ok(())
 }
 
 /// Whether the Cluster's CAPTCluster is ready; `None` when unknown.
@@ -204,42 +186,15 @@ async fn delete(
     ctx: &Context,
     cluster: Option<Cluster>,
 ) -> Result<Action> {
-    if !cp
-        .finalizers()
-        .iter()
-        .any(|f| f == CAPT_CONTROL_PLANE_FINALIZER)
-    {
+    if !owner::ours_to_delete(cp) {
         return Ok(Action::await_change());
     }
-    let (apply, workspace_present) = deletion::apply_facts(ctx, cp, &apply_name(cp)).await?;
-    let facts = DeletionFacts {
-        // Under core, the endpoint is core's (it copied it from us) and a Cluster going away
-        // keeps it; alone, ours is released before the control plane goes.
-        endpoint_owned: cluster
-            .as_ref()
-            .is_some_and(|c| !managed_by_core(c) && endpoint_owned_by_us(c)),
-        control_plane_present: false,
-        apply_present: apply.is_some(),
-        apply_deleting: apply
-            .as_ref()
-            .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
-        workspace_present,
-        retain: false,
-        started: deletion::started(cp),
-        now: Timestamp::now(),
-        stuck_after: ctx.settings.stuck_deletion_after,
-    };
-    let d = Deletion {
-        finalizer: CAPT_CONTROL_PLANE_FINALIZER,
-        manager: MANAGER_CAPT_CONTROL_PLANE,
-        own_types: &CONTROL_PLANE_CONDITION_TYPES,
-        existing: cp
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default(),
-        apply,
-        cluster,
-    };
+    // Under core, the endpoint is core's (it copied it from us) and a Cluster going away keeps
+    // it; alone, ours is released before the control plane goes.
+    let endpoint_owned = cluster
+        .as_ref()
+        .is_some_and(|c| !managed_by_core(c) && endpoint_owned_by_us(c));
+    let (d, mut facts) = owner::deletion_of(ctx, cp, cluster).await?;
+    facts.endpoint_owned = endpoint_owned;
     deletion::carry_out(ctx, cp, api, facts, d).await
 }

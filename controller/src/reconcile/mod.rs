@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod control_plane;
 pub mod deletion;
 pub mod kubeconfig;
+pub mod owner;
 pub mod pause;
 pub mod shared;
 

@@ -1,0 +1,123 @@
+//! What a CAPTCluster and a CAPTControlPlane both are to the controller: the owner of one
+//! WorkspaceTemplateApply (named, specified, recorded in `spec.workspaceTemplateApplyName`,
+//! deleted in order), with a finalizer, a status field manager and its conditions. The two
+//! reconcilers differ only in what they compute; this is what they share.
+
+use super::deletion::{self, Deletion};
+use super::pause;
+use super::shared::{ApplySpec, ensure_apply};
+use super::{Result, kube_err};
+use crate::api::{Cluster, WorkspaceTemplateApply};
+use crate::context::Context;
+use crate::k8s::apply_fields;
+use crate::status::deletion::DeletionFacts;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::fmt::Debug;
+
+/// A CAPT kind that owns one WorkspaceTemplateApply.
+pub trait ApplyOwner:
+    Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + Debug + Sized
+{
+    /// Our finalizer on it.
+    const FINALIZER: &'static str;
+    /// The field manager of its status.
+    const MANAGER: &'static str;
+    /// The condition types that manager sets.
+    const CONDITION_TYPES: &'static [&'static str];
+    /// The default apply is `<name>-<APPLY_SUFFIX>`.
+    const APPLY_SUFFIX: &'static str;
+
+    /// `spec.workspaceTemplateApplyName`, once recorded.
+    fn recorded_apply_name(&self) -> Option<&str>;
+
+    /// The `spec` of the apply to create.
+    fn apply_spec(&self) -> Value;
+
+    /// Its live conditions.
+    fn conditions(&self) -> &[Condition];
+
+    /// The name of its apply: the recorded one, else `<name>-<APPLY_SUFFIX>`.
+    fn apply_name(&self) -> String {
+        self.recorded_apply_name()
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{}-{}", self.name_any(), Self::APPLY_SUFFIX))
+    }
+}
+
+/// Creates or adopts the owner's apply and records its name in the owner's
+/// `spec.workspaceTemplateApplyName` (field manager `capt-controller`), once.
+pub async fn ensure_recorded_apply<O: ApplyOwner>(
+    ctx: &Context,
+    api: &Api<O>,
+    owner: &O,
+) -> Result<WorkspaceTemplateApply> {
+    let wanted = ApplySpec {
+        name: owner.apply_name(),
+        spec: owner.apply_spec(),
+    };
+    let apply = ensure_apply(ctx, owner, wanted).await?;
+    if owner.recorded_apply_name() != Some(apply.name_any().as_str()) {
+        let fields = json!({"spec": {"workspaceTemplateApplyName": apply.name_any()}});
+        apply_fields(api, owner, fields)
+            .await
+            .map_err(kube_err(owner, "recording its WorkspaceTemplateApply name"))?;
+    }
+    Ok(apply)
+}
+
+/// `Some(action)` when the owner is paused: its `Paused` condition published, nothing else.
+pub async fn hold_if_paused<O: ApplyOwner>(
+    ctx: &Context,
+    owner: &O,
+    cluster: Option<&Cluster>,
+) -> Result<Option<Action>> {
+    let Some(why) = pause::paused(cluster, owner) else {
+        return Ok(None);
+    };
+    let conditions = owner.conditions();
+    let held = pause::hold(ctx, owner, O::MANAGER, O::CONDITION_TYPES, conditions, why);
+    Ok(Some(held.await?))
+}
+
+/// What the deletion of `owner` is: its description (with its apply, if any) and the facts
+/// every owner shares. Facts of one kind only (`endpoint_owned`, `control_plane_present`,
+/// `retain`) start `false`; the reconciler sets them.
+pub async fn deletion_of<O: ApplyOwner>(
+    ctx: &Context,
+    owner: &O,
+    cluster: Option<Cluster>,
+) -> Result<(Deletion, DeletionFacts)> {
+    let (apply, workspace_present) = deletion::apply_facts(ctx, owner, &owner.apply_name()).await?;
+    let facts = DeletionFacts {
+        endpoint_owned: false,
+        control_plane_present: false,
+        apply_present: apply.is_some(),
+        apply_deleting: apply
+            .as_ref()
+            .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
+        workspace_present,
+        retain: false,
+        started: deletion::started(owner),
+        now: Timestamp::now(),
+        stuck_after: ctx.settings.stuck_deletion_after,
+    };
+    let d = Deletion {
+        finalizer: O::FINALIZER,
+        manager: O::MANAGER,
+        own_types: O::CONDITION_TYPES,
+        existing: owner.conditions().to_vec(),
+        apply,
+        cluster,
+    };
+    Ok((d, facts))
+}
+
+/// True when the owner still carries our finalizer: its deletion is ours to carry out.
+pub fn ours_to_delete<O: ApplyOwner>(owner: &O) -> bool {
+    owner.finalizers().iter().any(|f| f == O::FINALIZER)
+}
