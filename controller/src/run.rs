@@ -81,46 +81,27 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
         .run(apply::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
 
-    let cc_for_cp = capt_clusters.clone();
-    let cp_loop = cp_controller
-        .watches(
-            scope.api::<WorkspaceTemplateApply>(&client),
-            wc.clone(),
-            |a| owner_of::<CAPTControlPlane, _>(&a),
-        )
-        .watches(workspaces(), ws_config.clone(), |ws| {
-            owner_of::<CAPTControlPlane, _>(&ws)
-        })
-        .watches(scope.api::<CAPTCluster>(&client), wc.clone(), move |cc| {
-            same_cluster(&control_planes, &cc)
-        })
-        .watches(scope.api::<Cluster>(&client), wc.clone(), |c| {
-            referenced(&c, &c.spec.control_plane_ref)
-        })
-        .shutdown_on_signal()
-        .run(control_plane::reconcile, error_policy, ctx.clone())
-        .for_each(|_| std::future::ready(()));
+    let cp_loop = owner_watches::<CAPTControlPlane, CAPTCluster>(
+        cp_controller,
+        control_planes,
+        &scope,
+        &client,
+        |c| &c.spec.control_plane_ref,
+    )
+    .shutdown_on_signal()
+    .run(control_plane::reconcile, error_policy, ctx.clone())
+    .for_each(|_| std::future::ready(()));
 
-    let cc_loop = cc_controller
-        .watches(
-            scope.api::<WorkspaceTemplateApply>(&client),
-            wc.clone(),
-            |a| owner_of::<CAPTCluster, _>(&a),
-        )
-        .watches(workspaces(), ws_config.clone(), |ws| {
-            owner_of::<CAPTCluster, _>(&ws)
-        })
-        .watches(
-            scope.api::<CAPTControlPlane>(&client),
-            wc.clone(),
-            move |cp| same_cluster(&cc_for_cp, &cp),
-        )
-        .watches(scope.api::<Cluster>(&client), wc.clone(), |c| {
-            referenced(&c, &c.spec.infrastructure_ref)
-        })
-        .shutdown_on_signal()
-        .run(capt_cluster::reconcile, error_policy, ctx.clone())
-        .for_each(|_| std::future::ready(()));
+    let cc_loop = owner_watches::<CAPTCluster, CAPTControlPlane>(
+        cc_controller,
+        capt_clusters,
+        &scope,
+        &client,
+        |c| &c.spec.infrastructure_ref,
+    )
+    .shutdown_on_signal()
+    .run(capt_cluster::reconcile, error_policy, ctx.clone())
+    .for_each(|_| std::future::ready(()));
 
     let cluster_loop = cluster_controller
         .watches(scope.api::<CAPTCluster>(&client), wc.clone(), |o| {
@@ -137,17 +118,69 @@ pub async fn run(ctx: Arc<Context>, scope: Scope) {
     futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
 }
 
-/// A controller of `K` woken by lifecycle changes only (unless the scope says every change),
-/// and the store of its objects.
-fn controller<K>(scope: &Scope, client: &kube::Client) -> (Store<K>, Controller<K>)
-where
+/// A namespaced kind the controllers watch and cache.
+trait Watched:
+    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
+{
+}
+
+/// What wakes the owner `O` of an apply (a CAPTCluster or a CAPTControlPlane): its applies
+/// and their Workspaces (by their owner labels), the other CAPT kind `P` of the same Cluster
+/// (the VPC's readiness, the control plane's presence during deletion), and the Cluster that
+/// references it through `reference` (pausing, adoption, the endpoint).
+fn owner_watches<O, P>(
+    controller: Controller<O>,
+    owners: Store<O>,
+    scope: &Scope,
+    client: &kube::Client,
+    reference: fn(&Cluster) -> &Option<k8s_openapi::api::core::v1::ObjectReference>,
+) -> Controller<O>
+where
+    O: Watched,
+    P: Watched,
+{
+    let wc = watcher::Config::default();
+    controller
+        .watches(
+            scope.api::<WorkspaceTemplateApply>(client),
+            wc.clone(),
+            |a| owner_of::<O, _>(&a),
+        )
+        .watches(
+            Api::<TerraformWorkspace>::all(client.clone()),
+            scope.workspaces(),
+            |ws| owner_of::<O, _>(&ws),
+        )
+        .watches(scope.api::<P>(client), wc.clone(), move |peer| {
+            same_cluster(&owners, &peer)
+        })
+        .watches(scope.api::<Cluster>(client), wc, move |c| {
+            referenced(&c, reference(&c))
+        })
+}
+
+/// A controller of `K` woken by lifecycle changes only (unless the scope says every change),
+/// and the store of its objects.
+fn controller<K>(scope: &Scope, client: &kube::Client) -> (Store<K>, Controller<K>)
+where
+    K: Watched,
 {
     let (reader, writer) = reflector::store();
     let every_change = scope.wake_on_every_change;
