@@ -13,3 +13,4 @@ pub mod reconcile;
 pub mod render;
 pub mod run;
 pub mod status;
+pub mod telemetry;

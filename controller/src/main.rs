@@ -79,19 +79,19 @@ struct LeaderArgs {
 #[derive(Clone)]
 struct Http {
     registry: Arc<Registry>,
-    applier: status_applier::client::Client,
+    applier: status_applier_api::Client,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    status_applier::telemetry::init_logging(args.log_json);
+    capt_controller::telemetry::init_logging(args.log_json);
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let applier = status_applier::client::Client::new(&args.applier_socket);
+    let applier = status_applier_api::Client::new(&args.applier_socket);
     let ctx = Arc::new(Context {
         client: client.clone(),
         publisher: if args.baseline_full_update {

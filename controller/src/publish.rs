@@ -11,8 +11,8 @@
 //! the whole object (or its status) back with an update, on every reconcile.
 
 use serde_json::Value;
-use status_applier::client::Client;
-use status_applier::intent::{Intent, Subresource, Target};
+use status_applier_api::client::{Client, ClientError};
+use status_applier_api::intent::{Intent, Subresource, Target};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -26,7 +26,7 @@ pub enum PublishError {
         subject: String,
         /// The cause.
         #[source]
-        source: status_applier::client::ClientError,
+        source: ClientError,
     },
     /// The baseline's full update failed.
     #[error("{subject}: the full update failed: {source}")]
@@ -199,24 +199,19 @@ impl Publisher {
         // Waiting for the apply's outcome means an intent is remembered only once the
         // applier acted on it: an applier that dies with intents queued makes the next
         // reconcile send them again, so nothing is lost.
-        let answer =
-            client
-                .submit(&intent, true)
-                .await
-                .map_err(|source| PublishError::Unreachable {
-                    subject: subject.clone(),
-                    source,
-                })?;
-        // 409 (a conflict) and 422 (a missing object, an API refusal) are delivered: the
-        // applier keeps the document and retries when the object changes. Anything else
-        // (a bad intent, an API outage) is not.
-        let delivered = answer.status.is_success() || matches!(answer.status.as_u16(), 409 | 422);
-        if !delivered {
-            return Err(PublishError::Refused {
-                subject,
-                status: answer.status.as_u16(),
-                body: answer.body,
-            });
+        // Any outcome is delivered, a conflict or a rejection too: the applier keeps the
+        // document and retries when the object changes. A refusal (a bad intent, an applier
+        // failure) is not; the client reads which is which.
+        match client.send(&intent).await {
+            Ok(_outcome) => {}
+            Err(ClientError::Refused { status, body }) => {
+                return Err(PublishError::Refused {
+                    subject,
+                    status,
+                    body,
+                });
+            }
+            Err(source) => return Err(PublishError::Unreachable { subject, source }),
         }
         self.delivered.lock().expect("lock").insert(key, remembered);
         Ok(true)

@@ -44,17 +44,18 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
     }
     let protected = policy.rules_for(&key.object.group_kind()).protected;
     let may_force = policy.may_force(&key.field_manager);
-    let conflicts = conflict::predict(document, &key.field_manager, subresource, &live, &owners);
-    tracing::trace!(subject = %key.object, manager = key.field_manager, %document, conflicts = conflicts.len(), "Planned");
+    let predicted = conflict::predict(document, &key.field_manager, subresource, &live, &owners);
+    tracing::trace!(subject = %key.object, manager = key.field_manager, %document, conflicts = predicted.len(), "Planned");
     let mut body = document.clone();
     let mut force = false;
-    for c in &conflicts {
+    for c in &predicted {
         if may_force && !protected.iter().any(|p| is_under(&c.elements, p)) {
             force = true;
         } else {
             remove_at(&mut body, &c.elements);
         }
     }
+    let conflicts = predicted.into_iter().map(|p| p.conflict).collect();
     // Removing a conflicting field can leave its parent empty (`status: {}`), which the
     // API server records as owning `status` itself. Pruned to `{}` when nothing else is
     // wanted, the body then equals what we own once we own nothing: no write per re-check,

@@ -7,8 +7,9 @@ use crate::document::{
 };
 use crate::fieldsv1::{FieldSet, PathElement, path_to_string};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use serde::Serialize;
 use serde_json::Value;
+
+pub use status_applier_api::outcome::Conflict;
 
 /// One `managedFields` entry, decoded.
 #[derive(Clone, Debug)]
@@ -71,23 +72,13 @@ pub fn owned_document(owners: &[Owner], manager: &str, subresource: &str, live: 
         .unwrap_or_else(|| Value::Object(Default::default()))
 }
 
-/// A path two owners want with different values.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Conflict {
-    /// The path, like `.status.conditions[type=Ready].status`.
-    pub path: String,
-    /// The path as elements, for removing it from an apply.
-    #[serde(skip)]
+/// A predicted conflict, with its path as elements for removing it from an apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Predicted {
+    /// The conflict, as answered and reported.
+    pub conflict: Conflict,
+    /// The path as elements.
     pub elements: Vec<PathElement>,
-    /// The other owner.
-    pub owner: String,
-    /// The other owner's operation (`Apply`, `Update`), or `Intent` for one of our managers.
-    pub operation: String,
-    /// Our value.
-    pub ours: Option<Value>,
-    /// Their value.
-    pub theirs: Option<Value>,
 }
 
 /// Foreign owners that own a path of `desired` with another value on `live`: an apply
@@ -98,7 +89,7 @@ pub fn predict(
     subresource: &str,
     live: &Value,
     owners: &[Owner],
-) -> Vec<Conflict> {
+) -> Vec<Predicted> {
     let claimed = claimed_fields(desired);
     let mut conflicts = Vec::new();
     for owner in owners
@@ -112,13 +103,15 @@ pub fn predict(
             let ours = value_at(desired, &path);
             let theirs = value_at(live, &path);
             if differs(ours, theirs) {
-                conflicts.push(Conflict {
-                    path: path_to_string(&path),
+                conflicts.push(Predicted {
+                    conflict: Conflict {
+                        path: path_to_string(&path),
+                        owner: owner.manager.clone(),
+                        operation: owner.operation.clone(),
+                        ours: ours.cloned(),
+                        theirs: theirs.cloned(),
+                    },
                     elements: path,
-                    owner: owner.manager.clone(),
-                    operation: owner.operation.clone(),
-                    ours: ours.cloned(),
-                    theirs: theirs.cloned(),
                 });
             }
         }
@@ -172,7 +165,6 @@ pub fn local(desired: &Value, others: &[(&str, &Value)]) -> Vec<Conflict> {
             if differs(ours, theirs) {
                 conflicts.push(Conflict {
                     path: path_to_string(&path),
-                    elements: path,
                     owner: (*manager).to_owned(),
                     operation: "Intent".into(),
                     ours: ours.cloned(),
@@ -259,9 +251,15 @@ mod tests {
             json!({"spec": {"controlPlaneEndpoint": {"host": "eks.example.com", "port": 443}}});
         let conflicts = predict(&desired, "capt-cluster", "", &live, &owners);
         assert_eq!(conflicts.len(), 1, "{conflicts:?}");
-        assert_eq!(conflicts[0].path, ".spec.controlPlaneEndpoint.host");
-        assert_eq!(conflicts[0].owner, "kubectl");
-        assert_eq!(conflicts[0].theirs, Some(json!("user.example.com")));
+        assert_eq!(
+            conflicts[0].conflict.path,
+            ".spec.controlPlaneEndpoint.host"
+        );
+        assert_eq!(conflicts[0].conflict.owner, "kubectl");
+        assert_eq!(
+            conflicts[0].conflict.theirs,
+            Some(json!("user.example.com"))
+        );
     }
 
     #[test]
@@ -271,8 +269,8 @@ mod tests {
         assert!(predict(&desired, "capt-cluster", "status", &live, &owners).is_empty());
         let desired = json!({"status": {"phase": "Provisioned"}});
         let conflicts = predict(&desired, "capt-cluster", "status", &live, &owners);
-        assert_eq!(conflicts[0].owner, "capi-core");
-        assert_eq!(conflicts[0].operation, "Update");
+        assert_eq!(conflicts[0].conflict.owner, "capi-core");
+        assert_eq!(conflicts[0].conflict.operation, "Update");
     }
 
     #[test]
@@ -310,7 +308,7 @@ mod tests {
         assert_eq!(conflicts.len(), 2, "{conflicts:?}");
         let desired = json!({"spec": {"x": {"y": 1}}});
         let conflicts = predict(&desired, "capt", "", &live, &atomic);
-        assert_eq!(conflicts[0].path, ".spec.x.y");
+        assert_eq!(conflicts[0].conflict.path, ".spec.x.y");
     }
 
     #[test]

@@ -1,58 +1,13 @@
-//! The intent document: what a field manager wants a part of one object to be, and its
-//! validation. Nothing here talks to the API server.
+//! The intent document: what a field manager wants a part of one object to be (the types
+//! are the API crate's), its parsing and its validation. Nothing here talks to the API
+//! server.
 
 use crate::config::{FieldPath, GroupKind, Policy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
-/// The largest intent body accepted, in bytes.
-pub const MAX_INTENT_BYTES: usize = 1 << 20;
-
-/// A field manager's wish for a part of one object (docs/status-applier.md, "The intent").
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Intent {
-    /// The object.
-    pub target: Target,
-    /// `status`, or absent for the main resource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subresource: Option<Subresource>,
-    /// The field manager the fragment is applied under.
-    pub field_manager: String,
-    /// Merged into the manager's desired document (RFC 7386: `null` removes a field).
-    pub fragment: Value,
-    /// Protected paths this intent may remove, e.g. `spec.controlPlaneEndpoint`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub release: Vec<String>,
-}
-
-/// The object an intent is about.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Target {
-    /// `group/version` of the object.
-    pub api_version: String,
-    /// Kind of the object.
-    pub kind: String,
-    /// Namespace; absent for cluster-scoped kinds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// Name of the object.
-    pub name: String,
-    /// When set, the intent applies only to the object with this uid, never to a recreated
-    /// object of the same name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<String>,
-}
-
-/// The subresource an intent writes.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum Subresource {
-    /// The `status` subresource.
-    Status,
-}
+pub use status_applier_api::intent::{Intent, MAX_INTENT_BYTES, Subresource, Target};
 
 /// An object, without uid: `kind/namespace/name` in logs and answers.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -173,9 +128,17 @@ pub enum IntentError {
     InvalidRelease(String),
 }
 
-impl Intent {
+/// Parsing and validation of an intent, which only the server does.
+pub trait IntentExt: Sized {
     /// Parses one intent from JSON or YAML (YAML is a superset, so both are accepted).
-    pub fn parse(body: &[u8]) -> Result<Self, IntentError> {
+    fn parse(body: &[u8]) -> Result<Self, IntentError>;
+
+    /// Checks the intent against the rules and the policy.
+    fn validate(self, policy: &Policy) -> Result<ValidIntent, IntentError>;
+}
+
+impl IntentExt for Intent {
+    fn parse(body: &[u8]) -> Result<Self, IntentError> {
         if body.len() > MAX_INTENT_BYTES {
             return Err(IntentError::TooLarge(body.len()));
         }
@@ -188,8 +151,7 @@ impl Intent {
         }
     }
 
-    /// Checks the intent against the rules and the policy.
-    pub fn validate(self, policy: &Policy) -> Result<ValidIntent, IntentError> {
+    fn validate(self, policy: &Policy) -> Result<ValidIntent, IntentError> {
         validate_manager(&self.field_manager)?;
         if !policy.allows_manager(&self.field_manager) {
             return Err(IntentError::ManagerNotAllowed(self.field_manager));

@@ -4,11 +4,13 @@
 //! the field manager's desired document ([`merge`]), and the engine applies the whole
 //! document with server-side apply when it differs from what the manager owns on the live
 //! object.
+//!
+//! The wire contract (intents, outcomes, the client) is the `status-applier-api` crate, which
+//! the server answers with, so a client and this server cannot drift apart.
 #![forbid(unsafe_code)]
 
 pub mod apply;
 pub mod audit;
-pub mod client;
 pub mod config;
 pub mod conflict;
 pub mod document;
@@ -22,3 +24,6 @@ pub mod metrics;
 pub mod outcome;
 pub mod server;
 pub mod telemetry;
+
+/// The client of the intent API, from the API crate.
+pub use status_applier_api::client;

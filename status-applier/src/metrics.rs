@@ -1,7 +1,7 @@
 //! Prometheus metrics of the applier. Labels have few values: managers, actions, paths and
 //! status codes, never object names.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -9,33 +9,26 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 /// What happened to one intent or one apply: the vocabulary of logs, metrics and answers.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-#[allow(non_camel_case_types)]
-pub enum Action {
-    /// Applied: the object changed.
-    applied,
-    /// Nothing to change: no request was sent.
-    unchanged,
-    /// Merged into an apply already pending.
-    coalesced,
-    /// Accepted, applied shortly (an answer that did not wait).
-    queued,
-    /// Another owner disagrees; reported, not forced.
-    conflict,
-    /// Refused: bad intent, missing object, uid mismatch, or an API refusal.
-    rejected,
-    /// The API server failed; retried with backoff.
-    error,
-}
+pub use status_applier_api::outcome::Action;
 
 /// Labels: field manager and action.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ManagerAction {
     /// Field manager.
     pub manager: String,
     /// Action.
     pub action: Action,
+}
+
+// By hand, as the derive would: `Action` is the API crate's, which knows no Prometheus.
+impl EncodeLabelSet for ManagerAction {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        [
+            ("manager", self.manager.as_str()),
+            ("action", self.action.as_str()),
+        ]
+        .encode(encoder)
+    }
 }
 
 /// Labels: field manager.
@@ -183,4 +176,27 @@ pub fn encode(registry: &Registry) -> String {
     prometheus_client::encoding::text::encode(&mut out, registry)
         .expect("writing to a String cannot fail");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_label_by_their_name() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        metrics
+            .intents
+            .get_or_create(&ManagerAction {
+                manager: "m".into(),
+                action: Action::conflict,
+            })
+            .inc();
+        let text = encode(&registry);
+        assert!(
+            text.contains(r#"intents_total{manager="m",action="conflict"} 1"#),
+            "{text}"
+        );
+    }
 }

@@ -10,8 +10,7 @@
 
 use crate::apply::apply_body;
 use crate::engine::{DesiredView, Engine};
-use crate::intent::{Intent, IntentError, MAX_INTENT_BYTES};
-use crate::metrics::Action;
+use crate::intent::{Intent, IntentError, IntentExt, MAX_INTENT_BYTES};
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
@@ -75,12 +74,9 @@ async fn submit(
         Err(e) => return refuse(e),
     };
     let outcome = state.engine.submit(intent, q.wait).await;
-    let status = match outcome.action {
-        Action::conflict => StatusCode::CONFLICT,
-        Action::rejected => StatusCode::UNPROCESSABLE_ENTITY,
-        Action::error => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::OK,
-    };
+    // The API crate's contract: its client reads these statuses back.
+    let status = StatusCode::from_u16(outcome.action.status_code())
+        .expect("the API crate answers valid statuses");
     (status, Json(outcome)).into_response()
 }
 

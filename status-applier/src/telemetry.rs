@@ -1,4 +1,4 @@
-//! Logging set-up shared by the binaries of this project.
+//! Logging set-up of the status-applier (the controller has its own, alike).
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text or as JSON lines.
 pub fn init_logging(json: bool) {

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use status_applier::config::{CAPT_PROTECTED, CAPT_REPLACED, Policy};
-use status_applier::intent::Intent;
+use status_applier::intent::{Intent, IntentExt};
 use status_applier::merge::{get, merge_fragment};
 
 /// What the merge rules count as a value (null, "", {} and [] are none).

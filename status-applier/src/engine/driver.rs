@@ -111,7 +111,7 @@ impl Engine {
             // already: refuse it for now rather than risk dropping those fields.
             Err(e) => {
                 self.metrics.intent(&key.field_manager, Action::error);
-                return Outcome::new(&key, Action::error)
+                return crate::outcome::for_key(&key, Action::error)
                     .with_message(format!("{}: reading the object: {e}", key.object));
             }
         };
@@ -128,7 +128,7 @@ impl Engine {
             Ok(Ok(outcome)) => outcome,
             _ => {
                 self.tickets.lock().expect("lock").remove(&ticket);
-                Outcome::new(&key, Action::queued)
+                crate::outcome::for_key(&key, Action::queued)
                     .with_message("no outcome within the wait timeout; the apply continues")
             }
         }

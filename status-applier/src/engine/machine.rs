@@ -184,8 +184,8 @@ impl Machine {
                 self.unpark_failed(&object, &error, &mut out);
                 if let Some(key) = self.busy_in(&object, |p| matches!(p, Phase::Reading { .. })) {
                     let action = error_action(&error);
-                    let outcome =
-                        Outcome::new(&key, action).with_message(format!("{object}: {error}"));
+                    let outcome = crate::outcome::for_key(&key, action)
+                        .with_message(format!("{object}: {error}"));
                     self.finish(&key, outcome, action == Action::error, now, &mut out);
                 }
             }
@@ -312,7 +312,7 @@ impl Machine {
                 expected,
                 found: view.metadata.uid.clone().unwrap_or_else(|| "none".into()),
             };
-            let outcome = Outcome::new(key, Action::rejected)
+            let outcome = crate::outcome::for_key(key, Action::rejected)
                 .with_message(format!("{}: {error}", key.object));
             self.finish(key, outcome, false, now, out);
             return;
@@ -326,7 +326,7 @@ impl Machine {
             } else {
                 Action::conflict
             };
-            let mut outcome = Outcome::new(key, action);
+            let mut outcome = crate::outcome::for_key(key, action);
             outcome.conflicts = plan.conflicts;
             outcome.resource_version = view.metadata.resource_version.clone();
             note_pins(&mut outcome, &entry.pinned);
@@ -384,7 +384,7 @@ impl Machine {
                 } else {
                     Action::conflict
                 };
-                let mut outcome = Outcome::new(key, action);
+                let mut outcome = crate::outcome::for_key(key, action);
                 outcome.resource_version = view.metadata.resource_version.clone();
                 note_pins(&mut outcome, &entry.pinned);
                 // What was left out may be free on the object as the apply left it; the watch
@@ -416,8 +416,8 @@ impl Machine {
                 }
                 let action = error_action(&error);
                 let retry = matches!(action, Action::error | Action::conflict);
-                let outcome =
-                    Outcome::new(key, action).with_message(format!("{}: {error}", key.object));
+                let outcome = crate::outcome::for_key(key, action)
+                    .with_message(format!("{}: {error}", key.object));
                 self.finish_version(key, version, outcome, retry, now, out);
             }
         }

@@ -10,7 +10,6 @@ use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::merge::merge_fragment;
 use crate::metrics::Action;
-use crate::outcome::Outcome;
 use kube::api::DynamicObject;
 use serde_json::Value;
 use std::sync::Arc;
@@ -53,7 +52,7 @@ impl Machine {
             let entry = &self.entries[&key];
             merge_fragment(&entry.document, &intent.fragment, &rules, &intent.release)
         };
-        let mut outcome = Outcome::new(&key, Action::queued);
+        let mut outcome = crate::outcome::for_key(&key, Action::queued);
         outcome.kept = merged.kept.iter().map(ToString::to_string).collect();
         let local = self.local_conflicts(&key, &merged.document);
         if !local.is_empty() {
@@ -185,7 +184,7 @@ impl Machine {
             // waiters.
             fresh.version = old.version;
             fresh.phase = old.phase.clone();
-            let dropped = Outcome::new(key, Action::rejected).with_message(format!(
+            let dropped = crate::outcome::for_key(key, Action::rejected).with_message(format!(
                 "uid precondition failed: the object was recreated (uid {}), and an intent for \
                  the new incarnation replaced this one before it was applied",
                 uid.unwrap_or("unknown")
@@ -249,7 +248,7 @@ impl Machine {
             return;
         };
         for parked in std::mem::take(&mut held.parked) {
-            let outcome = Outcome::new(&parked.intent.key, Action::error)
+            let outcome = crate::outcome::for_key(&parked.intent.key, Action::error)
                 .with_message(format!("{object}: reading the object: {error}"));
             out.push(Effect::Counted(Count::Intent(
                 parked.intent.key.field_manager.clone(),

@@ -9,7 +9,6 @@ use crate::engine::events::Effect;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef};
 use crate::metrics::Action;
-use crate::outcome::Outcome;
 use kube::api::DynamicObject;
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,7 +81,7 @@ impl Machine {
         held.view = None;
         self.unpark(object, false, now, out);
         if let Some(key) = self.busy_in(object, |p| matches!(p, Phase::Reading { .. })) {
-            let outcome = Outcome::new(&key, Action::rejected)
+            let outcome = crate::outcome::for_key(&key, Action::rejected)
                 .with_message(format!("{object}: {}", ApplyError::NotFound));
             self.finish(&key, outcome, false, now, out);
         }
@@ -103,7 +102,8 @@ impl Machine {
             info!(subject = %key.object, manager = key.field_manager, "Rebuilt desired document from managedFields");
             let mut entry = Entry::new(owned_document(view, &key), view.metadata.uid.clone());
             entry.last = Some(
-                Outcome::new(&key, Action::unchanged).with_message("rebuilt from managedFields"),
+                crate::outcome::for_key(&key, Action::unchanged)
+                    .with_message("rebuilt from managedFields"),
             );
             self.entries.insert(key.clone(), entry);
             let held = self.objects.entry(object.clone()).or_default();

@@ -1,6 +1,10 @@
 //! A client of the intent API over the Unix socket, used by the controller and the CLI.
+//!
+//! [`Client::send`] reads the answer the way the server writes it: which HTTP statuses carry
+//! a delivered [`Outcome`] ([`Action::is_delivered_status`]) and which are refusals.
 
 use crate::intent::Intent;
+use crate::outcome::{Action, Outcome};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
@@ -24,6 +28,15 @@ pub enum ClientError {
     /// The answer could not be read.
     #[error("reading the answer of the status-applier: {0}")]
     Read(String),
+    /// The status-applier did not take the intent: a bad intent (400, 403, 413), or it
+    /// failed to act on it (503).
+    #[error("the status-applier refused the intent ({status}): {body}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// Its answer.
+        body: String,
+    },
 }
 
 /// An answer: the HTTP status and the body.
@@ -39,6 +52,22 @@ impl Answer {
     /// The body as JSON (`null` when it is not JSON).
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The outcome of a submitted intent, if the applier took it: a 2xx, 409 (a conflict) or
+    /// 422 (a missing object, an API refusal) answer carries the outcome of an intent the
+    /// applier keeps and applies again when the object changes. Anything else (a bad intent,
+    /// an applier failure) is [`ClientError::Refused`].
+    pub fn outcome(self) -> Result<Outcome, ClientError> {
+        let status = self.status.as_u16();
+        if !Action::is_delivered_status(status) {
+            return Err(ClientError::Refused {
+                status,
+                body: self.body,
+            });
+        }
+        serde_json::from_str(&self.body)
+            .map_err(|e| ClientError::Read(format!("an outcome ({status}): {e}: {}", self.body)))
     }
 }
 
@@ -56,6 +85,12 @@ impl Client {
             socket: socket.as_ref().to_owned(),
             http: HttpClient::unix(),
         }
+    }
+
+    /// Delivers an intent and waits for the outcome of its apply: `Ok` when the applier
+    /// took the intent (whatever the outcome), [`ClientError::Refused`] when it did not.
+    pub async fn send(&self, intent: &Intent) -> Result<Outcome, ClientError> {
+        self.submit(intent, true).await?.outcome()
     }
 
     /// Submits an intent; with `wait`, the answer carries the outcome of its apply.
@@ -109,5 +144,56 @@ impl Client {
             status,
             body: String::from_utf8_lossy(&bytes).into_owned(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn answer(status: u16, body: Value) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            body: body.to_string(),
+        }
+    }
+
+    fn outcome(action: &str) -> Value {
+        json!({"subject": "ConfigMap/ns/x", "fieldManager": "m", "action": action})
+    }
+
+    #[test]
+    fn conflicts_and_rejections_are_delivered_outcomes() {
+        for (status, action) in [
+            (200, Action::applied),
+            (200, Action::unchanged),
+            (409, Action::conflict),
+            (422, Action::rejected),
+        ] {
+            let got = answer(status, outcome(action.as_str())).outcome().unwrap();
+            assert_eq!(got.action, action);
+            assert_eq!(got.subject, "ConfigMap/ns/x");
+        }
+    }
+
+    #[test]
+    fn bad_intents_and_applier_failures_are_refusals() {
+        for status in [400, 403, 413, 503] {
+            let body = json!({"action": "rejected", "error": "no"});
+            match answer(status, body.clone()).outcome() {
+                Err(ClientError::Refused { status: s, body: b }) => {
+                    assert_eq!(s, status);
+                    assert_eq!(b, body.to_string());
+                }
+                other => panic!("{status}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_delivered_answer_that_is_no_outcome_is_a_read_error() {
+        let err = answer(200, json!({"nope": 1})).outcome().unwrap_err();
+        assert!(matches!(err, ClientError::Read(_)), "{err:?}");
     }
 }
