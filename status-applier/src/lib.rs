@@ -20,5 +20,6 @@ pub mod live;
 pub mod merge;
 pub mod metrics;
 pub mod outcome;
+pub mod policy;
 pub mod server;
 pub mod telemetry;
