@@ -755,21 +755,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// managedFields[].fieldsV1 of the CAPT controller on a CAPTControlPlane's status.
-    fn capt_status_fields() -> Value {
+    /// managedFields[].fieldsV1 of a controller on a Widget's status.
+    fn controller_status_fields() -> Value {
         json!({"f:status":{".":{},"f:phase":{},"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{},"f:status":{},"f:reason":{}}},"f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{"f:cluster_endpoint":{}}}}}})
     }
 
-    /// managedFields[].fieldsV1 of a CAPI manager on the CAPTControlPlane's spec.
-    fn capt_spec_fields() -> Value {
+    /// managedFields[].fieldsV1 of another manager on the Widget's spec.
+    fn other_spec_fields() -> Value {
         json!({"f:spec":{"f:controlPlaneEndpoint":{},"f:version":{}}})
     }
 
-    /// A live CAPTControlPlane.
-    fn capt_live() -> Value {
+    /// A live Widget.
+    fn live_object() -> Value {
         json!({
             "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
-            "kind": "CAPTControlPlane",
+            "kind": "Widget",
             "metadata": {"name": "demo", "namespace": "default"},
             "spec": {
                 "version": "1.31",
@@ -856,8 +856,8 @@ mod tests {
     }
 
     #[test]
-    fn capt_status_fields_decode_with_every_leaf_in_order() {
-        let set = decode(&capt_status_fields());
+    fn controller_status_fields_decode_with_every_leaf_in_order() {
+        let set = decode(&controller_status_fields());
         assert_eq!(
             rendered_leaves(&set),
             [
@@ -948,14 +948,14 @@ mod tests {
         assert!(set.is_empty());
         assert!(set.leaf_paths().is_empty());
         assert!(!set.touches(&[]));
-        assert_eq!(set.project(&capt_live()), None);
+        assert_eq!(set.project(&live_object()), None);
     }
 
     #[test]
     fn round_trip_reproduces_the_same_json_and_set() {
         for fields in [
-            capt_status_fields(),
-            capt_spec_fields(),
+            controller_status_fields(),
+            other_spec_fields(),
             json!({"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}}}}}),
             json!({"f:finalizers":{".":{},"v:\"a\"":{},"v:2.5":{},"v:null":{}},"f:args":{"i:0":{}}}),
         ] {
@@ -1082,7 +1082,7 @@ mod tests {
 
     #[test]
     fn owns_covers_leaves_and_everything_below_a_leaf() {
-        let set = decode(&capt_spec_fields());
+        let set = decode(&other_spec_fields());
         assert!(set.owns(&path(".spec.controlPlaneEndpoint")));
         assert!(set.owns(&path(".spec.controlPlaneEndpoint.host")));
         assert!(!set.owns(&path(".spec")));
@@ -1092,7 +1092,7 @@ mod tests {
 
     #[test]
     fn owns_on_list_map_elements_uses_the_dot_and_key_fields() {
-        let set = decode(&capt_status_fields());
+        let set = decode(&controller_status_fields());
         let ready = key(json!({"type": "Ready"}));
         let mut conditions = path("status.conditions");
         assert!(!set.owns(&conditions));
@@ -1124,7 +1124,7 @@ mod tests {
 
     #[test]
     fn a_dot_node_with_children_does_not_own_unlisted_descendants() {
-        let set = decode(&capt_status_fields());
+        let set = decode(&controller_status_fields());
         assert!(set.owns(&path("status")));
         assert!(!set.owns(&path("status.ready")));
         assert!(!set.owns(&path("status.workspaceStatus.atProvider")));
@@ -1133,7 +1133,7 @@ mod tests {
 
     #[test]
     fn touches_finds_owned_paths_below_and_above() {
-        let set = decode(&capt_status_fields());
+        let set = decode(&controller_status_fields());
         assert!(set.touches(&path("status.workspaceStatus")));
         assert!(set.touches(&path("status.workspaceStatus.atProvider")));
         assert!(!set.owns(&path("status.workspaceStatus.atProvider")));
@@ -1146,9 +1146,9 @@ mod tests {
 
     #[test]
     fn projection_copies_owned_scalars_and_whole_leaf_subtrees() {
-        let set = decode(&capt_spec_fields());
+        let set = decode(&other_spec_fields());
         assert_eq!(
-            set.project(&capt_live()),
+            set.project(&live_object()),
             Some(json!({"spec": {
                 "version": "1.31",
                 "controlPlaneEndpoint": {"host": "abc.eks.amazonaws.com", "port": 443}
@@ -1162,7 +1162,7 @@ mod tests {
             &json!({"f:status":{"f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{"f:cluster_endpoint":{}}}}}}),
         );
         assert_eq!(
-            set.project(&capt_live()),
+            set.project(&live_object()),
             Some(json!({"status": {"workspaceStatus": {"atProvider": {
                 "checksum": "abc123",
                 "outputs": {"cluster_endpoint": {"value": "https://abc", "sensitive": false}}
@@ -1176,16 +1176,16 @@ mod tests {
             &json!({"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:status":{}}}}}),
         );
         assert_eq!(
-            set.project(&capt_live()),
+            set.project(&live_object()),
             Some(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
         );
     }
 
     #[test]
-    fn capt_status_projection_includes_the_owned_condition_only() {
-        let set = decode(&capt_status_fields());
+    fn a_status_projection_includes_the_owned_condition_only() {
+        let set = decode(&controller_status_fields());
         assert_eq!(
-            set.project(&capt_live()),
+            set.project(&live_object()),
             Some(json!({"status": {
                 "phase": "Ready",
                 "conditions": [{"type": "Ready", "status": "True", "reason": "Ok"}],
@@ -1259,7 +1259,7 @@ mod tests {
             &json!({"f:status":{"f:phase":{},"f:missing":{"f:deeper":{}},"f:conditions":{"k:{\"type\":\"Gone\"}":{"f:status":{}}}}}),
         );
         assert_eq!(
-            set.project(&capt_live()),
+            set.project(&live_object()),
             Some(json!({"status": {"phase": "Ready"}}))
         );
         assert_eq!(set.project(&json!({"spec": {}})), None);
@@ -1272,7 +1272,7 @@ mod tests {
             "f:checksum":{},"f:state":{},"f:outputs":{"f:cluster_ca":{}}
         }}}}));
         assert_eq!(
-            set.project(&capt_live()),
+            set.project(&live_object()),
             Some(json!({"status": {"workspaceStatus": {"atProvider": {
                 "checksum": "abc123",
                 "outputs": {"cluster_ca": "LS0t"},
@@ -1349,15 +1349,15 @@ mod tests {
     }
 
     #[test]
-    fn a_predicted_apply_conflicts_with_the_capt_controller_on_shared_paths() {
+    fn a_predicted_apply_conflicts_with_another_controller_on_shared_paths() {
         let doc = json!({"status": {
             "phase": "Provisioning",
             "conditions": [{"type": "Ready", "status": "False"}],
             "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": "x", "cluster_ca": "y"}}}
         }});
         let applied = FieldSet::from_apply_document(&doc, &conditions_keyed_by_type);
-        let capt = decode(&capt_status_fields());
-        let conflicts = applied.intersection(&capt);
+        let controller = decode(&controller_status_fields());
+        let conflicts = applied.intersection(&controller);
         assert_eq!(
             rendered_leaves(&conflicts),
             [
@@ -1368,25 +1368,25 @@ mod tests {
                 ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
             ]
         );
-        assert_eq!(conflicts, capt.intersection(&applied));
+        assert_eq!(conflicts, controller.intersection(&applied));
     }
 
     #[test]
     fn intersection_with_a_leaf_keeps_the_deeper_paths_of_the_other_side() {
         let whole = decode(&json!({"f:status":{"f:workspaceStatus":{}}}));
-        let capt = decode(&capt_status_fields());
+        let controller = decode(&controller_status_fields());
         let expected = [
             ".status.workspaceStatus.atProvider.checksum",
             ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
         ];
-        assert_eq!(rendered_leaves(&whole.intersection(&capt)), expected);
-        assert_eq!(rendered_leaves(&capt.intersection(&whole)), expected);
+        assert_eq!(rendered_leaves(&whole.intersection(&controller)), expected);
+        assert_eq!(rendered_leaves(&controller.intersection(&whole)), expected);
     }
 
     #[test]
     fn intersection_of_disjoint_sets_is_empty() {
-        let spec = decode(&capt_spec_fields());
-        let status = decode(&capt_status_fields());
+        let spec = decode(&other_spec_fields());
+        let status = decode(&controller_status_fields());
         assert!(spec.intersection(&status).is_empty());
         assert!(FieldSet::default().intersection(&status).is_empty());
     }
