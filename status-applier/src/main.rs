@@ -88,13 +88,13 @@ struct AuditArgs {
 struct PolicyFileArg {
     /// The policy file (YAML; docs/status-applier.md). A flag given for a section of it
     /// replaces that section.
-    #[arg(long = "policy", env = "STATUS_APPLIER_POLICY")]
-    file: Option<PathBuf>,
+    #[arg(long = "policy", env = "STATUS_APPLIER_POLICY", value_name = "FILE")]
+    policy_file: Option<PathBuf>,
 }
 
 impl PolicyFileArg {
     fn read(&self) -> Result<PolicyFile> {
-        match &self.file {
+        match &self.policy_file {
             Some(path) => PolicyFile::read(path).map_err(anyhow::Error::msg),
             None => Ok(PolicyFile::default()),
         }
@@ -717,4 +717,15 @@ fn find_kind(
                     || r.kind.to_lowercase() == name.to_lowercase().trim_end_matches('s')
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }
