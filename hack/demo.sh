@@ -29,12 +29,13 @@ if ! $keep; then trap cleanup EXIT; else trap 'cleanup; exit 130' INT TERM; fi
 say "building the binaries (cargo build; cached after the first run)"
 cargo build --workspace --bins --quiet
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug
+POLICY=$ROOT/manifests/deploy/status-applier-policy.yaml # CAPT's policy, as deployed
 say "starting the local API server"
 exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start) # with Cluster API core
 eval "$exports"
 mkdir -p "$RUN" && rm -f "$RUN"/*.sock
 
-"$BIN/status-applier" serve --socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 \
+"$BIN/status-applier" serve --socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 --policy "$POLICY" \
 	--allow-manager capt-captcluster,capt-captcontrolplane,capt-cluster,capt-workspacetemplateapply \
 	>"$RUN/status-applier.log" 2>&1 &
 pids+=($!)
@@ -71,8 +72,8 @@ kubectl get cluster,captcluster,captcontrolplane,workspacetemplateapply,workspac
 echo
 echo
 say "ownership audit (status-applier audit): the control plane (the Cluster's status is Cluster API core's, manager 'manager'), then every object"
-"$BIN/status-applier" audit captcontrolplane/demo -n default
-if "$BIN/status-applier" audit -n default >"$RUN/audit.txt" 2>&1; then
+"$BIN/status-applier" audit captcontrolplane/demo -n default --policy "$POLICY"
+if "$BIN/status-applier" audit -n default --policy "$POLICY" >"$RUN/audit.txt" 2>&1; then
 	say "audit of every CAPT object: no violation (full report: $RUN/audit.txt)"
 else
 	say "audit found violations:"; grep VIOLATION "$RUN/audit.txt"

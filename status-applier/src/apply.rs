@@ -274,12 +274,12 @@ mod tests {
         DesiredKey {
             object: ObjectRef {
                 api_version: "controlplane.cluster.x-k8s.io/v1beta1".into(),
-                kind: "CAPTControlPlane".into(),
+                kind: "Widget".into(),
                 namespace: Some("default".into()),
                 name: "demo".into(),
             },
             subresource: Some(Subresource::Status),
-            field_manager: "capt-captcontrolplane".into(),
+            field_manager: "widget-controller".into(),
         }
     }
 
@@ -289,13 +289,11 @@ mod tests {
             "subresource": "status", "fieldsType": "FieldsV1",
             "fieldsV1": {"f:status": {"f:phase": {}}}})];
         if let Some(fields) = ours {
-            managed.push(
-                json!({"manager": "capt-captcontrolplane", "operation": "Apply",
-                "subresource": "status", "fieldsType": "FieldsV1", "fieldsV1": fields}),
-            );
+            managed.push(json!({"manager": "widget-controller", "operation": "Apply",
+                "subresource": "status", "fieldsType": "FieldsV1", "fieldsV1": fields}));
         }
         serde_json::from_value(json!({
-            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "Widget",
             "metadata": {"name": "demo", "namespace": "default", "managedFields": managed},
             "status": {"phase": "Creating"},
         }))
@@ -323,9 +321,9 @@ mod tests {
     /// it: we created `outputs` (`.`), they own `outputs.f`.
     fn shared_outputs(ours: Value) -> DynamicObject {
         serde_json::from_value(json!({
-            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "Widget",
             "metadata": {"name": "demo", "namespace": "default", "managedFields": [
-                {"manager": "capt-captcontrolplane", "operation": "Apply", "subresource": "status",
+                {"manager": "widget-controller", "operation": "Apply", "subresource": "status",
                  "fieldsType": "FieldsV1", "fieldsV1": ours},
                 {"manager": "foreign-u", "operation": "Update", "subresource": "status",
                  "fieldsType": "FieldsV1", "fieldsV1":
@@ -392,7 +390,7 @@ mod tests {
 
     #[test]
     fn the_paths_a_422_refuses_as_null_are_read_from_its_message() {
-        let message = r#"CAPTControlPlane.controlplane.cluster.x-k8s.io "demo" is invalid: status.workspaceStatus.atProvider: Invalid value: "null": workspaceStatus.atProvider in body must be of type object: "null""#;
+        let message = r#"Widget.controlplane.cluster.x-k8s.io "demo" is invalid: status.workspaceStatus.atProvider: Invalid value: "null": workspaceStatus.atProvider in body must be of type object: "null""#;
         assert_eq!(
             null_refusals(message),
             vec![

@@ -81,15 +81,6 @@ impl FromStr for Expectation {
     }
 }
 
-/// CAPT's protected paths and their owners (the ownership plan in README.md).
-pub const CAPT_EXPECTATIONS: &[&str] = &[
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider=capt-captcontrolplane",
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-captcontrolplane",
-    // Cluster API core (its manager binary is `manager`) copies the endpoint from the control
-    // plane when it manages the Cluster; `capt-cluster` writes it only where core does not run.
-    "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-cluster|manager",
-];
-
 /// A broken expectation.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Violation {
@@ -170,7 +161,7 @@ pub fn audit(object: &Value, expectations: &[Expectation]) -> Result<ObjectAudit
 }
 
 /// The "present when its source has it" check: a violation when `source_has` and `object`
-/// lacks `path` (dotted, like `status.workspaceStatus.atProvider`).
+/// lacks `path` (dotted, like `status.mirror.observed`).
 pub fn missing_from_source(
     object: &Value,
     path: &str,
@@ -365,11 +356,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn control_plane(managed: Value) -> Value {
-        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+    fn widget(managed: Value) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
                "metadata": {"name": "demo", "namespace": "default", "managedFields": managed},
-               "spec": {"controlPlaneEndpoint": {"host": "h", "port": 443}},
-               "status": {"phase": "Ready", "workspaceStatus": {"atProvider": {"checksum": "c"}},
+               "spec": {"endpoint": {"host": "h", "port": 443}},
+               "status": {"phase": "Ready", "mirror": {"observed": {"checksum": "c"}},
                           "conditions": [{"type": "Ready", "status": "True"}]}})
     }
 
@@ -378,32 +369,36 @@ mod tests {
     }
 
     fn expectations() -> Vec<Expectation> {
-        CAPT_EXPECTATIONS
-            .iter()
-            .map(|e| e.parse().unwrap())
-            .collect()
+        [
+            "Widget.example.com:status.mirror.observed=widget-controller",
+            "Widget.example.com:spec.endpoint=widget-controller",
+            "Gadget.example.com:spec.endpoint=gadget-writer|manager",
+        ]
+        .iter()
+        .map(|e| e.parse().unwrap())
+        .collect()
     }
 
     #[test]
     fn every_field_lists_all_its_co_owners() {
-        let obj = control_plane(json!([
+        let obj = widget(json!([
             entry(
-                "capt-captcontrolplane",
+                "widget-controller",
                 "Apply",
                 "status",
-                json!({"f:status": {"f:phase": {}, "f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+                json!({"f:status": {"f:phase": {}, "f:mirror": {"f:observed": {"f:checksum": {}}}}})
             ),
             entry(
-                "capi-core",
+                "other-controller",
                 "Update",
                 "status",
                 json!({"f:status": {"f:phase": {}}})
             ),
             entry(
-                "capt-captcontrolplane",
+                "widget-controller",
                 "Apply",
                 "",
-                json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}, "f:port": {}}}})
+                json!({"f:spec": {"f:endpoint": {"f:host": {}, "f:port": {}}}})
             ),
         ]));
         let a = audit(&obj, &expectations()).unwrap();
@@ -411,21 +406,20 @@ mod tests {
             .iter()
             .map(|o| o.manager.as_str())
             .collect();
-        assert_eq!(phase, ["capt-captcontrolplane", "capi-core"]);
+        assert_eq!(phase, ["widget-controller", "other-controller"]);
         assert!(a.violations.is_empty(), "{:?}", a.violations);
         let table = table(&[a]);
-        assert!(table.contains("capt-captcontrolplane (Apply, status, 2026-11-25T00:00:00Z); capi-core (Update, status"), "{table}");
+        assert!(table.contains("widget-controller (Apply, status, 2026-11-25T00:00:00Z); other-controller (Update, status"), "{table}");
     }
 
     #[test]
     fn a_shared_expectation_allows_either_owner_and_no_third() {
-        let e: Expectation =
-            "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint=capt-cluster|manager"
-                .parse()
-                .unwrap();
-        assert!(e.allows("capt-cluster") && e.allows("manager") && !e.allows("kubectl"));
+        let e: Expectation = "Gadget.example.com:spec.endpoint=gadget-writer|manager"
+            .parse()
+            .unwrap();
+        assert!(e.allows("gadget-writer") && e.allows("manager") && !e.allows("kubectl"));
         assert!(
-            "Cluster.cluster.x-k8s.io:spec.x=a|"
+            "Gadget.example.com:spec.x=a|"
                 .parse::<Expectation>()
                 .is_err()
         );
@@ -433,32 +427,29 @@ mod tests {
 
     #[test]
     fn a_foreign_owner_of_a_protected_path_is_a_violation() {
-        let obj = control_plane(json!([
+        let obj = widget(json!([
             entry(
-                "capt-captcontrolplane",
+                "widget-controller",
                 "Apply",
                 "status",
-                json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+                json!({"f:status": {"f:mirror": {"f:observed": {"f:checksum": {}}}}})
             ),
             entry(
                 "intruder",
                 "Update",
                 "status",
-                json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+                json!({"f:status": {"f:mirror": {"f:observed": {"f:checksum": {}}}}})
             ),
             entry(
-                "capt-captcontrolplane",
+                "widget-controller",
                 "Apply",
                 "",
-                json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}, "f:port": {}}}})
+                json!({"f:spec": {"f:endpoint": {"f:host": {}, "f:port": {}}}})
             ),
         ]));
         let a = audit(&obj, &expectations()).unwrap();
         assert_eq!(a.violations.len(), 1, "{:?}", a.violations);
-        assert_eq!(
-            a.violations[0].path,
-            ".status.workspaceStatus.atProvider.checksum"
-        );
+        assert_eq!(a.violations[0].path, ".status.mirror.observed.checksum");
         assert!(
             a.violations[0]
                 .problem
@@ -470,37 +461,37 @@ mod tests {
 
     #[test]
     fn a_protected_value_nobody_expected_owns_is_a_violation() {
-        let obj = control_plane(json!([entry(
-            "capt-captcontrolplane",
+        let obj = widget(json!([entry(
+            "widget-controller",
             "Apply",
             "status",
-            json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {"f:checksum": {}}}}})
+            json!({"f:status": {"f:mirror": {"f:observed": {"f:checksum": {}}}}})
         ),]));
         let a = audit(&obj, &expectations()).unwrap();
         assert_eq!(
             a.violations,
             vec![Violation {
-                path: ".spec.controlPlaneEndpoint".into(),
-                problem: "present but not owned by capt-captcontrolplane".into(),
+                path: ".spec.endpoint".into(),
+                problem: "present but not owned by widget-controller".into(),
             }]
         );
     }
 
     #[test]
     fn the_annotated_yaml_names_owners_on_their_lines() {
-        let obj = control_plane(json!([entry(
-            "capt-captcontrolplane",
+        let obj = widget(json!([entry(
+            "widget-controller",
             "Apply",
             "status",
             json!({"f:status": {"f:phase": {}, "f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}, "f:status": {}, "f:type": {}}}}})
         ),]));
         let yaml = annotated_yaml(&[audit(&obj, &[]).unwrap()]);
         assert!(
-            yaml.contains("  phase: Ready  # capt-captcontrolplane"),
+            yaml.contains("  phase: Ready  # widget-controller"),
             "{yaml}"
         );
         assert!(
-            yaml.contains("    status: 'True'  # capt-captcontrolplane"),
+            yaml.contains("    status: 'True'  # widget-controller"),
             "{yaml}"
         );
         assert!(!yaml.contains("managedFields"), "{yaml}");
@@ -515,39 +506,17 @@ mod tests {
 
     #[test]
     fn a_value_missing_while_its_source_has_it_is_a_violation() {
-        let obj = json!({"status": {"workspaceStatus": {"ready": true}}});
-        let v = missing_from_source(
-            &obj,
-            "status.workspaceStatus.atProvider",
-            true,
-            "Workspace w",
-        )
-        .unwrap();
-        assert_eq!(v.problem, "missing: its source (Workspace w) has it");
-        assert!(
-            missing_from_source(
-                &obj,
-                "status.workspaceStatus.atProvider",
-                false,
-                "Workspace w"
-            )
-            .is_none()
-        );
-        let with = json!({"status": {"workspaceStatus": {"atProvider": {"checksum": "c"}}}});
-        assert!(
-            missing_from_source(
-                &with,
-                "status.workspaceStatus.atProvider",
-                true,
-                "Workspace w"
-            )
-            .is_none()
-        );
+        let obj = json!({"status": {"mirror": {"ready": true}}});
+        let v = missing_from_source(&obj, "status.mirror.observed", true, "Gadget g").unwrap();
+        assert_eq!(v.problem, "missing: its source (Gadget g) has it");
+        assert!(missing_from_source(&obj, "status.mirror.observed", false, "Gadget g").is_none());
+        let with = json!({"status": {"mirror": {"observed": {"checksum": "c"}}}});
+        assert!(missing_from_source(&with, "status.mirror.observed", true, "Gadget g").is_none());
     }
 
     #[test]
     fn malformed_expectations_name_the_problem() {
-        let err = "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint"
+        let err = "Gadget.example.com:spec.endpoint"
             .parse::<Expectation>()
             .unwrap_err();
         assert!(

@@ -1,13 +1,13 @@
 //! What the applier is configured with: which managers and kinds it serves, and the path
 //! rules (protected paths, replaced subtrees) of each kind.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// A path of object fields, written `status.workspaceStatus.atProvider`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(into = "String")]
+/// A path of object fields, written `status.observed.summary`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct FieldPath(Vec<String>);
 
 impl FieldPath {
@@ -19,6 +19,22 @@ impl FieldPath {
     /// True when `other` is this path or lies below it.
     pub fn contains(&self, other: &FieldPath) -> bool {
         other.0.starts_with(&self.0)
+    }
+
+    /// The value at this path in `object`, when present and not null.
+    pub fn lookup<'a>(&self, object: &'a serde_json::Value) -> Option<&'a serde_json::Value> {
+        self.0
+            .iter()
+            .try_fold(object, |v, k| v.get(k))
+            .filter(|v| !v.is_null())
+    }
+}
+
+impl TryFrom<String> for FieldPath {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
     }
 }
 
@@ -49,7 +65,7 @@ impl From<FieldPath> for String {
     }
 }
 
-/// A rule for one kind: `Kind.group:path` (`Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint`).
+/// A rule for one kind: `Kind.group:path` (`Widget.example.com:spec.endpoint`).
 /// The core group is written without a dot suffix (`ConfigMap:data.key`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KindPath {
@@ -73,8 +89,10 @@ impl FromStr for KindPath {
     }
 }
 
-/// A kind and its API group, written `Kind.group` (`CAPTControlPlane.controlplane.cluster.x-k8s.io`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A kind and its API group, written `Kind.group` (`Widget.example.com`; `ConfigMap` for the
+/// core group).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
 pub struct GroupKind {
     /// API group; empty for the core group.
     pub group: String,
@@ -105,6 +123,14 @@ impl FromStr for GroupKind {
             group: group.to_owned(),
             kind: kind.to_owned(),
         })
+    }
+}
+
+impl TryFrom<String> for GroupKind {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
     }
 }
 
@@ -173,41 +199,25 @@ impl Policy {
     }
 }
 
-/// CAPT's rules (the ownership plan in README.md): the protected paths and the replaced `atProvider`.
-pub const CAPT_PROTECTED: &[&str] = &[
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider",
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io:spec.controlPlaneEndpoint",
-    "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint",
-];
-
-/// Subtrees CAPT mirrors whole from their source.
-pub const CAPT_REPLACED: &[&str] = &[
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider",
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceTemplateStatus.outputs",
-    "CAPTCluster.infrastructure.cluster.x-k8s.io:status.workspaceTemplateStatus.outputs",
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn kind_paths_parse_with_and_without_group() {
-        let rule: KindPath = "Cluster.cluster.x-k8s.io:spec.controlPlaneEndpoint"
-            .parse()
-            .unwrap();
-        assert_eq!(rule.kind.group, "cluster.x-k8s.io");
-        assert_eq!(rule.kind.kind, "Cluster");
-        assert_eq!(rule.path.segments(), ["spec", "controlPlaneEndpoint"]);
+        let rule: KindPath = "Widget.example.com:spec.endpoint".parse().unwrap();
+        assert_eq!(rule.kind.group, "example.com");
+        assert_eq!(rule.kind.kind, "Widget");
+        assert_eq!(rule.path.segments(), ["spec", "endpoint"]);
         let core: KindPath = "ConfigMap:data.x".parse().unwrap();
         assert_eq!(core.kind.to_string(), "ConfigMap");
     }
 
     #[test]
     fn malformed_rules_name_what_is_wrong() {
-        let err = "Cluster.cluster.x-k8s.io".parse::<KindPath>().unwrap_err();
+        let err = "Widget.example.com".parse::<KindPath>().unwrap_err();
         assert!(err.contains("expected Kind.group:field.path"), "{err}");
-        let err = "Cluster.cluster.x-k8s.io:spec..x"
+        let err = "Widget.example.com:spec..x"
             .parse::<KindPath>()
             .unwrap_err();
         assert!(err.contains("`spec..x`"), "{err}");
@@ -215,14 +225,8 @@ mod tests {
 
     #[test]
     fn group_kind_comes_from_api_version() {
-        let gk = GroupKind::from_api_version(
-            "controlplane.cluster.x-k8s.io/v1beta1",
-            "CAPTControlPlane",
-        );
-        assert_eq!(
-            gk.to_string(),
-            "CAPTControlPlane.controlplane.cluster.x-k8s.io"
-        );
+        let gk = GroupKind::from_api_version("example.com/v1", "Widget");
+        assert_eq!(gk.to_string(), "Widget.example.com");
         assert_eq!(
             GroupKind::from_api_version("v1", "ConfigMap").to_string(),
             "ConfigMap"
@@ -230,24 +234,27 @@ mod tests {
     }
 
     #[test]
-    fn capt_defaults_parse_and_select_by_kind() {
+    fn rules_select_by_kind() {
+        let rule = |s: &str| s.parse::<KindPath>().unwrap();
         let policy = Policy {
-            protected: CAPT_PROTECTED.iter().map(|s| s.parse().unwrap()).collect(),
-            replaced: CAPT_REPLACED.iter().map(|s| s.parse().unwrap()).collect(),
+            protected: vec![
+                rule("Widget.example.com:status.observed"),
+                rule("Widget.example.com:spec.endpoint"),
+                rule("ConfigMap:data.owner"),
+            ],
+            replaced: vec![rule("Widget.example.com:status.observed")],
             ..Policy::default()
         };
-        let cp = policy.rules_for(
-            &"CAPTControlPlane.controlplane.cluster.x-k8s.io"
-                .parse()
-                .unwrap(),
-        );
-        assert_eq!(cp.protected.len(), 2);
-        assert_eq!(cp.replaced.len(), 2);
-        let cluster = policy.rules_for(&"Cluster.cluster.x-k8s.io".parse().unwrap());
+        let widget = policy.rules_for(&"Widget.example.com".parse().unwrap());
+        assert_eq!(widget.protected.len(), 2);
+        assert_eq!(widget.replaced.len(), 1);
+        let cm = policy.rules_for(&"ConfigMap".parse().unwrap());
+        assert_eq!(cm.protected, vec!["data.owner".parse().unwrap()]);
+        assert!(cm.replaced.is_empty());
         assert_eq!(
-            cluster.protected,
-            vec!["spec.controlPlaneEndpoint".parse().unwrap()]
+            Policy::default().rules_for(&"ConfigMap".parse().unwrap()),
+            PathRules::default(),
+            "the default policy has no rule"
         );
-        assert!(cluster.replaced.is_empty());
     }
 }

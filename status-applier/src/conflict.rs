@@ -234,7 +234,7 @@ mod tests {
                 json!({"f:status": {"f:phase": {}}}),
             ),
             entry(
-                "capt-cluster",
+                "widget-controller",
                 "Apply",
                 "status",
                 json!({"f:status": {"f:infrastructureReady": {}}}),
@@ -249,7 +249,7 @@ mod tests {
         let (live, owners) = live_cluster();
         let desired =
             json!({"spec": {"controlPlaneEndpoint": {"host": "eks.example.com", "port": 443}}});
-        let conflicts = predict(&desired, "capt-cluster", "", &live, &owners);
+        let conflicts = predict(&desired, "widget-controller", "", &live, &owners);
         assert_eq!(conflicts.len(), 1, "{conflicts:?}");
         assert_eq!(
             conflicts[0].conflict.path,
@@ -266,9 +266,9 @@ mod tests {
     fn agreeing_with_a_foreign_owner_is_no_conflict() {
         let (live, owners) = live_cluster();
         let desired = json!({"status": {"phase": "Provisioning", "infrastructureReady": true}});
-        assert!(predict(&desired, "capt-cluster", "status", &live, &owners).is_empty());
+        assert!(predict(&desired, "widget-controller", "status", &live, &owners).is_empty());
         let desired = json!({"status": {"phase": "Provisioned"}});
-        let conflicts = predict(&desired, "capt-cluster", "status", &live, &owners);
+        let conflicts = predict(&desired, "widget-controller", "status", &live, &owners);
         assert_eq!(conflicts[0].conflict.owner, "capi-core");
         assert_eq!(conflicts[0].conflict.operation, "Update");
     }
@@ -291,10 +291,10 @@ mod tests {
         ]);
         assert!(errors.is_empty());
         let desired = json!({"status": {"workspaceStatus": {"atProvider": {"checksum": "ours"}}}});
-        assert!(predict(&desired, "capt", "status", &live, &owners).is_empty());
-        assert!(predict(&desired, "capt", "status", &emptied, &owners).is_empty());
+        assert!(predict(&desired, "widget-controller", "status", &live, &owners).is_empty());
+        assert!(predict(&desired, "widget-controller", "status", &emptied, &owners).is_empty());
         let desired = json!({"spec": {"controlPlaneEndpoint": {"host": "b", "port": 443}}});
-        assert!(predict(&desired, "capt", "", &live, &owners).is_empty());
+        assert!(predict(&desired, "widget-controller", "", &live, &owners).is_empty());
         // A leaf on an atomic value still owns what replaces it, and one on an absent map
         // owns the map our apply would add.
         let live = json!({"spec": {"controlPlaneEndpoint": "atomic"}});
@@ -304,10 +304,10 @@ mod tests {
             "",
             json!({"f:spec": {"f:controlPlaneEndpoint": {}, "f:x": {}}}),
         )]);
-        let conflicts = predict(&desired, "capt", "", &live, &atomic);
+        let conflicts = predict(&desired, "widget-controller", "", &live, &atomic);
         assert_eq!(conflicts.len(), 2, "{conflicts:?}");
         let desired = json!({"spec": {"x": {"y": 1}}});
-        let conflicts = predict(&desired, "capt", "", &live, &atomic);
+        let conflicts = predict(&desired, "widget-controller", "", &live, &atomic);
         assert_eq!(conflicts[0].conflict.path, ".spec.x.y");
     }
 
@@ -315,14 +315,14 @@ mod tests {
     fn our_own_apply_entry_is_not_a_foreign_owner() {
         let (live, owners) = live_cluster();
         let desired = json!({"status": {"infrastructureReady": false}});
-        assert!(predict(&desired, "capt-cluster", "status", &live, &owners).is_empty());
+        assert!(predict(&desired, "widget-controller", "status", &live, &owners).is_empty());
     }
 
     #[test]
     fn owned_document_projects_the_live_values_of_our_fields() {
         let (live, owners) = live_cluster();
         assert_eq!(
-            owned_document(&owners, "capt-cluster", "status", &live),
+            owned_document(&owners, "widget-controller", "status", &live),
             json!({"status": {"infrastructureReady": true}})
         );
         assert_eq!(

@@ -4,11 +4,12 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use prometheus_client::registry::Registry;
-use status_applier::audit::{CAPT_EXPECTATIONS, Expectation};
+use status_applier::audit::Expectation;
 use status_applier::client::{Answer, Client};
-use status_applier::config::{CAPT_PROTECTED, CAPT_REPLACED, GroupKind, KindPath, Policy};
+use status_applier::config::{GroupKind, KindPath};
 use status_applier::engine::{Engine, Settings};
 use status_applier::metrics::Metrics;
+use status_applier::policy::{LookupStep, PolicyFile, Scope, SourceCheck};
 use status_applier::server::{AppState, probes, router};
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -63,7 +64,7 @@ enum Command {
 
 #[derive(Args)]
 struct AuditArgs {
-    /// KIND or KIND/NAME (kind, plural or Kind.group); every kind CAPT manages when omitted.
+    /// KIND or KIND/NAME (kind, plural or Kind.group); the policy's `audit.kinds` when omitted.
     target: Option<String>,
     /// The namespace (all namespaces when omitted).
     #[arg(short = 'n', long)]
@@ -74,9 +75,30 @@ struct AuditArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = AuditFormat::Table)]
     output: AuditFormat,
-    /// Protected paths and their one owner, as Kind.group:field.path=manager (replaces the defaults).
-    #[arg(long = "expect", value_delimiter = ',', default_values_t = expectations(CAPT_EXPECTATIONS))]
-    expectations: Vec<ExpectationArg>,
+    #[command(flatten)]
+    policy: PolicyFileArg,
+    /// Protected paths and their only owners, as Kind.group:field.path=manager[|manager]
+    /// (replaces the policy file's `audit.expectations`).
+    #[arg(long = "expect", value_delimiter = ',')]
+    expectations: Vec<Expectation>,
+}
+
+/// The policy file: nothing is protected, replaced or expected without one (or the flags).
+#[derive(Args)]
+struct PolicyFileArg {
+    /// The policy file (YAML; docs/status-applier.md). A flag given for a section of it
+    /// replaces that section.
+    #[arg(long = "policy", env = "STATUS_APPLIER_POLICY", value_name = "FILE")]
+    policy_file: Option<PathBuf>,
+}
+
+impl PolicyFileArg {
+    fn read(&self) -> Result<PolicyFile> {
+        match &self.policy_file {
+            Some(path) => PolicyFile::read(path).map_err(anyhow::Error::msg),
+            None => Ok(PolicyFile::default()),
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -84,30 +106,6 @@ enum AuditFormat {
     Table,
     Json,
     Yaml,
-}
-
-/// An `--expect` value (clap needs Display for defaults).
-#[derive(Clone)]
-struct ExpectationArg(Expectation);
-
-impl std::str::FromStr for ExpectationArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        s.parse().map(Self)
-    }
-}
-
-impl std::fmt::Display for ExpectationArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}={}", self.0.kind, self.0.path, self.0.owner)
-    }
-}
-
-fn expectations(rules: &[&str]) -> Vec<ExpectationArg> {
-    rules
-        .iter()
-        .map(|r| r.parse().expect("built-in expectations parse"))
-        .collect()
 }
 
 /// Which desired documents `show` prints (all when no filter is given).
@@ -181,8 +179,11 @@ struct ServeArgs {
     log_json: bool,
 }
 
+/// The serving policy: each flag given replaces its section of the policy file.
 #[derive(Args)]
 struct PolicyArgs {
+    #[command(flatten)]
+    file: PolicyFileArg,
     /// Field managers accepted in intents (all when none is given).
     #[arg(
         long = "allow-manager",
@@ -197,12 +198,21 @@ struct PolicyArgs {
         value_delimiter = ','
     )]
     allowed_kinds: Vec<GroupKind>,
-    /// Protected paths, as Kind.group:field.path (replaces the defaults).
-    #[arg(long = "protect", env = "STATUS_APPLIER_PROTECT", value_delimiter = ',', default_values_t = defaults(CAPT_PROTECTED))]
-    protected: Vec<KindPathArg>,
-    /// Subtrees replaced whole by a fragment that carries them, as Kind.group:field.path.
-    #[arg(long = "replace", env = "STATUS_APPLIER_REPLACE", value_delimiter = ',', default_values_t = defaults(CAPT_REPLACED))]
-    replaced: Vec<KindPathArg>,
+    /// Protected paths, as Kind.group:field.path (none when none is given).
+    #[arg(
+        long = "protect",
+        env = "STATUS_APPLIER_PROTECT",
+        value_delimiter = ','
+    )]
+    protected: Vec<KindPath>,
+    /// Subtrees replaced whole by a fragment that carries them, as Kind.group:field.path
+    /// (none when none is given).
+    #[arg(
+        long = "replace",
+        env = "STATUS_APPLIER_REPLACE",
+        value_delimiter = ','
+    )]
+    replaced: Vec<KindPath>,
     /// Managers whose conflicts outside protected paths are forced (none by default).
     #[arg(
         long = "force-manager",
@@ -256,30 +266,6 @@ struct TuningArgs {
         default_value_t = DEFAULTS.wait_timeout.as_secs()
     )]
     wait_timeout_seconds: u64,
-}
-
-/// A `Kind.group:path` flag value (clap needs Display for defaults).
-#[derive(Clone)]
-struct KindPathArg(KindPath);
-
-impl std::str::FromStr for KindPathArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        s.parse().map(Self)
-    }
-}
-
-impl std::fmt::Display for KindPathArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.0.kind, self.0.path)
-    }
-}
-
-fn defaults(rules: &[&str]) -> Vec<KindPathArg> {
-    rules
-        .iter()
-        .map(|r| r.parse().expect("built-in rules parse"))
-        .collect()
 }
 
 /// Exit codes: 0 success; 1 an audit found a violation, or a command failed; 2 an audit
@@ -393,13 +379,44 @@ fn split_documents(text: &str) -> Vec<String> {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     status_applier::telemetry::init_logging(args.log_json);
-    let policy = Policy {
-        allowed_managers: args.policy.allowed_managers,
-        allowed_kinds: args.policy.allowed_kinds,
-        protected: args.policy.protected.into_iter().map(|a| a.0).collect(),
-        replaced: args.policy.replaced.into_iter().map(|a| a.0).collect(),
-        force_managers: args.policy.force_managers,
+    let file = args.policy.file.read()?;
+    let flags = args.policy;
+    // A flag (or its environment variable) given replaces the file's section.
+    fn or_file<T>(flag: Vec<T>, file: Vec<T>) -> Vec<T> {
+        if flag.is_empty() { file } else { flag }
+    }
+    let mut policy = file.serving();
+    policy.allowed_managers = or_file(flags.allowed_managers, policy.allowed_managers);
+    policy.allowed_kinds = or_file(flags.allowed_kinds, policy.allowed_kinds);
+    policy.protected = or_file(flags.protected, policy.protected);
+    policy.replaced = or_file(flags.replaced, policy.replaced);
+    policy.force_managers = or_file(flags.force_managers, policy.force_managers);
+    let watch_kinds = if flags.watch_kinds.is_empty() {
+        file.watch_kinds
+            .iter()
+            .map(|w| (w.api_version.clone(), w.kind.clone()))
+            .collect()
+    } else {
+        flags
+            .watch_kinds
+            .iter()
+            .map(|watched| {
+                watched
+                    .rsplit_once(':')
+                    .map(|(v, k)| (v.to_owned(), k.to_owned()))
+                    .with_context(|| {
+                        format!("invalid --watch-kind `{watched}`: expected apiVersion:Kind")
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?
     };
+    tracing::info!(
+        protected = policy.protected.len(),
+        replaced = policy.replaced.len(),
+        allowed_managers = ?policy.allowed_managers,
+        watched = watch_kinds.len(),
+        "Policy"
+    );
     let t = args.tuning;
     let settings = Settings {
         coalesce_window: Duration::from_millis(t.coalesce_window_ms),
@@ -415,15 +432,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .context("connecting to the API server")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let engine = Engine::start(client, policy, settings, metrics, !args.policy.no_events);
-    for watched in &args.policy.watch_kinds {
-        let (api_version, kind) = watched.rsplit_once(':').with_context(|| {
-            format!("invalid --watch-kind `{watched}`: expected apiVersion:Kind")
-        })?;
+    let engine = Engine::start(client, policy, settings, metrics, !flags.no_events);
+    for (api_version, kind) in &watch_kinds {
         engine
             .watch_kind(api_version, kind)
             .await
-            .with_context(|| format!("watching {watched}"))?;
+            .with_context(|| format!("watching {api_version}:{kind}"))?;
     }
     let state = AppState {
         engine,
@@ -472,27 +486,28 @@ async fn shutdown() {
     tracing::info!("Shutting down");
 }
 
-/// The kinds `audit` reads when no target is named: every kind CAPT writes.
-const CAPT_KINDS: &[&str] = &[
-    "CAPTCluster.infrastructure.cluster.x-k8s.io",
-    "CAPTControlPlane.controlplane.cluster.x-k8s.io",
-    "Cluster.cluster.x-k8s.io",
-    "WorkspaceTemplateApply.infrastructure.cluster.x-k8s.io",
-];
-
 async fn audit(args: AuditArgs) -> Result<Verdict> {
+    let policy = args.policy.read()?;
     let objects = match &args.file {
         Some(file) => read_objects(file)?,
-        None => fetch_objects(args.target.as_deref(), args.namespace.as_deref()).await?,
+        None => {
+            let kinds: Vec<String> = policy.audit.kinds.iter().map(|k| k.to_string()).collect();
+            fetch_objects(args.target.as_deref(), &kinds, args.namespace.as_deref()).await?
+        }
     };
-    let expectations: Vec<Expectation> = args.expectations.into_iter().map(|e| e.0).collect();
+    // `--expect` given replaces the file's expectations.
+    let expectations = if args.expectations.is_empty() {
+        policy.expectations()
+    } else {
+        args.expectations
+    };
     let mut audits = objects
         .iter()
         .map(|o| status_applier::audit::audit(o, &expectations))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
     if args.file.is_none() {
-        check_at_provider_sources(&objects, &mut audits).await?;
+        check_sources(&policy.audit.source_checks, &objects, &mut audits).await?;
     }
     match args.output {
         AuditFormat::Table => print!("{}", status_applier::audit::table(&audits)),
@@ -511,58 +526,82 @@ async fn audit(args: AuditArgs) -> Result<Verdict> {
     Ok(Verdict::Clean)
 }
 
-/// CAPT's "present when its source has it": a CAPTControlPlane whose Workspace reports
-/// `atProvider` must mirror it. The Workspace is found through the control plane's apply
-/// (`spec.workspaceTemplateApplyName` → `status.workspaceName`). Only from the cluster.
-async fn check_at_provider_sources(
+/// The policy's "present when its source has it" checks (only from the cluster: the sources
+/// are read from it).
+async fn check_sources(
+    checks: &[SourceCheck],
     objects: &[serde_json::Value],
     audits: &mut [status_applier::audit::ObjectAudit],
 ) -> Result<()> {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    if checks.is_empty() {
+        return Ok(());
+    }
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    let applies = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "infrastructure.cluster.x-k8s.io",
-        "v1beta1",
-        "WorkspaceTemplateApply",
-    ));
-    let workspaces = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "tf.upbound.io",
-        "v1beta1",
-        "Workspace",
-    ));
     for (object, audit) in objects.iter().zip(audits.iter_mut()) {
-        let (Some("CAPTControlPlane"), Some(ns), Some(apply)) = (
-            object["kind"].as_str(),
-            object["metadata"]["namespace"].as_str(),
-            object["spec"]["workspaceTemplateApplyName"].as_str(),
-        ) else {
-            continue;
-        };
-        let api: kube::Api<DynamicObject> =
-            kube::Api::namespaced_with(client.clone(), ns, &applies);
-        let Some(apply) = api.get_opt(apply).await? else {
-            continue;
-        };
-        let Some(name) = apply.data["status"]["workspaceName"].as_str() else {
-            continue;
-        };
-        let api: kube::Api<DynamicObject> = kube::Api::all_with(client.clone(), &workspaces);
-        let source_has = api
-            .get_opt(name)
-            .await?
-            .is_some_and(|w| !w.data["status"]["atProvider"].is_null());
-        if let Some(v) = status_applier::audit::missing_from_source(
-            object,
-            "status.workspaceStatus.atProvider",
-            source_has,
-            &format!("Workspace {name}"),
-        ) {
-            audit.violations.push(v);
+        let kind = GroupKind::from_api_version(
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default(),
+        );
+        for check in checks.iter().filter(|c| c.kind == kind) {
+            let Some((source, described)) = follow(&client, object, &check.source.lookup).await?
+            else {
+                continue;
+            };
+            let source_has = check.source.path.lookup(&source).is_some();
+            if let Some(v) = status_applier::audit::missing_from_source(
+                object,
+                &check.path.to_string(),
+                source_has,
+                &described,
+            ) {
+                audit.violations.push(v);
+            }
         }
     }
     Ok(())
+}
+
+/// The object at the end of `steps` from `object`, and its `Kind name`; `None` when a step's
+/// name or object is missing (no source: nothing to check).
+async fn follow(
+    client: &kube::Client,
+    object: &serde_json::Value,
+    steps: &[LookupStep],
+) -> Result<Option<(serde_json::Value, String)>> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let mut current = object.clone();
+    let mut described = String::new();
+    for step in steps {
+        let Some(name) = step.name_in(&current) else {
+            return Ok(None);
+        };
+        let (group, version) = step
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &step.api_version));
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &step.kind));
+        let api: kube::Api<DynamicObject> = match step.scope {
+            Scope::Namespaced => {
+                let Some(ns) = current["metadata"]["namespace"].as_str() else {
+                    return Ok(None);
+                };
+                kube::Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            Scope::Cluster => kube::Api::all_with(client.clone(), &resource),
+        };
+        let Some(found) = api
+            .get_opt(&name)
+            .await
+            .with_context(|| format!("reading {} {name}", step.kind))?
+        else {
+            return Ok(None);
+        };
+        current = serde_json::to_value(found)?;
+        described = format!("{} {name}", step.kind);
+    }
+    Ok(Some((current, described)))
 }
 
 /// Objects from YAML or JSON documents; `List`s are flattened.
@@ -599,11 +638,18 @@ fn read_objects(file: &str) -> Result<Vec<serde_json::Value>> {
     Ok(objects)
 }
 
-/// Objects of the target (or of every CAPT kind) from the API server.
+/// Objects of the target (or of every kind of `audited` when none is named) from the API
+/// server.
 async fn fetch_objects(
     target: Option<&str>,
+    audited: &[String],
     namespace: Option<&str>,
 ) -> Result<Vec<serde_json::Value>> {
+    if target.is_none() && audited.is_empty() {
+        bail!(
+            "nothing to audit: name a KIND or KIND/NAME, or give a policy file (--policy) whose audit.kinds lists the kinds"
+        );
+    }
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
@@ -616,7 +662,7 @@ async fn fetch_objects(
             let (kind, name) = t.split_once('/').map_or((t, None), |(k, n)| (k, Some(n)));
             (vec![kind.to_owned()], name)
         }
-        None => (CAPT_KINDS.iter().map(|k| (*k).to_owned()).collect(), None),
+        None => (audited.to_vec(), None),
     };
     let mut objects = Vec::new();
     for wanted in &kinds {
@@ -671,4 +717,15 @@ fn find_kind(
                     || r.kind.to_lowercase() == name.to_lowercase().trim_end_matches('s')
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

@@ -37,9 +37,10 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Value, json};
 use status_applier::apply::plan;
-use status_applier::config::{CAPT_PROTECTED, CAPT_REPLACED, GroupKind, PathRules, Policy};
+use status_applier::config::{GroupKind, PathRules, Policy};
 use status_applier::intent::{DesiredKey, ObjectRef, Subresource};
 use status_applier::merge::merge_fragment;
+use status_applier::policy::PolicyFile;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Field names from the root.
@@ -52,7 +53,8 @@ const FOREIGN: [&str; 2] = ["foreign-a", "foreign-b"];
 const API_VERSION: &str = "controlplane.cluster.x-k8s.io/v1beta1";
 /// The subresource of each of our documents: 0 is the status, 1 the main resource.
 const SUBRESOURCE: [&str; 2] = ["status", ""];
-/// The model's rules, written down independently of `config::CAPT_*`.
+/// The model's rules, written down independently of the policy file the applier reads
+/// (CAPT's, `manifests/deploy/status-applier-policy.yaml`).
 const PROTECTED: [&str; 2] = [
     "status.workspaceStatus.atProvider",
     "spec.controlPlaneEndpoint",
@@ -816,16 +818,18 @@ impl std::ops::AddAssign for Stats {
 
 impl World {
     fn new(may_force: bool) -> Self {
-        let parse = |rules: &[&str]| rules.iter().map(|s| s.parse().expect("a rule")).collect();
+        let file = PolicyFile::read(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../manifests/deploy/status-applier-policy.yaml"),
+        )
+        .expect("CAPT's policy file");
         let policy = Policy {
-            protected: parse(CAPT_PROTECTED),
-            replaced: parse(CAPT_REPLACED),
             force_managers: if may_force {
                 vec![OURS.into()]
             } else {
                 Vec::new()
             },
-            ..Policy::default()
+            ..file.serving()
         };
         let rules = policy.rules_for(&GroupKind::from_api_version(
             API_VERSION,

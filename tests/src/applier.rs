@@ -1,6 +1,6 @@
 //! A status-applier running as its own process against the test environment.
 
-use crate::{env, unique_name};
+use crate::{env, repo_root, unique_name};
 use anyhow::{Context, Result, bail};
 use status_applier::client::Client;
 use std::path::PathBuf;
@@ -27,6 +27,12 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// CAPT's policy for the status-applier, as deployed (`manifests/deploy/`): every CAPT
+/// system the tests and the scripts start reads it.
+pub fn capt_policy() -> PathBuf {
+    repo_root().join("manifests/deploy/status-applier-policy.yaml")
+}
+
 /// A running `status-applier serve`, killed when dropped.
 pub struct Applier {
     /// Its socket.
@@ -40,18 +46,31 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// Starts an applier with `args` added to `serve --socket …`, and waits until it answers.
+    /// Starts an applier with CAPT's policy ([`capt_policy`]) and `args` added to
+    /// `serve --socket …`, and waits until it answers.
     pub async fn start(args: &[&str]) -> Result<Self> {
         Self::start_as(args, &env().kubeconfig).await
     }
 
     /// [`Applier::start`] with another kubeconfig (an impersonating one, say).
     pub async fn start_as(args: &[&str], kubeconfig: &std::path::Path) -> Result<Self> {
+        Self::start_with_policy(Some(&capt_policy()), args, kubeconfig).await
+    }
+
+    /// Starts an applier with the policy file `policy` (none: the empty policy) and `args`.
+    pub async fn start_with_policy(
+        policy: Option<&std::path::Path>,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("applier"));
         std::fs::create_dir_all(&dir)?;
         let socket = dir.join("applier.sock");
         let log = dir.join("applier.log");
-        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        if let Some(policy) = policy {
+            args.splice(0..0, ["--policy".to_owned(), policy.display().to_string()]);
+        }
         let child = spawn(&socket, &args, kubeconfig, &log)?;
         let applier = Self {
             client: Client::new(&socket),

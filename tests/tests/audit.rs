@@ -3,7 +3,7 @@
 //! found from the cluster and from `kubectl get -o yaml --show-managed-fields` (exit 1).
 
 use anyhow::Result;
-use capt_tests::applier::binary;
+use capt_tests::applier::{binary, capt_policy};
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
 use serde_json::json;
@@ -15,6 +15,7 @@ fn audit(args: &[&str], stdin: Option<&str>) -> Result<Output> {
         .arg("audit")
         .args(args)
         .env("KUBECONFIG", &env().kubeconfig)
+        .env("STATUS_APPLIER_POLICY", capt_policy())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

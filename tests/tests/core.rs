@@ -177,6 +177,8 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
 
     let audit = std::process::Command::new(capt_tests::applier::binary("status-applier"))
         .args(["audit", "-n", &ns.name])
+        .arg("--policy")
+        .arg(capt_tests::applier::capt_policy())
         .env("KUBECONFIG", &env().kubeconfig)
         .output()?;
     assert!(

@@ -83,6 +83,7 @@ async fn every_command_of_the_debugging_page_runs_as_documented() -> Result<()> 
             .env("KUBECONFIG", &env().kubeconfig)
             .env("NS", &ns.name)
             .env("SOCKET", &system.applier.socket)
+            .env("STATUS_APPLIER_POLICY", capt_tests::applier::capt_policy())
             .output()?;
         let expected = expected_exit(block);
         let (stdout, stderr) = (

@@ -410,6 +410,8 @@ async fn foreign_update_and_forced_apply_on_the_endpoint_are_reported_never_foug
         .await?;
     let audit = std::process::Command::new(binary("status-applier"))
         .args(["audit", "-n", &ns.name])
+        .arg("--policy")
+        .arg(capt_tests::applier::capt_policy())
         .env("KUBECONFIG", &env().kubeconfig)
         .output()?;
     assert!(

@@ -454,6 +454,8 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
     }
     let audit = Command::new(binary("status-applier"))
         .args(["audit", "-n", &ns.name])
+        .arg("--policy")
+        .arg(capt_tests::applier::capt_policy())
         .env("KUBECONFIG", &env().kubeconfig)
         .output()?;
     assert!(

@@ -3,21 +3,21 @@
 use super::*;
 use serde_json::json;
 
-/// managedFields[].fieldsV1 of the CAPT controller on a CAPTControlPlane's status.
-fn capt_status_fields() -> Value {
+/// managedFields[].fieldsV1 of a controller on a Widget's status.
+fn controller_status_fields() -> Value {
     json!({"f:status":{".":{},"f:phase":{},"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{},"f:status":{},"f:reason":{}}},"f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{"f:cluster_endpoint":{}}}}}})
 }
 
-/// managedFields[].fieldsV1 of a CAPI manager on the CAPTControlPlane's spec.
-fn capt_spec_fields() -> Value {
+/// managedFields[].fieldsV1 of another manager on the Widget's spec.
+fn other_spec_fields() -> Value {
     json!({"f:spec":{"f:controlPlaneEndpoint":{},"f:version":{}}})
 }
 
-/// A live CAPTControlPlane.
-fn capt_live() -> Value {
+/// A live Widget.
+fn live_object() -> Value {
     json!({
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
-        "kind": "CAPTControlPlane",
+        "kind": "Widget",
         "metadata": {"name": "demo", "namespace": "default"},
         "spec": {
             "version": "1.31",
@@ -104,8 +104,8 @@ fn field_keys_decode_into_nested_fields() {
 }
 
 #[test]
-fn capt_status_fields_decode_with_every_leaf_in_order() {
-    let set = decode(&capt_status_fields());
+fn controller_status_fields_decode_with_every_leaf_in_order() {
+    let set = decode(&controller_status_fields());
     assert_eq!(
         rendered_leaves(&set),
         [
@@ -196,14 +196,14 @@ fn empty_fields_decode_to_an_empty_set() {
     assert!(set.is_empty());
     assert!(set.leaf_paths().is_empty());
     assert!(!set.touches(&[]));
-    assert_eq!(set.project(&capt_live()), None);
+    assert_eq!(set.project(&live_object()), None);
 }
 
 #[test]
 fn round_trip_reproduces_the_same_json_and_set() {
     for fields in [
-        capt_status_fields(),
-        capt_spec_fields(),
+        controller_status_fields(),
+        other_spec_fields(),
         json!({"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}}}}}}),
         json!({"f:finalizers":{".":{},"v:\"a\"":{},"v:2.5":{},"v:null":{}},"f:args":{"i:0":{}}}),
     ] {
@@ -326,7 +326,7 @@ fn ten_thousand_levels_of_nesting_fail_without_overflowing_the_stack() {
 
 #[test]
 fn owns_covers_leaves_and_everything_below_a_leaf() {
-    let set = decode(&capt_spec_fields());
+    let set = decode(&other_spec_fields());
     assert!(set.owns(&path(".spec.controlPlaneEndpoint")));
     assert!(set.owns(&path(".spec.controlPlaneEndpoint.host")));
     assert!(!set.owns(&path(".spec")));
@@ -336,7 +336,7 @@ fn owns_covers_leaves_and_everything_below_a_leaf() {
 
 #[test]
 fn owns_on_list_map_elements_uses_the_dot_and_key_fields() {
-    let set = decode(&capt_status_fields());
+    let set = decode(&controller_status_fields());
     let ready = key(json!({"type": "Ready"}));
     let mut conditions = path("status.conditions");
     assert!(!set.owns(&conditions));
@@ -368,7 +368,7 @@ fn covering_leaf_names_the_childless_leaf_above_a_path() {
 
 #[test]
 fn a_dot_node_with_children_does_not_own_unlisted_descendants() {
-    let set = decode(&capt_status_fields());
+    let set = decode(&controller_status_fields());
     assert!(set.owns(&path("status")));
     assert!(!set.owns(&path("status.ready")));
     assert!(!set.owns(&path("status.workspaceStatus.atProvider")));
@@ -377,7 +377,7 @@ fn a_dot_node_with_children_does_not_own_unlisted_descendants() {
 
 #[test]
 fn touches_finds_owned_paths_below_and_above() {
-    let set = decode(&capt_status_fields());
+    let set = decode(&controller_status_fields());
     assert!(set.touches(&path("status.workspaceStatus")));
     assert!(set.touches(&path("status.workspaceStatus.atProvider")));
     assert!(!set.owns(&path("status.workspaceStatus.atProvider")));
@@ -390,9 +390,9 @@ fn touches_finds_owned_paths_below_and_above() {
 
 #[test]
 fn projection_copies_owned_scalars_and_whole_leaf_subtrees() {
-    let set = decode(&capt_spec_fields());
+    let set = decode(&other_spec_fields());
     assert_eq!(
-        set.project(&capt_live()),
+        set.project(&live_object()),
         Some(json!({"spec": {
             "version": "1.31",
             "controlPlaneEndpoint": {"host": "abc.eks.amazonaws.com", "port": 443}
@@ -406,7 +406,7 @@ fn projection_of_nested_maps_keeps_only_owned_fields() {
         &json!({"f:status":{"f:workspaceStatus":{"f:atProvider":{"f:checksum":{},"f:outputs":{"f:cluster_endpoint":{}}}}}}),
     );
     assert_eq!(
-        set.project(&capt_live()),
+        set.project(&live_object()),
         Some(json!({"status": {"workspaceStatus": {"atProvider": {
             "checksum": "abc123",
             "outputs": {"cluster_endpoint": {"value": "https://abc", "sensitive": false}}
@@ -419,16 +419,16 @@ fn list_map_element_projection_keeps_its_key_fields_and_live_order() {
     let set =
         decode(&json!({"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:status":{}}}}}));
     assert_eq!(
-        set.project(&capt_live()),
+        set.project(&live_object()),
         Some(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
     );
 }
 
 #[test]
-fn capt_status_projection_includes_the_owned_condition_only() {
-    let set = decode(&capt_status_fields());
+fn a_status_projection_includes_the_owned_condition_only() {
+    let set = decode(&controller_status_fields());
     assert_eq!(
-        set.project(&capt_live()),
+        set.project(&live_object()),
         Some(json!({"status": {
             "phase": "Ready",
             "conditions": [{"type": "Ready", "status": "True", "reason": "Ok"}],
@@ -502,7 +502,7 @@ fn owned_paths_missing_live_are_skipped() {
         &json!({"f:status":{"f:phase":{},"f:missing":{"f:deeper":{}},"f:conditions":{"k:{\"type\":\"Gone\"}":{"f:status":{}}}}}),
     );
     assert_eq!(
-        set.project(&capt_live()),
+        set.project(&live_object()),
         Some(json!({"status": {"phase": "Ready"}}))
     );
     assert_eq!(set.project(&json!({"spec": {}})), None);
@@ -515,7 +515,7 @@ fn at_provider_owned_as_several_leaves_projects_arbitrary_nested_json() {
         "f:checksum":{},"f:state":{},"f:outputs":{"f:cluster_ca":{}}
     }}}}));
     assert_eq!(
-        set.project(&capt_live()),
+        set.project(&live_object()),
         Some(json!({"status": {"workspaceStatus": {"atProvider": {
             "checksum": "abc123",
             "outputs": {"cluster_ca": "LS0t"},
@@ -589,15 +589,15 @@ fn list_map_keys_are_asked_with_the_schema_path_of_the_list() {
 }
 
 #[test]
-fn a_predicted_apply_conflicts_with_the_capt_controller_on_shared_paths() {
+fn a_predicted_apply_conflicts_with_the_controller_on_shared_paths() {
     let doc = json!({"status": {
         "phase": "Provisioning",
         "conditions": [{"type": "Ready", "status": "False"}],
         "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": "x", "cluster_ca": "y"}}}
     }});
     let applied = FieldSet::from_apply_document(&doc, &conditions_keyed_by_type);
-    let capt = decode(&capt_status_fields());
-    let conflicts = applied.intersection(&capt);
+    let controller = decode(&controller_status_fields());
+    let conflicts = applied.intersection(&controller);
     assert_eq!(
         rendered_leaves(&conflicts),
         [
@@ -608,25 +608,25 @@ fn a_predicted_apply_conflicts_with_the_capt_controller_on_shared_paths() {
             ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
         ]
     );
-    assert_eq!(conflicts, capt.intersection(&applied));
+    assert_eq!(conflicts, controller.intersection(&applied));
 }
 
 #[test]
 fn intersection_with_a_leaf_keeps_the_deeper_paths_of_the_other_side() {
     let whole = decode(&json!({"f:status":{"f:workspaceStatus":{}}}));
-    let capt = decode(&capt_status_fields());
+    let controller = decode(&controller_status_fields());
     let expected = [
         ".status.workspaceStatus.atProvider.checksum",
         ".status.workspaceStatus.atProvider.outputs.cluster_endpoint",
     ];
-    assert_eq!(rendered_leaves(&whole.intersection(&capt)), expected);
-    assert_eq!(rendered_leaves(&capt.intersection(&whole)), expected);
+    assert_eq!(rendered_leaves(&whole.intersection(&controller)), expected);
+    assert_eq!(rendered_leaves(&controller.intersection(&whole)), expected);
 }
 
 #[test]
 fn intersection_of_disjoint_sets_is_empty() {
-    let spec = decode(&capt_spec_fields());
-    let status = decode(&capt_status_fields());
+    let spec = decode(&other_spec_fields());
+    let status = decode(&controller_status_fields());
     assert!(spec.intersection(&status).is_empty());
     assert!(FieldSet::default().intersection(&status).is_empty());
 }
