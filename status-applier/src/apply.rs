@@ -70,11 +70,14 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
             .iter()
             .filter(|o| !o.is_apply_of(&key.field_manager, subresource))
             .collect();
-        for path in shared_containers(&ours.fields, &others, &live, &body) {
-            set_empty_map(&mut body, &path);
+        for path in shared_maps(&ours.fields, &others, &live) {
+            if value_at(&body, &path).is_none() {
+                set_empty_map(&mut body, &path);
+            }
             if ours.fields.is_leaf_at(&path) {
-                // Owned as a whole, the map projects with the others' fields in it; what we
-                // claim of it is the empty map.
+                // Owned as a whole map while others own fields in it, it projects with their
+                // fields; what we own of it is the empty map. A body that wants one of those
+                // fields therefore differs, and applies: we then own it too.
                 set_empty_map(&mut owned, &path);
             }
         }
@@ -88,21 +91,15 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
     }
 }
 
-/// Maps this manager owns as such (created them: `.`, or a leaf) that `body` leaves out while
-/// another manager owns fields below them. Left out, the API server removes such a map with
-/// the other manager's fields in it, or leaves `null` in its parent (which a schema may
-/// refuse with a 422): so the apply keeps it, empty, for as long as others' fields live in it.
-fn shared_containers(
-    ours: &FieldSet,
-    others: &[&Owner],
-    live: &Value,
-    body: &Value,
-) -> Vec<Vec<PathElement>> {
+/// Maps this manager owns as such (a leaf of its set: it created them) while another manager
+/// owns fields below them. Left out of the body, the API server would remove such a map with
+/// the other manager's fields in it, or leave `null` in its parent (which a schema may refuse
+/// with a 422): so the apply keeps it, empty, for as long as others' fields live in it.
+fn shared_maps(ours: &FieldSet, others: &[&Owner], live: &Value) -> Vec<Vec<PathElement>> {
     ours.leaf_paths()
         .into_iter()
         .filter(|p| !p.is_empty() && p.iter().all(|e| matches!(e, PathElement::Field(_))))
         .filter(|p| value_at(live, p).is_some_and(Value::is_object))
-        .filter(|p| value_at(body, p).is_none())
         .filter(|p| {
             others
                 .iter()
