@@ -63,13 +63,13 @@ mod tests {
         let intent = Intent {
             target: Target {
                 api_version: "controlplane.cluster.x-k8s.io/v1beta1".into(),
-                kind: "CAPTControlPlane".into(),
+                kind: "Widget".into(),
                 namespace: Some("default".into()),
                 name: "demo".into(),
                 uid: None,
             },
             subresource: Some(Subresource::Status),
-            field_manager: "capt-captcontrolplane".into(),
+            field_manager: "widget-controller".into(),
             fragment: json!({"status": {"phase": "Ready"}}),
             release: vec![],
         };
@@ -77,10 +77,10 @@ mod tests {
         assert_eq!(
             wire,
             json!({
-                "target": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+                "target": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "Widget",
                            "namespace": "default", "name": "demo"},
                 "subresource": "status",
-                "fieldManager": "capt-captcontrolplane",
+                "fieldManager": "widget-controller",
                 "fragment": {"status": {"phase": "Ready"}},
             })
         );

@@ -1,5 +1,5 @@
-//! status-applier-api: the wire contract between a field manager (such as the CAPT
-//! controller) and the status-applier sidecar.
+//! status-applier-api: the wire contract between a controller (the field manager's writer)
+//! and the status-applier sidecar.
 //!
 //! An [`Intent`] goes in, an [`Outcome`] comes back; [`client::Client::send`] is the one
 //! place that tells which HTTP answers carry a delivered outcome and which are refusals,

@@ -181,8 +181,8 @@ mod tests {
     #[test]
     fn an_outcome_round_trips_and_omits_what_is_empty() {
         let mut outcome = Outcome::new(
-            "CAPTControlPlane/default/demo",
-            "capt-captcontrolplane",
+            "Widget/default/demo",
+            "widget-controller",
             Some(Subresource::Status),
             Action::conflict,
         )
@@ -198,8 +198,8 @@ mod tests {
         assert_eq!(
             wire,
             json!({
-                "subject": "CAPTControlPlane/default/demo",
-                "fieldManager": "capt-captcontrolplane",
+                "subject": "Widget/default/demo",
+                "fieldManager": "widget-controller",
                 "subresource": "status",
                 "action": "conflict",
                 "message": "left out",

@@ -289,20 +289,20 @@ mod tests {
 
     fn status_intent() -> Value {
         json!({
-            "target": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "target": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "Widget",
                        "namespace": "default", "name": "demo"},
             "subresource": "status",
-            "fieldManager": "capt-captcontrolplane",
+            "fieldManager": "widget-controller",
             "fragment": {"status": {"phase": "Ready"}},
         })
     }
 
     #[test]
-    fn a_status_intent_from_the_design_is_valid() {
+    fn a_status_intent_is_valid() {
         let valid = intent(status_intent()).unwrap();
         assert_eq!(
             valid.key.to_string(),
-            "CAPTControlPlane/default/demo [capt-captcontrolplane, status]"
+            "Widget/default/demo [widget-controller, status]"
         );
         assert_eq!(valid.key.subresource_name(), "status");
     }
@@ -389,13 +389,13 @@ mod tests {
     #[test]
     fn the_policy_limits_managers_and_kinds() {
         let policy = Policy {
-            allowed_managers: vec!["capt-cluster".into()],
+            allowed_managers: vec!["other-controller".into()],
             ..Policy::default()
         };
         let parsed = Intent::parse(status_intent().to_string().as_bytes()).unwrap();
         assert_eq!(
             parsed.clone().validate(&policy).unwrap_err(),
-            IntentError::ManagerNotAllowed("capt-captcontrolplane".into())
+            IntentError::ManagerNotAllowed("widget-controller".into())
         );
         let policy = Policy {
             allowed_kinds: vec!["Cluster.cluster.x-k8s.io".parse().unwrap()],
@@ -403,7 +403,7 @@ mod tests {
         };
         let err = parsed.validate(&policy).unwrap_err().to_string();
         assert!(
-            err.contains("CAPTControlPlane.controlplane.cluster.x-k8s.io"),
+            err.contains("Widget.controlplane.cluster.x-k8s.io"),
             "{err}"
         );
     }
