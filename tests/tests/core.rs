@@ -37,6 +37,18 @@ async fn provisioned(prefix: &str) -> Result<(TestNamespace, System)> {
     Ok((ns, system))
 }
 
+/// Waits until core reports the Cluster `demo` Ready (its v1beta1 `Ready` condition).
+async fn wait_ready(system: &System) -> Result<()> {
+    let ready = || async {
+        let cluster = system.get(&["cluster", "demo"])?;
+        Ok(cluster.is_some_and(|c| is_true(&c, "Ready")))
+    };
+    let timeout = Duration::from_secs(30);
+    system
+        .wait_for("the Cluster's Ready condition", timeout, ready)
+        .await
+}
+
 fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]
         .as_array()?
@@ -114,17 +126,7 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         assert_eq!(label, "v1beta1", "{crd}: the contract label");
     }
     let (ns, system) = provisioned("core-up").await?;
-    system
-        .wait_for(
-            "the Cluster's Ready condition",
-            Duration::from_secs(30),
-            || async {
-                Ok(system
-                    .get(&["cluster", "demo"])?
-                    .is_some_and(|c| is_true(&c, "Ready")))
-            },
-        )
-        .await?;
+    wait_ready(&system).await?;
     let cluster = system.get(&["cluster", "demo"])?.context("the Cluster")?;
     assert!(
         cluster["metadata"]["finalizers"]
@@ -198,17 +200,7 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
 async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("core-rest").await?;
-    system
-        .wait_for(
-            "the Cluster's Ready condition",
-            Duration::from_secs(30),
-            || async {
-                Ok(system
-                    .get(&["cluster", "demo"])?
-                    .is_some_and(|c| is_true(&c, "Ready")))
-            },
-        )
-        .await?;
+    wait_ready(&system).await?;
     tokio::time::sleep(Duration::from_secs(5)).await; // the last echoes of provisioning
     let log = AuditLog::from_now()?;
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -676,16 +668,6 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
         cluster["status"]["conditions"]
     );
     system.wait_provisioned().await?;
-    system
-        .wait_for(
-            "the Cluster's Ready condition",
-            Duration::from_secs(30),
-            || async {
-                Ok(system
-                    .get(&["cluster", "demo"])?
-                    .is_some_and(|c| is_true(&c, "Ready")))
-            },
-        )
-        .await?;
+    wait_ready(&system).await?;
     Ok(())
 }
