@@ -74,12 +74,12 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
             if value_at(&body, &path).is_none() {
                 set_empty_map(&mut body, &path);
             }
-            if ours.fields.is_leaf_at(&path) {
-                // Owned as a whole map while others own fields in it, it projects with their
-                // fields; what we own of it is the empty map. A body that wants one of those
-                // fields therefore differs, and applies: we then own it too.
-                set_empty_map(&mut owned, &path);
-            }
+        }
+        // A map we own whole (a leaf of ours) while others own fields in it projects with their
+        // fields; what we own of it is the empty map. A body that wants one of those fields
+        // therefore differs, and applies: we then own it too.
+        for path in maps_with_others_inside(&ours.fields, &others, &live) {
+            set_empty_map(&mut owned, &path);
         }
     }
     let unchanged = same_content(&owned, &body);
@@ -104,6 +104,29 @@ fn shared_maps(ours: &FieldSet, others: &[&Owner], live: &Value) -> Vec<Vec<Path
             others
                 .iter()
                 .any(|o| o.fields.touches(p) && !o.fields.owns(p))
+        })
+        .collect()
+}
+
+/// Maps that are leaves of this manager's set (it owns the map itself, not what is in it)
+/// while another manager owns something strictly below them.
+fn maps_with_others_inside(
+    ours: &FieldSet,
+    others: &[&Owner],
+    live: &Value,
+) -> Vec<Vec<PathElement>> {
+    ours.leaf_paths()
+        .into_iter()
+        .filter(|p| !p.is_empty() && p.iter().all(|e| matches!(e, PathElement::Field(_))))
+        .filter(|p| ours.is_leaf_at(p))
+        .filter(|p| value_at(live, p).is_some_and(Value::is_object))
+        .filter(|p| {
+            others.iter().any(|o| {
+                o.fields
+                    .leaf_paths()
+                    .iter()
+                    .any(|l| l.len() > p.len() && l.starts_with(p))
+            })
         })
         .collect()
 }
