@@ -35,15 +35,27 @@ pub struct AuditLog {
 impl AuditLog {
     /// The log of the running environment, from its current end.
     pub fn from_now() -> Result<Self> {
-        let path = crate::env()
-            .kubeconfig
-            .parent()
-            .context("the environment's state directory")?
-            .join("audit.log");
+        let path = Self::path()?;
         let offset = std::fs::metadata(&path)
             .with_context(|| format!("{}", path.display()))?
             .len();
         Ok(Self { path, offset })
+    }
+
+    /// The log of the running environment, from its beginning.
+    pub fn from_start() -> Result<Self> {
+        Ok(Self {
+            path: Self::path()?,
+            offset: 0,
+        })
+    }
+
+    fn path() -> Result<PathBuf> {
+        Ok(crate::env()
+            .kubeconfig
+            .parent()
+            .context("the environment's state directory")?
+            .join("audit.log"))
     }
 
     /// The writes since this position that touched namespace `ns` (or a cluster-scoped
@@ -56,7 +68,9 @@ impl AuditLog {
         let reader = std::io::BufReader::new(file.take(end - self.offset));
         let mut writes = Vec::new();
         for line in reader.lines() {
-            let event: Value = serde_json::from_str(&line?)?;
+            let Ok(event) = serde_json::from_str::<Value>(&line?) else {
+                continue; // the line the API server is still writing
+            };
             let o = &event["objectRef"];
             let name = o["name"].as_str().unwrap_or("");
             let ours = o["namespace"] == ns || name.starts_with(&format!("{ns}-"));

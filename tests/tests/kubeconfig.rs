@@ -6,13 +6,13 @@
 
 use anyhow::{Context, Result};
 use capt_controller::api::{CAPTControlPlane, ControlPlanePhase};
+use capt_tests::audit_log::AuditLog;
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const SECRET: &str = "demo-kubeconfig";
@@ -44,37 +44,14 @@ fn set_sensitive_outputs(ns: &str, outputs: Value) -> Result<()> {
     Ok(())
 }
 
-/// The API server's audit log of `hack/testenv.sh` (every write, metadata only).
-fn audit_log() -> Result<PathBuf> {
-    Ok(env()
-        .kubeconfig
-        .parent()
-        .context("the test environment's state directory")?
-        .join("audit.log"))
-}
-
-/// The write requests (create, update, patch) to the kubeconfig Secret of `ns` audited after
-/// byte `offset` of the audit log.
-fn secret_writes(audit: &Path, offset: u64, ns: &str) -> Result<usize> {
-    use std::io::{BufRead, Read, Seek};
-    let mut file = std::fs::File::open(audit)?;
-    file.seek(std::io::SeekFrom::Start(offset))?;
-    let mut count = 0;
-    for line in std::io::BufReader::new(file.take(u64::MAX)).lines() {
-        let Ok(event) = serde_json::from_str::<Value>(&line?) else {
-            continue; // a line still being written
-        };
-        let object = &event["objectRef"];
-        if object["resource"] == "secrets"
-            && object["namespace"] == ns
-            && object["name"] == SECRET
-            && event["stage"] == "ResponseComplete"
-            && ["create", "update", "patch"].contains(&event["verb"].as_str().unwrap_or(""))
-        {
-            count += 1;
-        }
-    }
-    Ok(count)
+/// The write requests (create, update, patch) to the kubeconfig Secret of `ns` in `log`.
+fn secret_writes(log: &AuditLog, ns: &str) -> Result<usize> {
+    let object = format!("secrets {ns}/{SECRET}");
+    let writes = log.writes_in(ns)?;
+    let writes = writes.iter().filter(|w| w.object == object);
+    Ok(writes
+        .filter(|w| ["create", "update", "patch"].contains(&w.verb.as_str()))
+        .count())
 }
 
 #[tokio::test]
@@ -134,10 +111,9 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
     // the Secrets and writes nothing. A server-side apply that changes nothing leaves the
     // resourceVersion alone, so the API server's audit log is what counts the requests.
     let version = secret.resource_version();
-    let audit = audit_log()?;
-    let offset = std::fs::metadata(&audit)?.len();
+    let at_rest = AuditLog::from_now()?;
     assert!(
-        secret_writes(&audit, 0, &ns.name)? >= 1,
+        secret_writes(&AuditLog::from_start()?, &ns.name)? >= 1,
         "the audit log records the Secret's creation"
     );
     let reconciles = || async {
@@ -162,7 +138,7 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(reconciles().await? > before);
     assert_eq!(
-        secret_writes(&audit, offset, &ns.name)?,
+        secret_writes(&at_rest, &ns.name)?,
         0,
         "no write request at rest"
     );
