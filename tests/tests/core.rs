@@ -24,14 +24,21 @@ const CORE_FINALIZER: &str = "cluster.cluster.x-k8s.io";
 /// The field manager of core's writes: client-go names it after the binary, `manager`.
 const CORE_MANAGER: &str = "manager";
 
-async fn provisioned(prefix: &str) -> Result<(TestNamespace, System)> {
+/// A namespace of the test's own with the system running in it beside Cluster API core
+/// (fake provider delay `delay_ms`, extra controller arguments `args`).
+async fn started(prefix: &str, delay_ms: u64, args: &[&str]) -> Result<(TestNamespace, System)> {
     ensure!(
         env().core,
         "these tests need Cluster API core (CAPT_TESTENV_CORE=1)"
     );
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, prefix).await?;
-    let system = System::start_with(&ns.name, 200, &["--stuck-deletion-seconds", "3"]).await?;
+    let system = System::start_with(&ns.name, delay_ms, args).await?;
+    Ok((ns, system))
+}
+
+async fn provisioned(prefix: &str) -> Result<(TestNamespace, System)> {
+    let (ns, system) = started(prefix, 200, &["--stuck-deletion-seconds", "3"]).await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     Ok((ns, system))
@@ -438,10 +445,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
 #[tokio::test]
 async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
-    ensure!(env().core, "this test needs Cluster API core");
-    let client = env().client().await?;
-    let ns = TestNamespace::create(&client, "core-bad").await?;
-    let system = System::start_with(&ns.name, 200, &[]).await?;
+    let (ns, system) = started("core-bad", 200, &[]).await?;
     let docs = [
         json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
                "metadata": {"name": "lost", "namespace": ns.name},
@@ -637,10 +641,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
 #[tokio::test]
 async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
-    ensure!(env().core, "this test needs Cluster API core");
-    let client = env().client().await?;
-    let ns = TestNamespace::create(&client, "core-ready").await?;
-    let system = System::start_with(&ns.name, 3000, &[]).await?;
+    let (_ns, system) = started("core-ready", 3000, &[]).await?;
     system.apply_samples(false).await?;
     system
         .wait_for(
