@@ -4,11 +4,11 @@
 //! its `managedFields`.
 
 use crate::config::{FieldPath, Policy};
-use crate::conflict::{self, Conflict, Owner};
+use crate::conflict::{self, Conflict};
 use crate::document::{remove_at, same_content, value_at, without_empty_objects};
-use crate::fieldsv1::{FieldSet, PathElement};
 use crate::intent::{DesiredKey, Subresource};
 use kube::api::DynamicObject;
+use managed_fields::{Entry, FieldSet, ManagedFields, PathElement};
 use serde_json::{Value, json};
 
 /// What to send, if anything.
@@ -32,19 +32,13 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
     let document = &without_empty_objects(document);
     let live = serde_json::to_value(object).unwrap_or_default();
     let subresource = key.subresource_name();
-    let (owners, errors) = conflict::owners(
-        object
-            .metadata
-            .managed_fields
-            .as_deref()
-            .unwrap_or_default(),
-    );
-    for error in errors {
+    let managed = managed_fields_of(object);
+    for error in &managed.errors {
         tracing::warn!(subject = %key.object, error, "Skipping an undecodable managedFields entry");
     }
     let protected = policy.rules_for(&key.object.group_kind()).protected;
     let may_force = policy.may_force(&key.field_manager);
-    let predicted = conflict::predict(document, &key.field_manager, subresource, &live, &owners);
+    let predicted = conflict::predict(document, &key.field_manager, subresource, &live, &managed);
     tracing::trace!(subject = %key.object, manager = key.field_manager, %document, conflicts = predicted.len(), "Planned");
     let mut body = document.clone();
     let mut force = false;
@@ -61,15 +55,9 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
     // wanted, the body then equals what we own once we own nothing: no write per re-check,
     // the conflict is still reported.
     let mut body = without_empty_objects(&body);
-    let mut owned = conflict::owned_document(&owners, &key.field_manager, subresource, &live);
-    if let Some(ours) = owners
-        .iter()
-        .find(|o| o.is_apply_of(&key.field_manager, subresource))
-    {
-        let others: Vec<&Owner> = owners
-            .iter()
-            .filter(|o| !o.is_apply_of(&key.field_manager, subresource))
-            .collect();
+    let mut owned = managed.owned_document(&key.field_manager, subresource, &live);
+    if let Some(ours) = managed.apply_of(&key.field_manager, subresource) {
+        let others = managed.others_than(&key.field_manager, subresource);
         for path in shared_maps(&ours.fields, &others, &live) {
             if value_at(&body, &path).is_none() {
                 set_empty_map(&mut body, &path);
@@ -95,7 +83,7 @@ pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &Dynami
 /// owns fields below them. Left out of the body, the API server would remove such a map with
 /// the other manager's fields in it, or leave `null` in its parent (which a schema may refuse
 /// with a 422): so the apply keeps it, empty, for as long as others' fields live in it.
-fn shared_maps(ours: &FieldSet, others: &[&Owner], live: &Value) -> Vec<Vec<PathElement>> {
+fn shared_maps(ours: &FieldSet, others: &[&Entry], live: &Value) -> Vec<Vec<PathElement>> {
     ours.leaf_paths()
         .into_iter()
         .filter(|p| !p.is_empty() && p.iter().all(|e| matches!(e, PathElement::Field(_))))
@@ -112,7 +100,7 @@ fn shared_maps(ours: &FieldSet, others: &[&Owner], live: &Value) -> Vec<Vec<Path
 /// while another manager owns something strictly below them.
 fn maps_with_others_inside(
     ours: &FieldSet,
-    others: &[&Owner],
+    others: &[&Entry],
     live: &Value,
 ) -> Vec<Vec<PathElement>> {
     ours.leaf_paths()
@@ -242,15 +230,8 @@ pub fn apply_body(
 /// API server remembers it.
 pub fn owned_document(object: &DynamicObject, key: &DesiredKey) -> Value {
     let live = serde_json::to_value(object).unwrap_or_default();
-    let (owners, _) = conflict::owners(
-        object
-            .metadata
-            .managed_fields
-            .as_deref()
-            .unwrap_or_default(),
-    );
     let mut owned =
-        conflict::owned_document(&owners, &key.field_manager, key.subresource_name(), &live);
+        managed_fields_of(object).owned_document(&key.field_manager, key.subresource_name(), &live);
     if let Value::Object(fields) = &mut owned {
         // Identity is the applier's, not part of any document.
         for reserved in ["apiVersion", "kind", "metadata"] {
@@ -265,24 +246,27 @@ pub fn our_apply_entries(
     object: &DynamicObject,
     managers: &[String],
 ) -> Vec<(String, Option<Subresource>)> {
-    object
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|e| e.operation.as_deref() == Some("Apply"))
-        .filter_map(|e| {
-            let manager = e.manager.clone()?;
-            if !managers.contains(&manager) {
-                return None;
-            }
-            match e.subresource.as_deref() {
-                Some("status") => Some((manager, Some(Subresource::Status))),
-                None | Some("") => Some((manager, None)),
-                Some(_) => None,
-            }
+    managed_fields_of(object)
+        .entries
+        .into_iter()
+        .map(|e| e.owner)
+        .filter(|o| o.operation == "Apply" && managers.contains(&o.manager))
+        .filter_map(|o| match o.subresource.as_str() {
+            "status" => Some((o.manager, Some(Subresource::Status))),
+            "" => Some((o.manager, None)),
+            _ => None,
         })
         .collect()
+}
+
+fn managed_fields_of(object: &DynamicObject) -> ManagedFields {
+    ManagedFields::decode(
+        object
+            .metadata
+            .managed_fields
+            .as_deref()
+            .unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]

@@ -4,42 +4,12 @@
 //! `kubectl get -o yaml --show-managed-fields`.
 
 use crate::config::{FieldPath, GroupKind};
-use crate::fieldsv1::{FieldSet, PathElement, path_to_string};
+use managed_fields::{ManagedFields, Owner};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::str::FromStr;
-
-/// One owner of a field.
-#[derive(Serialize, Clone, Debug, PartialEq)]
-pub struct FieldOwner {
-    /// Field manager.
-    pub manager: String,
-    /// `Apply` or `Update`.
-    pub operation: String,
-    /// `status`, or empty for the main resource.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub subresource: String,
-    /// When the entry last changed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time: Option<String>,
-}
-
-impl std::fmt::Display for FieldOwner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sub = if self.subresource.is_empty() {
-            "main"
-        } else {
-            &self.subresource
-        };
-        write!(f, "{} ({}, {sub}", self.manager, self.operation)?;
-        match &self.time {
-            Some(t) => write!(f, ", {t})"),
-            None => f.write_str(")"),
-        }
-    }
-}
 
 /// A protected path and the managers that may own it: `Kind.group:path=manager`, or
 /// `Kind.group:path=a|b` when a field is shared by design (one writer or the other, never a
@@ -96,7 +66,7 @@ pub struct ObjectAudit {
     /// `Kind/namespace/name`.
     pub subject: String,
     /// Every owned field with all its owners, in path order.
-    pub fields: BTreeMap<String, Vec<FieldOwner>>,
+    pub fields: BTreeMap<String, Vec<Owner>>,
     /// Broken expectations.
     pub violations: Vec<Violation>,
     /// The object without `managedFields` (for the annotated YAML).
@@ -122,27 +92,11 @@ pub fn audit(object: &Value, expectations: &[Expectation]) -> Result<ObjectAudit
             object["metadata"]["name"].as_str().unwrap_or_default()
         ),
     };
-    let mut fields: BTreeMap<String, Vec<FieldOwner>> = BTreeMap::new();
-    for entry in object["metadata"]["managedFields"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let owner = FieldOwner {
-            manager: entry["manager"].as_str().unwrap_or_default().to_owned(),
-            operation: entry["operation"].as_str().unwrap_or_default().to_owned(),
-            subresource: entry["subresource"].as_str().unwrap_or_default().to_owned(),
-            time: entry["time"].as_str().map(str::to_owned),
-        };
-        let set = FieldSet::from_fields_v1(&entry["fieldsV1"])
-            .map_err(|e| format!("{subject}: managedFields entry of `{}`: {e}", owner.manager))?;
-        for path in value_leaves(&set) {
-            fields
-                .entry(path_to_string(&path))
-                .or_default()
-                .push(owner.clone());
-        }
+    let managed = ManagedFields::from_object(object).map_err(|e| format!("{subject}: {e}"))?;
+    if let Some(error) = managed.errors.first() {
+        return Err(format!("{subject}: {error}"));
     }
+    let fields = managed.field_owners();
     let mut bare = object.clone();
     if let Some(meta) = bare["metadata"].as_object_mut() {
         meta.remove("managedFields");
@@ -178,20 +132,7 @@ pub fn missing_from_source(
     })
 }
 
-fn value_leaves(set: &FieldSet) -> Vec<Vec<PathElement>> {
-    let paths = set.leaf_paths();
-    paths
-        .iter()
-        .filter(|p| !paths.iter().any(|q| q.len() > p.len() && q.starts_with(p)))
-        .cloned()
-        .collect()
-}
-
-fn check(
-    e: &Expectation,
-    fields: &BTreeMap<String, Vec<FieldOwner>>,
-    object: &Value,
-) -> Vec<Violation> {
+fn check(e: &Expectation, fields: &BTreeMap<String, Vec<Owner>>, object: &Value) -> Vec<Violation> {
     let root = format!(".{}", e.path);
     let under = |p: &str| {
         p == root || p.starts_with(&format!("{root}.")) || p.starts_with(&format!("{root}["))
@@ -262,7 +203,7 @@ pub fn annotated_yaml(audits: &[ObjectAudit]) -> String {
     out
 }
 
-fn comment(fields: &BTreeMap<String, Vec<FieldOwner>>, path: &str) -> String {
+fn comment(fields: &BTreeMap<String, Vec<Owner>>, path: &str) -> String {
     match fields.get(path) {
         Some(owners) => format!(
             "  # {}",
@@ -301,7 +242,7 @@ fn emit(
     v: &Value,
     path: &str,
     indent: usize,
-    fields: &BTreeMap<String, Vec<FieldOwner>>,
+    fields: &BTreeMap<String, Vec<Owner>>,
     out: &mut String,
 ) {
     let Value::Object(map) = v else { return };
@@ -325,7 +266,7 @@ fn emit_list(
     items: &[Value],
     path: &str,
     indent: usize,
-    fields: &BTreeMap<String, Vec<FieldOwner>>,
+    fields: &BTreeMap<String, Vec<Owner>>,
     out: &mut String,
 ) {
     let pad = " ".repeat(indent);

@@ -5,72 +5,10 @@
 use crate::document::{
     claimed_fields, list_map_keys, same_content, value_at, without_empty_objects,
 };
-use crate::fieldsv1::{FieldSet, PathElement, path_to_string};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use managed_fields::{FieldSet, ManagedFields, PathElement, path_to_string};
 use serde_json::Value;
 
 pub use status_applier_api::outcome::Conflict;
-
-/// One `managedFields` entry, decoded.
-#[derive(Clone, Debug)]
-pub struct Owner {
-    /// Field manager name.
-    pub manager: String,
-    /// `Apply` or `Update`.
-    pub operation: String,
-    /// `status`, or empty for the main resource.
-    pub subresource: String,
-    /// When the entry last changed (RFC 3339), if recorded.
-    pub time: Option<String>,
-    /// The fields it owns.
-    pub fields: FieldSet,
-}
-
-impl Owner {
-    /// True for the entry a server-side apply by `manager` on `subresource` writes.
-    pub fn is_apply_of(&self, manager: &str, subresource: &str) -> bool {
-        self.manager == manager && self.operation == "Apply" && self.subresource == subresource
-    }
-}
-
-/// Decodes the entries of `managedFields`; an entry that cannot be decoded is returned as an
-/// error message naming its manager, and left out.
-pub fn owners(entries: &[ManagedFieldsEntry]) -> (Vec<Owner>, Vec<String>) {
-    let mut owners = Vec::new();
-    let mut errors = Vec::new();
-    for entry in entries {
-        let manager = entry.manager.clone().unwrap_or_default();
-        let fields = match entry
-            .fields_v1
-            .as_ref()
-            .map(|f| FieldSet::from_fields_v1(&f.0))
-        {
-            Some(Ok(fields)) => fields,
-            None => FieldSet::default(),
-            Some(Err(e)) => {
-                errors.push(format!("managedFields entry of `{manager}`: {e}"));
-                continue;
-            }
-        };
-        owners.push(Owner {
-            manager,
-            operation: entry.operation.clone().unwrap_or_default(),
-            subresource: entry.subresource.clone().unwrap_or_default(),
-            time: entry.time.as_ref().map(|t| t.0.to_string()),
-            fields,
-        });
-    }
-    (owners, errors)
-}
-
-/// What `manager` owns on `live` through its applies to `subresource`, with the live values.
-pub fn owned_document(owners: &[Owner], manager: &str, subresource: &str, live: &Value) -> Value {
-    owners
-        .iter()
-        .find(|o| o.is_apply_of(manager, subresource))
-        .and_then(|o| o.fields.project(live))
-        .unwrap_or_else(|| Value::Object(Default::default()))
-}
 
 /// A predicted conflict, with its path as elements for removing it from an apply.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,16 +26,13 @@ pub fn predict(
     manager: &str,
     subresource: &str,
     live: &Value,
-    owners: &[Owner],
+    managed: &ManagedFields,
 ) -> Vec<Predicted> {
     let claimed = claimed_fields(desired);
     let mut conflicts = Vec::new();
-    for owner in owners
-        .iter()
-        .filter(|o| !o.is_apply_of(manager, subresource))
-    {
-        for path in value_leaves(&claimed.intersection(&owner.fields)) {
-            if !owns_value(&owner.fields, &path, live) {
+    for other in managed.others_than(manager, subresource) {
+        for path in claimed.intersection(&other.fields).value_leaves() {
+            if !owns_value(&other.fields, &path, live) {
                 continue;
             }
             let ours = value_at(desired, &path);
@@ -106,8 +41,8 @@ pub fn predict(
                 conflicts.push(Predicted {
                     conflict: Conflict {
                         path: path_to_string(&path),
-                        owner: owner.manager.clone(),
-                        operation: owner.operation.clone(),
+                        owner: other.owner.manager.clone(),
+                        operation: other.owner.operation.clone(),
                         ours: ours.cloned(),
                         theirs: theirs.cloned(),
                     },
@@ -159,7 +94,7 @@ pub fn local(desired: &Value, others: &[(&str, &Value)]) -> Vec<Conflict> {
     let mut conflicts = Vec::new();
     for (manager, doc) in others {
         let theirs = claimed_fields(&without_empty_objects(doc));
-        for path in value_leaves(&claimed.intersection(&theirs)) {
+        for path in claimed.intersection(&theirs).value_leaves() {
             let ours = value_at(desired, &path);
             let theirs = value_at(doc, &path);
             if differs(ours, theirs) {
@@ -176,17 +111,6 @@ pub fn local(desired: &Value, others: &[(&str, &Value)]) -> Vec<Conflict> {
     conflicts
 }
 
-/// The owned paths that hold values: a node owned itself (`.`) and also through children
-/// is compared through its children.
-fn value_leaves(set: &FieldSet) -> Vec<Vec<PathElement>> {
-    let paths = set.leaf_paths();
-    paths
-        .iter()
-        .filter(|p| !paths.iter().any(|q| q.len() > p.len() && q.starts_with(p)))
-        .cloned()
-        .collect()
-}
-
 fn differs(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => !same_content(a, b),
@@ -198,7 +122,7 @@ fn differs(a: Option<&Value>, b: Option<&Value>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     use serde_json::json;
 
     fn entry(
@@ -217,10 +141,10 @@ mod tests {
         }
     }
 
-    fn live_cluster() -> (Value, Vec<Owner>) {
+    fn live_cluster() -> (Value, ManagedFields) {
         let live = json!({"spec": {"controlPlaneEndpoint": {"host": "user.example.com", "port": 443}},
                           "status": {"phase": "Provisioning", "infrastructureReady": true}});
-        let (owners, errors) = owners(&[
+        let owners = ManagedFields::decode(&[
             entry(
                 "kubectl",
                 "Apply",
@@ -240,7 +164,7 @@ mod tests {
                 json!({"f:status": {"f:infrastructureReady": {}}}),
             ),
         ]);
-        assert!(errors.is_empty());
+        assert!(owners.errors.is_empty());
         (live, owners)
     }
 
@@ -280,7 +204,7 @@ mod tests {
         let live = json!({"spec": {"controlPlaneEndpoint": {"host": "a", "port": 443}},
                           "status": {"workspaceStatus": {"atProvider": {}}}});
         let emptied = json!({"status": {"workspaceStatus": {"atProvider": null}}});
-        let (owners, errors) = owners(&[
+        let owners = ManagedFields::decode(&[
             entry(
                 "foreign-u",
                 "Update",
@@ -289,7 +213,7 @@ mod tests {
             ),
             entry("foreign-a", "Apply", "", json!({"f:spec": {}})),
         ]);
-        assert!(errors.is_empty());
+        assert!(owners.errors.is_empty());
         let desired = json!({"status": {"workspaceStatus": {"atProvider": {"checksum": "ours"}}}});
         assert!(predict(&desired, "widget-controller", "status", &live, &owners).is_empty());
         assert!(predict(&desired, "widget-controller", "status", &emptied, &owners).is_empty());
@@ -298,7 +222,7 @@ mod tests {
         // A leaf on an atomic value still owns what replaces it, and one on an absent map
         // owns the map our apply would add.
         let live = json!({"spec": {"controlPlaneEndpoint": "atomic"}});
-        let (atomic, _) = super::owners(&[entry(
+        let atomic = ManagedFields::decode(&[entry(
             "foreign-a",
             "Apply",
             "",
@@ -319,19 +243,6 @@ mod tests {
     }
 
     #[test]
-    fn owned_document_projects_the_live_values_of_our_fields() {
-        let (live, owners) = live_cluster();
-        assert_eq!(
-            owned_document(&owners, "widget-controller", "status", &live),
-            json!({"status": {"infrastructureReady": true}})
-        );
-        assert_eq!(
-            owned_document(&owners, "nobody", "status", &live),
-            json!({})
-        );
-    }
-
-    #[test]
     fn two_of_our_managers_disagreeing_on_a_condition_is_a_local_conflict() {
         let ours = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Ready"}});
         let other = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "X", "status": "True"}]}});
@@ -346,12 +257,5 @@ mod tests {
         let other = json!({"status": {"workspaceStatus": {"ready": true}}});
         assert!(local(&emptied, &[("other-manager", &other)]).is_empty());
         assert!(local(&other, &[("other-manager", &emptied)]).is_empty());
-    }
-
-    #[test]
-    fn an_undecodable_entry_is_reported_by_manager() {
-        let (owners, errors) = owners(&[entry("broken", "Apply", "", json!({"x:oops": {}}))]);
-        assert!(owners.is_empty());
-        assert!(errors[0].contains("`broken`"), "{errors:?}");
     }
 }

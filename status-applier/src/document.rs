@@ -1,7 +1,7 @@
 //! Questions about desired documents and live objects that need no API server: which
 //! fields a document claims, the value at a path, and comparison up to list order.
 
-use crate::fieldsv1::{FieldSet, PathElement};
+use managed_fields::{FieldSet, PathElement};
 use serde_json::Value;
 
 /// The key fields of an associative list at a schema path, or `None` for an atomic list.

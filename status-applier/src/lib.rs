@@ -6,7 +6,9 @@
 //! object.
 //!
 //! The wire contract (intents, outcomes, the client) is the `status-applier-api` crate, which
-//! the server answers with, so a client and this server cannot drift apart.
+//! the server answers with, so a client and this server cannot drift apart. Field ownership
+//! (`managedFields`, fieldsV1) is decoded by the `managed-fields` crate, which the controller
+//! shares.
 #![forbid(unsafe_code)]
 
 pub mod apply;
@@ -16,7 +18,6 @@ pub mod conflict;
 pub mod document;
 pub mod engine;
 pub mod error;
-pub mod fieldsv1;
 pub mod intent;
 pub mod live;
 pub mod merge;

@@ -12,6 +12,7 @@ use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
+use managed_fields::ManagedFields;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -97,16 +98,11 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     Ok(after(None))
 }
 
-/// True when `capt-cluster` still owns the Cluster's `spec.controlPlaneEndpoint`.
+/// True when `capt-cluster` still owns the Cluster's `spec.controlPlaneEndpoint`, or a field
+/// of it, through its applies.
 pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
-    cluster.managed_fields().iter().any(|e| {
-        e.manager.as_deref() == Some(MANAGER_CLUSTER)
-            && e.operation.as_deref() == Some("Apply")
-            && e.subresource.as_deref().unwrap_or("").is_empty()
-            && e.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0["f:spec"].get("f:controlPlaneEndpoint").is_some())
-    })
+    let endpoint = managed_fields::parse_field_path(ENDPOINT_PATH).expect("a valid field path");
+    ManagedFields::decode(cluster.managed_fields()).applied_at(MANAGER_CLUSTER, "", &endpoint)
 }
 
 /// Publishes the release of the Cluster's endpoint under `capt-cluster`.
@@ -119,4 +115,48 @@ pub async fn release_cluster_endpoint(ctx: &Context, cluster: &Cluster) -> Resul
     );
     ctx.publish(release).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(managed_fields: serde_json::Value) -> Cluster {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "default", "managedFields": managed_fields},
+            "spec": {"controlPlaneEndpoint": {"host": "eks.example.com", "port": 443}}
+        }))
+        .expect("a Cluster")
+    }
+
+    fn entry(manager: &str, operation: &str, fields: serde_json::Value) -> serde_json::Value {
+        json!({"manager": manager, "operation": operation, "fieldsType": "FieldsV1", "fieldsV1": fields})
+    }
+
+    #[test]
+    fn the_endpoint_is_ours_only_through_our_apply_to_the_main_resource() {
+        let endpoint = json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}, "f:port": {}}}});
+        assert!(endpoint_owned_by_us(&cluster(json!([entry(
+            MANAGER_CLUSTER,
+            "Apply",
+            endpoint.clone()
+        )]))));
+        assert!(!endpoint_owned_by_us(&cluster(json!([entry(
+            "kubectl",
+            "Apply",
+            endpoint.clone()
+        )]))));
+        assert!(!endpoint_owned_by_us(&cluster(json!([entry(
+            MANAGER_CLUSTER,
+            "Update",
+            endpoint
+        )]))));
+        assert!(!endpoint_owned_by_us(&cluster(json!([entry(
+            MANAGER_CLUSTER,
+            "Apply",
+            json!({"f:spec": {"f:paused": {}}})
+        )]))));
+    }
 }

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use status_applier::config::{CAPT_PROTECTED, CAPT_REPLACED, Policy};
+use status_applier::config::Policy;
 use status_applier::intent::{Intent, IntentExt};
 use status_applier::merge::{get, merge_fragment};
 
@@ -23,9 +23,10 @@ fn has_content(v: &serde_json::Value) -> bool {
 fuzz_target!(|data: &[u8]| {
     let (current, body) = data.split_at(data.len() / 3);
     let Ok(intent) = Intent::parse(body) else { return };
+    // A made-up kind with one protected and one replaced subtree: the sidecar is generic.
     let policy = Policy {
-        protected: CAPT_PROTECTED.iter().map(|r| r.parse().unwrap()).collect(),
-        replaced: CAPT_REPLACED.iter().map(|r| r.parse().unwrap()).collect(),
+        protected: vec!["Widget.example.com:status.mirror.observed".parse().unwrap()],
+        replaced: vec!["Widget.example.com:status.mirror".parse().unwrap()],
         ..Policy::default()
     };
     let Ok(valid) = intent.validate(&policy) else { return };

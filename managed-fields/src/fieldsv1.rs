@@ -302,6 +302,17 @@ impl FieldSet {
         out
     }
 
+    /// The owned paths that hold values: [`FieldSet::leaf_paths`] less every node that is
+    /// owned itself (`.`) and also through children, which is compared through its children.
+    pub fn value_leaves(&self) -> Vec<Vec<PathElement>> {
+        let paths = self.leaf_paths();
+        paths
+            .iter()
+            .filter(|p| !paths.iter().any(|q| q.len() > p.len() && q.starts_with(p)))
+            .cloned()
+            .collect()
+    }
+
     /// True when `path` is owned: it is a leaf of this set (including nodes marked `.`), or
     /// lies below a leaf without children (which owns its whole subtree).
     pub fn owns(&self, path: &[PathElement]) -> bool {
