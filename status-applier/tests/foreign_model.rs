@@ -187,25 +187,6 @@ fn null_in(v: &Value) -> Option<String> {
     walk(v, &mut Vec::new())
 }
 
-/// RFC 7386, as the API server runs a merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    let map = target.as_object_mut().expect("made an object");
-    for (k, v) in patch {
-        if v.is_null() {
-            map.remove(k);
-        } else {
-            merge_patch(map.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
-}
-
 /// How an apply merges its configuration into the live object: maps key by key, anything
 /// else replaced. An empty object creates the field if it is missing.
 fn merge_apply(target: &mut Value, config: &Value) {
@@ -534,7 +515,7 @@ impl Server {
     fn update(&mut self, manager: &str, sub: &'static str, patch: &Value) -> bool {
         let id: EntryId = (manager.to_owned(), "Update", sub);
         let mut live = self.live.clone();
-        merge_patch(&mut live, patch);
+        json_patch::merge(&mut live, patch);
         let d = diff(&self.live, &live);
         let touched: BTreeSet<Path> = d.modified.union(&d.added).cloned().collect();
         let mut entries = self.entries.clone();

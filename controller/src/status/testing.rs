@@ -19,26 +19,6 @@ pub fn at_min(minutes: i64) -> Timestamp {
         .unwrap()
 }
 
-/// Merges `patch` into `target` as RFC 7386 says: objects key by key, `null` removes,
-/// anything else (arrays too) replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Default::default());
-    }
-    let target = target.as_object_mut().unwrap();
-    for (key, value) in patch {
-        if value.is_null() {
-            target.remove(key);
-        } else {
-            merge_patch(target.entry(key.clone()).or_insert(Value::Null), value);
-        }
-    }
-}
-
 /// True when `value` holds a JSON `null` anywhere.
 pub fn has_null(value: &Value) -> bool {
     match value {

@@ -2,7 +2,7 @@
 //! way the status-applier merges them.
 
 use super::*;
-use crate::status::testing::{T0, at_min, failure, has_null, merge_patch, ts};
+use crate::status::testing::{T0, at_min, failure, has_null, ts};
 use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
 
 fn mk_input() -> CaptClusterInput {
@@ -52,7 +52,7 @@ impl Sim {
             .get("status")
             .map(|s| serde_json::from_value(s.clone()).unwrap());
         let desired = desired_capt_cluster(&input);
-        merge_patch(&mut self.live, &desired.status_fragment);
+        json_patch::merge(&mut self.live, &desired.status_fragment);
         desired
     }
 

@@ -2,7 +2,7 @@
 //! merged the way the status-applier merges them.
 
 use super::*;
-use crate::status::testing::{T0, at_min, failure, merge_patch, ts};
+use crate::status::testing::{T0, at_min, failure, ts};
 use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
 
 const ENDPOINT: &str = "https://ABC.gr7.ap-northeast-1.eks.amazonaws.com";
@@ -40,7 +40,7 @@ impl Sim {
     fn step(&mut self, mut input: ControlPlaneInput) -> ControlPlaneDesired {
         input.existing = self.existing();
         let desired = desired_control_plane(&input);
-        merge_patch(&mut self.live, &desired.status_fragment);
+        json_patch::merge(&mut self.live, &desired.status_fragment);
         desired
     }
 
