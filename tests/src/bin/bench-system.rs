@@ -442,25 +442,9 @@ async fn settle(
 
 async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
     let client = env().client().await?;
-    let audit = env()
-        .kubeconfig
-        .parent()
-        .context("state dir")?
-        .join("audit.log");
+    let audit = audit_log()?;
     let ns = TestNamespace::create(&client, &format!("bench-{n}")).await?;
-    let controller_args: &[&str] = match mode {
-        Mode::Sidecar => &["--no-leader-election"],
-        Mode::Baseline => &["--no-leader-election", "--baseline-full-update"],
-    };
-    let applier_args: Vec<&str> = args.applier_args.iter().map(String::as_str).collect();
-    let mut system = System::start_tuned(
-        &ns.name,
-        args.provider_delay_ms,
-        controller_args,
-        &applier_args,
-        &env().kubeconfig,
-    )
-    .await?;
+    let mut system = start_system(args, mode, &ns.name).await?;
     let round = Probe {
         mode,
         ns: &ns.name,
@@ -469,15 +453,113 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
     let clusters = Clusters::watch(client.clone(), &ns.name);
     eprintln!("[{} N={n}] namespace {}", mode.name(), ns.name);
 
-    // 1. Provisioning.
-    let start = round.snapshot(&system).await?;
-    create_templates(&client, &ns.name).await?;
+    let (provisioned, provisioned_in, provisioning) =
+        provision(&round, &system, &client, &clusters, n).await?;
+    let steady = steady_state(&round, &system, args.steady_seconds).await?;
+    // The benchmark plays the provider from here on.
+    system.provider.kill();
+    let workspaces: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
+    let (changes, latencies_ms, missed) =
+        output_changes(&round, &system, &workspaces, &clusters, n, args.changes).await?;
+    let stack = stack_name(0);
+    let burst = output_burst(&round, &system, &workspaces, &clusters, &stack, args.burst).await?;
+    let socket_burst = match mode {
+        Mode::Sidecar => Some(socket_burst(&round, &system, &client, &stack, args.burst).await?),
+        Mode::Baseline => None,
+    };
+    let (controller, applier) = measure_processes(&system, mode)?;
+    Ok(Round {
+        mode,
+        clusters: n,
+        provisioned,
+        provisioned_in,
+        provisioning,
+        steady,
+        changes,
+        latencies_ms,
+        missed,
+        burst,
+        socket_burst,
+        controller,
+        applier,
+    })
+}
+
+/// The API server's audit log: `hack/testenv.sh` keeps it in its state directory, beside
+/// the kubeconfig.
+fn audit_log() -> Result<std::path::PathBuf> {
+    Ok(env()
+        .kubeconfig
+        .parent()
+        .context("state dir")?
+        .join("audit.log"))
+}
+
+/// Starts the fake provider, the controller and the status-applier in namespace `ns`; in
+/// the baseline mode the controller does full updates.
+async fn start_system(args: &Args, mode: Mode, ns: &str) -> Result<System> {
+    let controller_args: &[&str] = match mode {
+        Mode::Sidecar => &["--no-leader-election"],
+        Mode::Baseline => &["--no-leader-election", "--baseline-full-update"],
+    };
+    let applier_args: Vec<&str> = args.applier_args.iter().map(String::as_str).collect();
+    System::start_tuned(
+        ns,
+        args.provider_delay_ms,
+        controller_args,
+        &applier_args,
+        &env().kubeconfig,
+    )
+    .await
+}
+
+/// Phase 1, provisioning: the templates and `n` stacks created at once while the fake
+/// provider plays Terraform, until they are provisioned (or a deadline passes) and the
+/// writes settle. Returns how many were provisioned, in how many seconds, and what happened
+/// meanwhile.
+async fn provision(
+    round: &Probe<'_>,
+    system: &System,
+    client: &kube::Client,
+    clusters: &Clusters,
+    n: usize,
+) -> Result<(usize, f64, Delta)> {
+    let start = round.snapshot(system).await?;
+    create_templates(client, round.ns).await?;
+    create_stacks(client, round.ns, n).await?;
+    wait_provisioned(clusters, n).await;
+    let provisioned = clusters.provisioned();
+    let provisioned_at = round.snapshot(system).await?;
+    let provisioned_in = (provisioned_at.at - start.at).as_secs_f64();
+    eprintln!("  {provisioned}/{n} provisioned in {provisioned_in:.1} s");
+    let settled = settle(
+        round,
+        system,
+        Duration::from_secs(3),
+        Duration::from_secs(60),
+    )
+    .await?;
+    let provisioning = round.delta(&start, &round.snapshot(system).await?)?;
+    if !settled {
+        eprintln!("  writes had not stopped 60 s after provisioning");
+    }
+    Ok((provisioned, provisioned_in, provisioning))
+}
+
+/// Creates stacks `0..n`, 16 at a time.
+async fn create_stacks(client: &kube::Client, ns: &str, n: usize) -> Result<()> {
     futures::stream::iter(
-        (0..n).map(|i| create_stack(client.clone(), ns.name.clone(), stack_name(i))),
+        (0..n).map(|i| create_stack(client.clone(), ns.to_owned(), stack_name(i))),
     )
     .buffer_unordered(16)
     .try_collect::<Vec<()>>()
     .await?;
+    Ok(())
+}
+
+/// Waits until `n` Clusters are provisioned, for at most 120 s plus 0.5 s per stack,
+/// reporting progress every 10 s.
+async fn wait_provisioned(clusters: &Clusters, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 2);
     let mut reported = Instant::now();
     while clusters.provisioned() < n && Instant::now() < deadline {
@@ -487,40 +569,37 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let provisioned = clusters.provisioned();
-    let provisioned_at = round.snapshot(&system).await?;
-    let provisioned_in = (provisioned_at.at - start.at).as_secs_f64();
-    eprintln!("  {provisioned}/{n} provisioned in {provisioned_in:.1} s");
-    let settled = settle(
-        &round,
-        &system,
-        Duration::from_secs(3),
-        Duration::from_secs(60),
-    )
-    .await?;
-    let provisioning = round.delta(&start, &round.snapshot(&system).await?)?;
-    if !settled {
-        eprintln!("  writes had not stopped 60 s after provisioning");
-    }
+}
 
-    // 2. Steady state.
-    let before = round.snapshot(&system).await?;
-    tokio::time::sleep(Duration::from_secs(args.steady_seconds)).await;
-    let steady = round.delta(&before, &round.snapshot(&system).await?)?;
+/// Phase 2, steady state: what happens over `seconds` once provisioned.
+async fn steady_state(round: &Probe<'_>, system: &System, seconds: u64) -> Result<Delta> {
+    let before = round.snapshot(system).await?;
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let steady = round.delta(&before, &round.snapshot(system).await?)?;
     eprintln!(
         "  steady state: {} writes, {} reconciles in {:.0} s",
         steady.controller_writes(),
         steady.reconciles,
         steady.seconds
     );
+    Ok(steady)
+}
 
-    // 3. Output changes, one at a time; the benchmark plays the provider from here on.
-    system.provider.kill();
-    let workspaces: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
-    let changes = args.changes.min(n);
+/// Phase 3, output changes one at a time on `changes` of the `n` stacks (at most one each),
+/// the benchmark playing the provider. Returns what happened until the writes settled, the
+/// latency of each change until the Cluster's endpoint followed, and how many were missed.
+async fn output_changes(
+    round: &Probe<'_>,
+    system: &System,
+    workspaces: &Api<DynamicObject>,
+    clusters: &Clusters,
+    n: usize,
+    changes: usize,
+) -> Result<(Delta, Vec<f64>, usize)> {
+    let changes = changes.min(n);
     let mut latencies_ms = Vec::with_capacity(changes);
     let mut missed = 0;
-    let before = round.snapshot(&system).await?;
+    let before = round.snapshot(system).await?;
     for c in 0..changes {
         if missed >= MISSES_BEFORE_GIVING_UP || before.at.elapsed() > CHANGES_BUDGET {
             eprintln!("  {c} output changes made, {missed} missed: the phase stops here");
@@ -529,8 +608,8 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
         let stack = stack_name(c * n / changes);
         let host = endpoint_host(&stack, c);
         let sent = Instant::now();
-        let ws = format!("{}-{stack}-controlplane", ns.name);
-        if let Err(e) = change_output(&workspaces, &ws, &host).await {
+        let ws = format!("{}-{stack}-controlplane", round.ns);
+        if let Err(e) = change_output(workspaces, &ws, &host).await {
             eprintln!("  cannot change {ws}: {e:#}");
             missed += 1;
             continue;
@@ -541,67 +620,63 @@ async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
         }
     }
     settle(
-        &round,
-        &system,
+        round,
+        system,
         Duration::from_secs(2),
         Duration::from_secs(30),
     )
     .await?;
-    let changes_delta = round.delta(&before, &round.snapshot(&system).await?)?;
+    let changes_delta = round.delta(&before, &round.snapshot(system).await?)?;
     eprintln!("  {changes} output changes done ({missed} missed)");
+    Ok((changes_delta, latencies_ms, missed))
+}
 
-    // 4. A burst of output changes on one Workspace, then of intents on one object.
-    let stack = stack_name(0);
-    let ws = format!("{}-{stack}-controlplane", ns.name);
-    let before = round.snapshot(&system).await?;
-    for b in 0..args.burst {
-        if let Err(e) = change_output(&workspaces, &ws, &endpoint_host(&stack, 100_000 + b)).await {
+/// Phase 4, a burst of `burst` output changes, back to back, on the control plane's
+/// Workspace of `stack`: what happened until its last endpoint reached the Cluster and the
+/// writes settled.
+async fn output_burst(
+    round: &Probe<'_>,
+    system: &System,
+    workspaces: &Api<DynamicObject>,
+    clusters: &Clusters,
+    stack: &str,
+    burst: usize,
+) -> Result<Delta> {
+    let ws = format!("{}-{stack}-controlplane", round.ns);
+    let before = round.snapshot(system).await?;
+    for b in 0..burst {
+        if let Err(e) = change_output(workspaces, &ws, &endpoint_host(stack, 100_000 + b)).await {
             eprintln!("  the burst cannot change {ws}: {e:#}");
             break;
         }
     }
-    let last = endpoint_host(&stack, 100_000 + args.burst - 1);
+    let last = endpoint_host(stack, 100_000 + burst - 1);
     if clusters
-        .endpoint_seen(&stack, &last, Duration::from_secs(60))
+        .endpoint_seen(stack, &last, Duration::from_secs(60))
         .await
         .is_none()
     {
         eprintln!("  the burst's last endpoint never reached the Cluster");
     }
     settle(
-        &round,
-        &system,
+        round,
+        system,
         Duration::from_secs(2),
         Duration::from_secs(30),
     )
     .await?;
-    let burst = round.delta(&before, &round.snapshot(&system).await?)?;
-    let socket_burst = match mode {
-        Mode::Sidecar => Some(socket_burst(&round, &system, &client, &stack, args.burst).await?),
-        Mode::Baseline => None,
-    };
+    round.delta(&before, &round.snapshot(system).await?)
+}
 
-    // 5. The processes.
+/// Phase 5, the processes: peak RSS and CPU time of the controller and (sidecar only) of
+/// the status-applier.
+fn measure_processes(system: &System, mode: Mode) -> Result<(ProcessStats, Option<ProcessStats>)> {
     let controller = process_stats(system.controller_pid())?;
     let applier = match mode {
         Mode::Sidecar => Some(process_stats(system.applier.pid())?),
         Mode::Baseline => None,
     };
-    Ok(Round {
-        mode,
-        clusters: n,
-        provisioned,
-        provisioned_in,
-        provisioning,
-        steady,
-        changes: changes_delta,
-        latencies_ms,
-        missed,
-        burst,
-        socket_burst,
-        controller,
-        applier,
-    })
+    Ok((controller, applier))
 }
 
 /// `burst` intents for one object under one manager, sent without waiting, then one that
