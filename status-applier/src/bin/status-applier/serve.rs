@@ -1,0 +1,231 @@
+//! `status-applier serve`: its flags (socket, policy, tuning), the server it starts and its
+//! graceful shutdown.
+
+use crate::{PolicyFileArg, SocketArg};
+use anyhow::{Context, Result};
+use clap::Args;
+use prometheus_client::registry::Registry;
+use status_applier::config::{GroupKind, KindPath};
+use status_applier::engine::{Engine, Settings};
+use status_applier::metrics::Metrics;
+use status_applier::server::{AppState, probes, router};
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Also serve /healthz, /readyz and /metrics on this TCP address (for probes and Prometheus).
+    #[arg(long, env = "STATUS_APPLIER_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Also serve the whole intent API on this TCP address. For debugging only: off by default.
+    #[arg(long, env = "STATUS_APPLIER_DEBUG_TCP_ADDR")]
+    debug_tcp_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    tuning: TuningArgs,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "STATUS_APPLIER_LOG_JSON")]
+    log_json: bool,
+}
+
+/// The serving policy: each flag given replaces its section of the policy file.
+#[derive(Args)]
+struct PolicyArgs {
+    #[command(flatten)]
+    file: PolicyFileArg,
+    /// Field managers accepted in intents (all when none is given).
+    #[arg(
+        long = "allow-manager",
+        env = "STATUS_APPLIER_ALLOWED_MANAGERS",
+        value_delimiter = ','
+    )]
+    allowed_managers: Vec<String>,
+    /// Kinds accepted in intents, as Kind.group (all when none is given).
+    #[arg(
+        long = "allow-kind",
+        env = "STATUS_APPLIER_ALLOWED_KINDS",
+        value_delimiter = ','
+    )]
+    allowed_kinds: Vec<GroupKind>,
+    /// Protected paths, as Kind.group:field.path (none when none is given).
+    #[arg(
+        long = "protect",
+        env = "STATUS_APPLIER_PROTECT",
+        value_delimiter = ','
+    )]
+    protected: Vec<KindPath>,
+    /// Subtrees replaced whole by a fragment that carries them, as Kind.group:field.path
+    /// (none when none is given).
+    #[arg(
+        long = "replace",
+        env = "STATUS_APPLIER_REPLACE",
+        value_delimiter = ','
+    )]
+    replaced: Vec<KindPath>,
+    /// Managers whose conflicts outside protected paths are forced (none by default).
+    #[arg(
+        long = "force-manager",
+        env = "STATUS_APPLIER_FORCE_MANAGERS",
+        value_delimiter = ','
+    )]
+    force_managers: Vec<String>,
+    /// Kinds to watch from the start, as apiVersion:Kind, so that documents are rebuilt
+    /// from managedFields before the first intent arrives.
+    #[arg(
+        long = "watch-kind",
+        env = "STATUS_APPLIER_WATCH_KINDS",
+        value_delimiter = ','
+    )]
+    watch_kinds: Vec<String>,
+    /// Do not publish Kubernetes Events for conflicts.
+    #[arg(long)]
+    no_events: bool,
+}
+
+/// The engine's defaults: the flags' defaults are read from them, so the two cannot drift.
+const DEFAULTS: Settings = Settings::DEFAULT;
+
+#[derive(Args)]
+struct TuningArgs {
+    /// How long a queued document waits for more intents before its apply.
+    #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = DEFAULTS.coalesce_window.as_millis() as u64)]
+    coalesce_window_ms: u64,
+    /// Apply a lone intent at once instead of after a quiet window: lower latency, a burst
+    /// becomes two applies, and an apply may be planned on a cache that has not yet seen a
+    /// write made just before the intent (see docs/status-applier.md: off by default).
+    #[arg(long, env = "STATUS_APPLIER_APPLY_LONE_INTENTS_AT_ONCE")]
+    apply_lone_intents_at_once: bool,
+    /// Applies in flight at once.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_MAX_CONCURRENT_APPLIES",
+        default_value_t = DEFAULTS.max_concurrent_applies
+    )]
+    max_concurrent_applies: usize,
+    /// First retry delay after an API error (doubles per failure, with jitter).
+    #[arg(long, env = "STATUS_APPLIER_BACKOFF_BASE_MS", default_value_t = DEFAULTS.backoff_base.as_millis() as u64)]
+    backoff_base_ms: u64,
+    /// Longest retry delay.
+    #[arg(long, env = "STATUS_APPLIER_BACKOFF_MAX_SECONDS", default_value_t = DEFAULTS.backoff_max.as_secs())]
+    backoff_max_seconds: u64,
+    /// How long a submitter that waits for the apply waits at most.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_WAIT_TIMEOUT_SECONDS",
+        default_value_t = DEFAULTS.wait_timeout.as_secs()
+    )]
+    wait_timeout_seconds: u64,
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
+    status_applier::telemetry::init_logging(args.log_json);
+    let file = args.policy.file.read()?;
+    let flags = args.policy;
+    // A flag (or its environment variable) given replaces the file's section.
+    fn or_file<T>(flag: Vec<T>, file: Vec<T>) -> Vec<T> {
+        if flag.is_empty() { file } else { flag }
+    }
+    let mut policy = file.serving();
+    policy.allowed_managers = or_file(flags.allowed_managers, policy.allowed_managers);
+    policy.allowed_kinds = or_file(flags.allowed_kinds, policy.allowed_kinds);
+    policy.protected = or_file(flags.protected, policy.protected);
+    policy.replaced = or_file(flags.replaced, policy.replaced);
+    policy.force_managers = or_file(flags.force_managers, policy.force_managers);
+    let watch_kinds = if flags.watch_kinds.is_empty() {
+        file.watch_kinds
+            .iter()
+            .map(|w| (w.api_version.clone(), w.kind.clone()))
+            .collect()
+    } else {
+        flags
+            .watch_kinds
+            .iter()
+            .map(|watched| {
+                watched
+                    .rsplit_once(':')
+                    .map(|(v, k)| (v.to_owned(), k.to_owned()))
+                    .with_context(|| {
+                        format!("invalid --watch-kind `{watched}`: expected apiVersion:Kind")
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    tracing::info!(
+        protected = policy.protected.len(),
+        replaced = policy.replaced.len(),
+        allowed_managers = ?policy.allowed_managers,
+        watched = watch_kinds.len(),
+        "Policy"
+    );
+    let t = args.tuning;
+    let settings = Settings {
+        coalesce_window: Duration::from_millis(t.coalesce_window_ms),
+        apply_lone_intents_at_once: t.apply_lone_intents_at_once,
+        max_concurrent_applies: t.max_concurrent_applies.max(1),
+        backoff_base: Duration::from_millis(t.backoff_base_ms),
+        backoff_max: Duration::from_secs(t.backoff_max_seconds),
+        wait_timeout: Duration::from_secs(t.wait_timeout_seconds),
+        ..Settings::default()
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let engine = Engine::start(client, policy, settings, metrics, !flags.no_events);
+    for (api_version, kind) in &watch_kinds {
+        engine
+            .watch_kind(api_version, kind)
+            .await
+            .with_context(|| format!("watching {api_version}:{kind}"))?;
+    }
+    let state = AppState {
+        engine,
+        registry: Arc::new(registry),
+    };
+
+    let socket = &args.socket.socket;
+    if socket.exists() {
+        std::fs::remove_file(socket)
+            .with_context(|| format!("removing the stale socket {}", socket.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))?;
+    tracing::info!(socket = %socket.display(), "Serving the intent API");
+    if let Some(addr) = args.metrics_addr {
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::info!(%addr, "Serving health and metrics");
+        tokio::spawn(
+            axum::serve(tcp, probes(state.clone()).with_state(state.clone())).into_future(),
+        );
+    }
+    if let Some(addr) = args.debug_tcp_addr {
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::warn!(%addr, "Serving the whole intent API on TCP (debugging only)");
+        tokio::spawn(axum::serve(tcp, router(state.clone())).into_future());
+    }
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    let _ = std::fs::remove_file(socket);
+    Ok(())
+}
+
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("Shutting down");
+}

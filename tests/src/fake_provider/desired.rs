@@ -1,0 +1,224 @@
+//! The outcome a test asks of the fake provider, parsed from a Workspace's annotations, and
+//! the checksum of an apply (over canonical JSON).
+
+use super::{
+    FAIL_ANNOTATION, OUTPUTS_ANNOTATION, REVISION_ANNOTATION, SENSITIVE_OUTPUTS_ANNOTATION,
+};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The outcome a test asks of the provider, from a Workspace's annotations.
+#[derive(Clone, PartialEq, Default)]
+pub struct Desired {
+    /// Non-sensitive outputs: `atProvider.outputs` and the connection Secret.
+    pub outputs: Map<String, Value>,
+    /// Sensitive outputs: the connection Secret only.
+    pub sensitive: Map<String, Value>,
+    /// When set, the apply fails with this message.
+    pub failure: Option<String>,
+    /// A free revision string; a change means a new apply.
+    pub revision: Option<String>,
+}
+
+// Never shows sensitive values, only their names.
+impl fmt::Debug for Desired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Desired")
+            .field("outputs", &self.outputs)
+            .field("sensitive", &self.sensitive_names())
+            .field("failure", &self.failure)
+            .field("revision", &self.revision)
+            .finish()
+    }
+}
+
+/// An annotation the provider cannot use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationError {
+    /// The annotation's key.
+    pub annotation: &'static str,
+    /// What is wrong with it (never its value).
+    pub reason: String,
+}
+
+impl fmt::Display for AnnotationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "annotation {}: {}", self.annotation, self.reason)
+    }
+}
+
+impl std::error::Error for AnnotationError {}
+
+impl Desired {
+    /// Parses the annotations; invalid JSON, a non-object, an output name that cannot be a
+    /// Secret key, or a name both sensitive and not, is an error.
+    pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Self, AnnotationError> {
+        let outputs = parse_outputs(annotations, OUTPUTS_ANNOTATION)?;
+        let sensitive = parse_outputs(annotations, SENSITIVE_OUTPUTS_ANNOTATION)?;
+        if let Some(name) = outputs.keys().find(|k| sensitive.contains_key(*k)) {
+            return Err(AnnotationError {
+                annotation: SENSITIVE_OUTPUTS_ANNOTATION,
+                reason: format!("output {name:?} is also in {OUTPUTS_ANNOTATION}"),
+            });
+        }
+        let failure = annotations
+            .get(FAIL_ANNOTATION)
+            .map(|m| m.trim().to_owned())
+            .filter(|m| !m.is_empty());
+        Ok(Self {
+            outputs,
+            sensitive,
+            failure,
+            revision: annotations.get(REVISION_ANNOTATION).cloned(),
+        })
+    }
+
+    /// Like [`Desired::parse`], but an unusable annotation becomes a failed apply whose
+    /// message says what is wrong: the provider never stops on bad input.
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
+        Self::parse(annotations).unwrap_or_else(|e| Self {
+            failure: Some(format!("invalid fake provider input: {e}")),
+            revision: annotations.get(REVISION_ANNOTATION).cloned(),
+            ..Self::default()
+        })
+    }
+
+    /// The names of the sensitive outputs (safe to log).
+    pub fn sensitive_names(&self) -> Vec<&str> {
+        self.sensitive.keys().map(String::as_str).collect()
+    }
+
+    /// The names of the non-sensitive outputs.
+    pub fn output_names(&self) -> Vec<&str> {
+        self.outputs.keys().map(String::as_str).collect()
+    }
+
+    /// Every output, sensitive or not, as the connection Secret holds it: strings as they
+    /// are, other JSON values as compact JSON text.
+    pub fn connection_data(&self) -> BTreeMap<String, String> {
+        self.outputs
+            .iter()
+            .chain(self.sensitive.iter())
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect()
+    }
+
+    /// Identifies the whole desired state (checksum and failure): when it changes, the
+    /// provider runs a new apply.
+    pub fn state_key(&self, spec: &Value) -> String {
+        format!(
+            "{}/{}",
+            checksum(spec, self),
+            self.failure.as_deref().unwrap_or("")
+        )
+    }
+}
+
+fn parse_outputs(
+    annotations: &BTreeMap<String, String>,
+    annotation: &'static str,
+) -> Result<Map<String, Value>, AnnotationError> {
+    let Some(raw) = annotations.get(annotation) else {
+        return Ok(Map::new());
+    };
+    if raw.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    let error = |reason: String| AnnotationError { annotation, reason };
+    // serde_json's message says where the syntax breaks, never what the text is.
+    let value: Value =
+        serde_json::from_str(raw).map_err(|e| error(format!("invalid JSON: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(error(format!(
+            "expected a JSON object of outputs, got {}",
+            json_kind(&value)
+        )));
+    };
+    if let Some(bad) = map.keys().find(|k| !valid_secret_key(k)) {
+        return Err(error(format!(
+            "output name {bad:?} cannot be a Secret key (letters, digits, '-', '_', '.')"
+        )));
+    }
+    Ok(map)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn valid_secret_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 253
+        && k != "."
+        && k != ".."
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// JSON text with object keys sorted at every level, whatever map type `serde_json` uses.
+pub fn canonical_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(v, &mut out);
+    out
+}
+
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The `atProvider.checksum` of an apply: FNV-1a (64 bits, 16 hex digits) of the canonical
+/// JSON of the spec, all outputs and the revision. Deterministic across runs and builds.
+pub fn checksum(spec: &Value, desired: &Desired) -> String {
+    let doc = json!({
+        "spec": spec,
+        "outputs": desired.outputs,
+        "sensitive": desired.sensitive,
+        "revision": desired.revision,
+    });
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in canonical_json(&doc).bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}

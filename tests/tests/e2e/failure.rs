@@ -1,0 +1,81 @@
+//! A Terraform failure: the control plane is Failed with the provider's message (not a
+//! terminal failure), and a fix returns it to Ready.
+
+use crate::common::{ONE_AT_A_TIME, annotate_workspace, provisioned, workspace_name};
+use anyhow::Result;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The message of the `Failed` condition while it is True: how a control plane tells a
+/// failure (`failureMessage` is for terminal failures, in the Cluster API contract).
+fn failed_message(cp: &Value) -> Option<&str> {
+    cp["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Failed" && c["status"] == "True")?["message"]
+        .as_str()
+}
+
+#[tokio::test]
+async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_returns_to_ready()
+-> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, system) = provisioned("e2e-failure", false).await?;
+    let ws = workspace_name(&ns.name, "demo-controlplane");
+    annotate_workspace(
+        &ws,
+        json!({"fake.tf.upbound.io/fail": "Error: creating EKS Cluster: AccessDeniedException"}),
+    )
+    .await?;
+    system
+        .wait_for(
+            "phase Failed with the provider's message",
+            Duration::from_secs(30),
+            || async {
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                Ok(cp["status"]["phase"] == "Failed"
+                    && failed_message(&cp)
+                        .is_some_and(|m| m.contains("creating EKS Cluster: AccessDeniedException")))
+            },
+        )
+        .await?;
+    let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    assert!(
+        cp["status"]["workspaceStatus"]["atProvider"].is_object(),
+        "atProvider kept through the failure"
+    );
+    // Not a terminal failure (a fixed Terraform error recovers): no failureReason, so neither
+    // core nor capt-cluster marks the Cluster Failed for good.
+    assert!(
+        cp["status"].get("failureReason").is_none(),
+        "{}",
+        cp["status"]
+    );
+    let cluster = system.get(&["cluster", "demo"])?.unwrap();
+    assert!(
+        cluster["status"].get("failureMessage").is_none() && cluster["status"]["phase"] != "Failed",
+        "{}",
+        cluster["status"]
+    );
+
+    annotate_workspace(
+        &ws,
+        json!({"fake.tf.upbound.io/fail": null, "fake.tf.upbound.io/revision": "fixed"}),
+    )
+    .await?;
+    system
+        .wait_for(
+            "phase Ready again, failure cleared",
+            Duration::from_secs(30),
+            || async {
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                let cluster = system.get(&["cluster", "demo"])?.unwrap();
+                Ok(cp["status"]["phase"] == "Ready"
+                    && failed_message(&cp).is_none()
+                    && cluster["status"].get("failureMessage").is_none()
+                    && cluster["status"]["phase"] == "Provisioned")
+            },
+        )
+        .await?;
+    Ok(())
+}
