@@ -23,6 +23,7 @@ pub mod live;
 pub mod merge;
 pub mod metrics;
 pub mod outcome;
+pub mod ownership;
 pub mod policy;
 pub mod server;
 pub mod telemetry;

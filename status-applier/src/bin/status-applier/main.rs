@@ -1,22 +1,20 @@
 //! `status-applier`: the server (`serve`) and the client commands that talk to it.
 //!
 //! This file holds the command line (`Cli`, `Command`, the flag groups several commands
-//! share) and the dispatch; each command lives in a module of its own: `serve`,
-//! `audit_command` (the `audit` command; the audit itself is the library's `audit` module)
-//! and `client_commands` (`submit`, `show`, `conflicts`).
+//! share) and the dispatch; each command lives in a module of its own: `serve` and
+//! `client_commands` (`submit`, `show`, `conflicts`). The `audit` command is the library's
+//! `ownership` module, which the kubectl plugin `kubectl-ownership` shares.
 #![forbid(unsafe_code)]
 
-mod audit_command;
 mod client_commands;
 mod serve;
 
 use anyhow::Result;
-use audit_command::{AuditArgs, audit};
 use clap::{Args, Parser, Subcommand};
 use client_commands::{Format, ShowFilter, print_answer, submit};
 use serve::{ServeArgs, serve};
 use status_applier::client::Client;
-use status_applier::policy::PolicyFile;
+use status_applier::ownership::{AuditArgs, Verdict, audit};
 use std::path::PathBuf;
 
 /// A server-side-apply field-manager sidecar.
@@ -64,24 +62,6 @@ enum Command {
     Audit(AuditArgs),
 }
 
-/// The policy file: nothing is protected, replaced or expected without one (or the flags).
-#[derive(Args)]
-struct PolicyFileArg {
-    /// The policy file (YAML; docs/status-applier.md). A flag given for a section of it
-    /// replaces that section.
-    #[arg(long = "policy", env = "STATUS_APPLIER_POLICY", value_name = "FILE")]
-    policy_file: Option<PathBuf>,
-}
-
-impl PolicyFileArg {
-    fn read(&self) -> Result<PolicyFile> {
-        match &self.policy_file {
-            Some(path) => PolicyFile::read(path).map_err(anyhow::Error::msg),
-            None => Ok(PolicyFile::default()),
-        }
-    }
-}
-
 #[derive(Args)]
 struct SocketArg {
     /// The Unix socket of the server.
@@ -107,12 +87,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(if audit_run { 2 } else { 1 })
         }
     }
-}
-
-/// What a command that ran found.
-enum Verdict {
-    Clean,
-    Violations,
 }
 
 async fn run(cli: Cli) -> Result<Verdict> {

@@ -1,13 +1,14 @@
 //! `status-applier serve`: its flags (socket, policy, tuning), the server it starts and its
 //! graceful shutdown.
 
-use crate::{PolicyFileArg, SocketArg};
+use crate::SocketArg;
 use anyhow::{Context, Result};
 use clap::Args;
 use prometheus_client::registry::Registry;
 use status_applier::config::{GroupKind, KindPath};
 use status_applier::engine::{Engine, Settings};
 use status_applier::metrics::Metrics;
+use status_applier::ownership::PolicyFileArg;
 use status_applier::server::{AppState, probes, router};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;

@@ -1,50 +1,162 @@
-//! `status-applier audit`: the command's flags, reading the objects (from a file or the API
-//! server) and following the policy's source checks. The audit itself is the library's
-//! `status_applier::audit`; this module is named `audit_command` to keep the two apart.
+//! The ownership audit as a command, shared by `status-applier audit` and the kubectl plugin
+//! `kubectl-ownership`: the flags (kubectl's: `-n`, `-A`, `-o`, `--kubeconfig`,
+//! `--context`), reading the objects (from a file or the API server), following the policy's
+//! source checks, printing, and the verdict that becomes the exit code. The audit itself is
+//! [`crate::audit`].
 
-use crate::{PolicyFileArg, Verdict};
+use crate::audit::Expectation;
+use crate::config::GroupKind;
+use crate::policy::{LookupStep, PolicyFile, Scope, SourceCheck};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use status_applier::audit::Expectation;
-use status_applier::config::GroupKind;
-use status_applier::policy::{LookupStep, Scope, SourceCheck};
 use std::io::Read;
+use std::path::PathBuf;
 
+/// The policy file: nothing is protected, replaced or expected without one (or the flags).
 #[derive(Args)]
-pub(crate) struct AuditArgs {
+pub struct PolicyFileArg {
+    /// The policy file (YAML; docs/status-applier.md). A flag given for a section of it
+    /// replaces that section.
+    #[arg(long = "policy", env = "STATUS_APPLIER_POLICY", value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
+}
+
+impl PolicyFileArg {
+    /// The policy file, or the empty policy when none is given.
+    pub fn read(&self) -> Result<PolicyFile> {
+        match &self.policy_file {
+            Some(path) => PolicyFile::read(path).map_err(anyhow::Error::msg),
+            None => Ok(PolicyFile::default()),
+        }
+    }
+}
+
+/// Where to read objects from when no file is given: kubectl's connection flags.
+#[derive(Args)]
+pub struct ConnectionArgs {
+    /// The kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+impl ConnectionArgs {
+    /// A client for the chosen kubeconfig and context.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let config = if self.kubeconfig.is_none() && self.context.is_none() {
+            kube::Config::infer()
+                .await
+                .context("finding a kubeconfig")?
+        } else {
+            let options = kube::config::KubeConfigOptions {
+                context: self.context.clone(),
+                ..Default::default()
+            };
+            let kubeconfig = match &self.kubeconfig {
+                Some(path) => kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading the kubeconfig {}", path.display()))?,
+                None => kube::config::Kubeconfig::read().context("reading the kubeconfig")?,
+            };
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .context("loading the kubeconfig")?
+        };
+        kube::Client::try_from(config).context("connecting to the API server")
+    }
+}
+
+/// Which namespaces an audit without `-n` or `-A` reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum DefaultScope {
+    /// Every namespace (`status-applier audit`).
+    #[default]
+    AllNamespaces,
+    /// The namespace of the kubeconfig context, as kubectl does (`kubectl ownership`).
+    ContextNamespace,
+}
+
+/// The audit's flags.
+#[derive(Args)]
+pub struct AuditArgs {
     /// KIND or KIND/NAME (kind, plural or Kind.group); the policy's `audit.kinds` when omitted.
-    target: Option<String>,
-    /// The namespace (all namespaces when omitted).
-    #[arg(short = 'n', long)]
-    namespace: Option<String>,
+    pub target: Option<String>,
+    /// The namespace.
+    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
     /// Read the objects from a file, or - for standard input (`kubectl get -o yaml --show-managed-fields`).
     #[arg(short = 'f', long = "filename")]
-    file: Option<String>,
+    pub file: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = AuditFormat::Table)]
-    output: AuditFormat,
+    pub output: AuditFormat,
     #[command(flatten)]
-    policy: PolicyFileArg,
+    pub policy: PolicyFileArg,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     /// Protected paths and their only owners, as Kind.group:field.path=manager[|manager]
     /// (replaces the policy file's `audit.expectations`).
     #[arg(long = "expect", value_delimiter = ',')]
-    expectations: Vec<Expectation>,
+    pub expectations: Vec<Expectation>,
+    /// Which namespaces are read without `-n` or `-A`; set by the binary, not a flag.
+    #[arg(skip)]
+    pub default_scope: DefaultScope,
 }
 
+/// What an audit found; the binaries turn it into exit codes: 0 clean, 1 a violation, and 2
+/// for an error (an audit that could not run never looks like one that found a violation).
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// No violation.
+    Clean,
+    /// At least one violation.
+    Violations,
+}
+
+/// The exit code of an audit's result.
+pub fn exit_code(result: &Result<Verdict>) -> std::process::ExitCode {
+    match result {
+        Ok(Verdict::Clean) => std::process::ExitCode::SUCCESS,
+        Ok(Verdict::Violations) => std::process::ExitCode::from(1),
+        Err(_) => std::process::ExitCode::from(2),
+    }
+}
+
+/// The audit's output formats.
 #[derive(Clone, Copy, ValueEnum)]
-enum AuditFormat {
+pub enum AuditFormat {
+    /// One row per field, with every owner.
     Table,
+    /// The audits as JSON.
     Json,
+    /// The objects as YAML, each field annotated with its owners.
     Yaml,
 }
 
-pub(crate) async fn audit(args: AuditArgs) -> Result<Verdict> {
+/// Runs the audit the flags describe and prints it.
+pub async fn audit(args: AuditArgs) -> Result<Verdict> {
     let policy = args.policy.read()?;
-    let objects = match &args.file {
-        Some(file) => read_objects(file)?,
+    // From a file, nothing is read from the cluster (and the source checks, which read it,
+    // are skipped).
+    let (objects, client) = match &args.file {
+        Some(file) => (read_objects(file)?, None),
         None => {
+            let client = args.connection.client().await?;
+            let namespace = match (&args.namespace, args.all_namespaces, args.default_scope) {
+                (Some(ns), _, _) => Some(ns.clone()),
+                (None, true, _) | (None, false, DefaultScope::AllNamespaces) => None,
+                (None, false, DefaultScope::ContextNamespace) => {
+                    Some(client.default_namespace().to_owned())
+                }
+            };
             let kinds: Vec<String> = policy.audit.kinds.iter().map(|k| k.to_string()).collect();
-            fetch_objects(args.target.as_deref(), &kinds, args.namespace.as_deref()).await?
+            let target = args.target.as_deref();
+            let objects = fetch_objects(&client, target, &kinds, namespace.as_deref()).await?;
+            (objects, Some(client))
         }
     };
     // `--expect` given replaces the file's expectations.
@@ -55,16 +167,16 @@ pub(crate) async fn audit(args: AuditArgs) -> Result<Verdict> {
     };
     let mut audits = objects
         .iter()
-        .map(|o| status_applier::audit::audit(o, &expectations))
+        .map(|o| crate::audit::audit(o, &expectations))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
-    if args.file.is_none() {
-        check_sources(&policy.audit.source_checks, &objects, &mut audits).await?;
+    if let Some(client) = &client {
+        check_sources(client, &policy.audit.source_checks, &objects, &mut audits).await?;
     }
     match args.output {
-        AuditFormat::Table => print!("{}", status_applier::audit::table(&audits)),
+        AuditFormat::Table => print!("{}", crate::audit::table(&audits)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&audits)?),
-        AuditFormat::Yaml => print!("{}", status_applier::audit::annotated_yaml(&audits)),
+        AuditFormat::Yaml => print!("{}", crate::audit::annotated_yaml(&audits)),
     }
     let violations: usize = audits.iter().map(|a| a.violations.len()).sum();
     if violations > 0 {
@@ -81,28 +193,26 @@ pub(crate) async fn audit(args: AuditArgs) -> Result<Verdict> {
 /// The policy's "present when its source has it" checks (only from the cluster: the sources
 /// are read from it).
 async fn check_sources(
+    client: &kube::Client,
     checks: &[SourceCheck],
     objects: &[serde_json::Value],
-    audits: &mut [status_applier::audit::ObjectAudit],
+    audits: &mut [crate::audit::ObjectAudit],
 ) -> Result<()> {
     if checks.is_empty() {
         return Ok(());
     }
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the API server")?;
     for (object, audit) in objects.iter().zip(audits.iter_mut()) {
         let kind = GroupKind::from_api_version(
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
         );
         for check in checks.iter().filter(|c| c.kind == kind) {
-            let Some((source, described)) = follow(&client, object, &check.source.lookup).await?
+            let Some((source, described)) = follow(client, object, &check.source.lookup).await?
             else {
                 continue;
             };
             let source_has = check.source.path.lookup(&source).is_some();
-            if let Some(v) = status_applier::audit::missing_from_source(
+            if let Some(v) = crate::audit::missing_from_source(
                 object,
                 &check.path.to_string(),
                 source_has,
@@ -193,6 +303,7 @@ fn read_objects(file: &str) -> Result<Vec<serde_json::Value>> {
 /// Objects of the target (or of every kind of `audited` when none is named) from the API
 /// server.
 async fn fetch_objects(
+    client: &kube::Client,
     target: Option<&str>,
     audited: &[String],
     namespace: Option<&str>,
@@ -202,9 +313,6 @@ async fn fetch_objects(
             "nothing to audit: name a KIND or KIND/NAME, or give a policy file (--policy) whose audit.kinds lists the kinds"
         );
     }
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the API server")?;
     let discovery = kube::discovery::Discovery::new(client.clone())
         .run()
         .await

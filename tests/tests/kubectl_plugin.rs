@@ -1,0 +1,147 @@
+//! `kubectl ownership`: the audit as a kubectl plugin, found by the real `kubectl` on the PATH,
+//! against the real API server: kubectl's namespace conventions (the context's namespace,
+//! `-n`, `-A`), `-o json`, `--context`, and the audit's exit codes (0 clean, 1 a violation,
+//! 2 it could not run).
+
+use anyhow::Result;
+use capt_tests::applier::binary;
+use capt_tests::{TestNamespace, env};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Output;
+
+/// `kubectl ownership ARGS` with the plugin's directory first on the PATH and `kubeconfig`.
+fn kubectl_ownership(kubeconfig: &Path, args: &[&str]) -> Result<Output> {
+    let plugin_dir = binary("kubectl-ownership")
+        .parent()
+        .expect("a directory")
+        .to_owned();
+    let path = std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))?;
+    Ok(env()
+        .kubectl()
+        .arg("ownership")
+        .args(args)
+        .env("PATH", path)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("STATUS_APPLIER_POLICY")
+        .output()?)
+}
+
+fn apply_config_map(ns: &str, manager: &str, data: Value, force: bool) -> Result<()> {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": ns}, "data": data});
+    let manager = format!("--field-manager={manager}");
+    let mut args = vec!["apply", "--server-side", manager.as_str(), "-f", "-"];
+    if force {
+        args.push("--force-conflicts");
+    }
+    env().kubectl_ok(&args, Some(&cm.to_string()))?;
+    Ok(())
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test]
+async fn kubectl_finds_the_plugin_and_it_audits_with_kubectls_conventions() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "plugin").await?;
+    let other = TestNamespace::create(&client, "plugin-other").await?;
+    apply_config_map(&ns.name, "alice", json!({"owned": "by-alice"}), false)?;
+    apply_config_map(&other.name, "carol", json!({"elsewhere": "x"}), false)?;
+
+    // A kubeconfig whose current context's namespace is the test's, as `kubens` would leave it.
+    let dir = std::env::temp_dir().join(format!("kubectl-ownership-{}", ns.name));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::copy(&env().kubeconfig, &kubeconfig)?;
+    let set_ns = env()
+        .kubectl()
+        .env("KUBECONFIG", &kubeconfig)
+        .args([
+            "config",
+            "set-context",
+            "--current",
+            "--namespace",
+            &ns.name,
+        ])
+        .output()?;
+    assert!(set_ns.status.success(), "{}", text(&set_ns));
+
+    // Without -n: the context's namespace only.
+    let out = kubectl_ownership(&kubeconfig, &["configmaps"])?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(".data.owned") && table.contains("alice (Apply, main"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !table.contains(".data.elsewhere"),
+        "another namespace leaked in: {}",
+        text(&out)
+    );
+
+    // -n names another namespace; -A reads them all; -o json is JSON.
+    let out = kubectl_ownership(
+        &kubeconfig,
+        &["configmap/settings", "-n", &other.name, "-o", "json"],
+    )?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let audits: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(
+        audits[0]["subject"],
+        json!(format!("ConfigMap/{}/settings", other.name)),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        audits[0]["fields"][".data.elsewhere"][0]["manager"] == json!("carol"),
+        "{}",
+        text(&out)
+    );
+    let out = kubectl_ownership(&kubeconfig, &["configmaps", "-A"])?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(".data.owned") && table.contains(".data.elsewhere"),
+        "{}",
+        text(&out)
+    );
+
+    // An expectation that holds, then a foreign writer takes the field: exit 0, then 1.
+    let expect = "--expect=ConfigMap:data.owned=alice";
+    let out = kubectl_ownership(&kubeconfig, &["configmaps", expect])?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    apply_config_map(&ns.name, "mallory", json!({"owned": "by-mallory"}), true)?;
+    let out = kubectl_ownership(&kubeconfig, &["configmaps", expect])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("foreign writer: mallory"),
+        "{}",
+        text(&out)
+    );
+
+    // It cannot run: exit 2 with the reason, never 1.
+    let out = kubectl_ownership(&kubeconfig, &["configmaps", "--context", "no-such-context"])?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no-such-context"), "{}", text(&out));
+    let out = kubectl_ownership(&kubeconfig, &["no-such-kind"])?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("unknown kind `no-such-kind`"),
+        "{}",
+        text(&out)
+    );
+
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
