@@ -26,8 +26,9 @@ cleanup() {
 }
 if ! $keep; then trap cleanup EXIT; else trap 'cleanup; exit 130' INT TERM; fi
 
-say "building the binaries (cargo build; cached after the first run)"
-cargo build --workspace --bins --quiet
+demo_started=$(date +%s)
+say "building the binaries (cargo build; about 11 minutes cold on two cores, cached after the first run)"
+hack/cargo-progress.sh demo build --workspace --bins
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 POLICY=$ROOT/manifests/deploy/status-applier-policy.yaml # CAPT's policy, as deployed
 say "starting the local API server"
@@ -51,6 +52,7 @@ say "status-applier, capt-controller and fake-terraform-provider running (logs i
 kubectl apply --server-side -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml
 
 started=$(date +%s)
+said=$started
 last=""
 while true; do
 	cc=$(kubectl get captcluster demo -o jsonpath='{.status.conditions[?(@.status=="True")].type}' 2>/dev/null || true)
@@ -58,7 +60,10 @@ while true; do
 	phase=$(kubectl get cluster demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
 	ready=$(kubectl get cluster demo -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
 	now="CAPTCluster [${cc:-…}]  CAPTControlPlane ${cp:-…}  Cluster ${phase:-…} (Ready=${ready:-…})"
-	[[ "$now" != "$last" ]] && say "$now" && last=$now
+	if [[ "$now" != "$last" ]] || (($(date +%s) - said >= 15)); then
+		say "$now ($(($(date +%s) - started)) s of at most 120 s)"
+		last=$now said=$(date +%s)
+	fi
 	[[ "$phase" == Provisioned && "$ready" == True ]] && break
 	if (($(date +%s) - started > 120)); then
 		say "the Cluster was not Provisioned and Ready within 120 s; logs in $RUN"
@@ -78,6 +83,7 @@ if "$BIN/status-applier" audit -n default --policy "$POLICY" >"$RUN/audit.txt" 2
 else
 	say "audit found violations:"; grep VIOLATION "$RUN/audit.txt"
 fi
+say "demo done in $(($(date +%s) - demo_started)) s (build, environment, provisioning and audit)"
 if $keep; then
 	echo
 	say "still running. Point kubectl at it with:"

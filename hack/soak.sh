@@ -43,7 +43,7 @@ fi
 eval "$(hack/testenv.sh start)"
 
 log "building the status-applier and the replay test"
-cargo build --quiet --workspace --bins
+hack/cargo-progress.sh soak build --workspace --bins
 binary=$(cargo test --quiet -p capt-tests --test replay_seeded --no-run --message-format=json 2>/dev/null |
 	python3 -c 'import json,sys
 for line in sys.stdin:

@@ -10,5 +10,6 @@ cd "$ROOT"
 trap 'hack/testenv.sh stop; CAPT_TESTENV_DIR=${CAPT_TESTENV_DIR:-$ROOT/.testenv}-nocore hack/testenv.sh stop' EXIT
 eval "$(hack/testenv.sh start)"
 echo "== cargo test (API server: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}'))"
-cargo build --workspace --bins
+hack/cargo-progress.sh test build --workspace --bins
+hack/cargo-progress.sh test test --workspace --no-run
 cargo test --workspace "$@"
