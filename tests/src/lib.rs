@@ -31,6 +31,8 @@ pub struct Env {
     pub bin_dir: PathBuf,
     /// True when the Cluster API core manager runs in it.
     pub core: bool,
+    /// Where the Cluster API core manager and `clusterctl` were built, when core runs.
+    pub cluster_api_bin: Option<PathBuf>,
 }
 
 static WITHOUT_CORE: AtomicBool = AtomicBool::new(false);
@@ -79,10 +81,21 @@ fn start_env() -> Result<Env> {
             .map(|v| v.split(':').next().unwrap_or(v).to_owned())
             .with_context(|| format!("hack/testenv.sh printed no {name}: {stdout}"))
     };
+    // PATH is `<Kubernetes bin>[:<Cluster API bin>]:$PATH`.
+    let path = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export PATH="))
+        .unwrap_or_default();
+    let cluster_api_bin = path
+        .split(':')
+        .nth(1)
+        .filter(|p| !p.starts_with('$'))
+        .map(PathBuf::from);
     Ok(Env {
         kubeconfig: export("KUBECONFIG")?.into(),
         bin_dir: export("PATH")?.into(),
         core: export("CAPT_TESTENV_CORE")? == "1",
+        cluster_api_bin,
     })
 }
 
