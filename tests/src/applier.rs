@@ -166,7 +166,7 @@ fn spawn(
         .arg(socket)
         .args(args)
         .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info,status_applier=trace")
+        .env("RUST_LOG", crate::process_log("info,status_applier=trace"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?)
         .spawn()

@@ -43,6 +43,20 @@ pub fn without_core() {
     WITHOUT_CORE.store(true, Ordering::SeqCst);
 }
 
+static PROCESS_LOG: OnceLock<&'static str> = OnceLock::new();
+
+/// Makes every process this test binary starts from now on (the status-applier, the
+/// controller and the fake provider of [`system::System`], [`applier::Applier`] and
+/// [`fake_provider::FakeProvider`]) log at `RUST_LOG=trace`, every crate included.
+pub fn log_everything() {
+    let _ = PROCESS_LOG.set("trace");
+}
+
+/// The `RUST_LOG` a started process gets: `trace` after [`log_everything`], else `default`.
+pub(crate) fn process_log(default: &str) -> String {
+    PROCESS_LOG.get().copied().unwrap_or(default).to_owned()
+}
+
 /// The repository's root directory.
 pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

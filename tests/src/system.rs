@@ -106,7 +106,7 @@ impl System {
             .args(leader_args)
             .args(controller_args)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", crate::process_log("info"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&controller_log)?)
             .spawn()
@@ -249,6 +249,11 @@ impl System {
             name,
             labels,
         ))
+    }
+
+    /// The controller's `/metrics` answer.
+    pub async fn controller_metrics_text(&self) -> Result<String> {
+        self.http_get("/metrics").await
     }
 
     async fn http_get(&self, path: &str) -> Result<String> {

@@ -19,12 +19,15 @@ impl FakeProvider {
     /// Starts the binary with `args` (e.g. `["--delay-ms", "300", "--instance", "t1"]`)
     /// against the test environment, and waits until it can list the Workspaces it handles. It
     /// logs to a temporary file (see [`FakeProvider::log_text`]) with `RUST_LOG` from
-    /// `FAKE_PROVIDER_LOG` (default `info`), and exits by itself if the test process dies.
+    /// `FAKE_PROVIDER_LOG` (default `info`; `trace` after [`crate::log_everything`], whatever
+    /// `FAKE_PROVIDER_LOG` says), and exits by itself if the test process dies.
     pub async fn start(args: &[&str]) -> Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("fake-provider"));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("fake-provider.log");
-        let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
+        let filter = crate::process_log(
+            &std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned()),
+        );
         let child = Command::new(binary("fake-terraform-provider"))
             .args(args)
             .arg("--exit-with-parent")
