@@ -43,7 +43,8 @@ pids+=($!)
 "$BIN/fake-terraform-provider" --delay-ms 1500 >"$RUN/fake-terraform-provider.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
-"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 \
+"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" \
+	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/capt-controller.log" 2>&1 &
 pids+=($!)
 say "status-applier, capt-controller and fake-terraform-provider running (logs in $RUN)"

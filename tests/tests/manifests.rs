@@ -177,7 +177,9 @@ async fn a_lease_the_controller_may_not_use_is_reported_and_retried_not_a_crash(
         .args([
             "--leader-election-namespace",
             "capt-system",
-            "--metrics-addr",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
             "127.0.0.1:0",
             "--applier-socket",
         ])
