@@ -416,10 +416,11 @@ async fn first_view(
     // A stale file from an earlier run, with another mode: it is replaced.
     std::fs::write(&socket, "stale")?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o644))?;
+    let log = dir.join("serve.log");
     let mut child = command
         .env("KUBECONFIG", &env().kubeconfig)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
         .spawn()?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let first = loop {
@@ -430,8 +431,16 @@ async fn first_view(
         }
     };
     let connects = tokio::net::UnixStream::connect(&socket).await.is_ok();
+    // What is left beside the socket once `serve` is done binding it (it logs this after).
+    while first.is_some()
+        && Instant::now() < deadline
+        && !std::fs::read_to_string(&log)?.contains("Serving the intent API")
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let beside = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|name| !name.as_ref().is_ok_and(|n| n == "serve.log"))
         .collect::<std::io::Result<_>>()?;
     if let Some(pid) = pid_of(child.id()).filter(|pid| *pid != child.id()) {
         Command::new("kill")
