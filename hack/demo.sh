@@ -36,14 +36,16 @@ exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start) # with Cluster API core
 eval "$exports"
 mkdir -p "$RUN" && rm -f "$RUN"/*.sock
 
-"$BIN/status-applier" serve --socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 --policy "$POLICY" \
+"$BIN/status-applier" serve --socket "$RUN/applier.sock" --policy "$POLICY" \
 	--allow-manager capt-captcluster,capt-captcontrolplane,capt-cluster,capt-workspacetemplateapply \
+	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/status-applier.log" 2>&1 &
 pids+=($!)
 "$BIN/fake-terraform-provider" --delay-ms 1500 >"$RUN/fake-terraform-provider.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
-"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" --metrics-addr 127.0.0.1:0 \
+"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" \
+	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/capt-controller.log" 2>&1 &
 pids+=($!)
 say "status-applier, capt-controller and fake-terraform-provider running (logs in $RUN)"

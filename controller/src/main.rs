@@ -1,5 +1,6 @@
 //! `capt-controller`: parses flags and wires the controllers, the publisher and the HTTP
-//! endpoints together. Nothing else lives here.
+//! endpoints (the `diagnostics` crate's probe and metrics listeners) together. Nothing else
+//! lives here.
 #![forbid(unsafe_code)]
 
 use anyhow::Context as _;
@@ -28,9 +29,8 @@ struct Args {
         default_value = "/var/run/status-applier/applier.sock"
     )]
     applier_socket: PathBuf,
-    /// Serve /healthz, /readyz and /metrics here.
-    #[arg(long, env = "CAPT_METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    metrics_addr: std::net::SocketAddr,
+    #[command(flatten)]
+    diagnostics: DiagnosticsArgs,
     /// Report a deletion as stuck (DeletionFailed) after this many seconds.
     #[arg(long, env = "CAPT_STUCK_DELETION_SECONDS", default_value_t = DEFAULT_STUCK_AFTER.as_secs())]
     stuck_deletion_seconds: u64,
@@ -49,6 +49,32 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long, env = "CAPT_LOG_JSON")]
     log_json: bool,
+}
+
+/// The diagnostics listeners (the `diagnostics` crate): metrics over HTTPS for authorized
+/// scrapers, probes on a plain port of their own.
+#[derive(clap::Args)]
+struct DiagnosticsArgs {
+    #[arg(
+        long,
+        env = "CAPT_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8443",
+        visible_alias = "diagnostics-address",
+        help = diagnostics::help::METRICS_BIND_ADDRESS
+    )]
+    metrics_bind_address: std::net::SocketAddr,
+    #[arg(long, env = "CAPT_METRICS_CERT_DIR", help = diagnostics::help::METRICS_CERT_DIR)]
+    metrics_cert_dir: Option<PathBuf>,
+    #[arg(long, env = "CAPT_INSECURE_DIAGNOSTICS", help = diagnostics::help::INSECURE_DIAGNOSTICS)]
+    insecure_diagnostics: bool,
+    #[arg(
+        long,
+        env = "CAPT_HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081",
+        visible_alias = "health-addr",
+        help = diagnostics::help::HEALTH_PROBE_BIND_ADDRESS
+    )]
+    health_probe_bind_address: std::net::SocketAddr,
 }
 
 /// Leader election: only the holder of a coordination Lease runs the reconcilers and
@@ -76,12 +102,6 @@ struct LeaderArgs {
     lease_grace_seconds: u64,
 }
 
-#[derive(Clone)]
-struct Http {
-    registry: Arc<Registry>,
-    applier: status_applier_api::Client,
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -105,20 +125,23 @@ async fn main() -> anyhow::Result<()> {
             poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
         },
     });
-    let http = Http {
-        registry: Arc::new(registry),
-        applier,
-    };
-    let app = Router::new()
+    let registry = Arc::new(registry);
+    let probes = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .with_state(http);
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-        .await
-        .with_context(|| format!("binding {}", args.metrics_addr))?;
-    tracing::info!(addr = %args.metrics_addr, "Serving health and metrics");
-    tokio::spawn(axum::serve(listener, app).into_future());
+        .with_state(applier);
+    let d = args.diagnostics;
+    diagnostics::serve_probes(d.health_probe_bind_address, probes).await?;
+    let options = diagnostics::MetricsOptions {
+        bind_address: d.metrics_bind_address,
+        cert_dir: d.metrics_cert_dir,
+        insecure: d.insecure_diagnostics,
+    };
+    let metrics = get(move || {
+        let registry = registry.clone();
+        async move { metrics_text(&registry) }
+    });
+    diagnostics::serve_metrics(&options, client.clone(), metrics).await?;
     let scope = capt_controller::run::Scope {
         namespace: args.namespace,
         wake_on_every_change: args.baseline_full_update,
@@ -191,8 +214,8 @@ async fn lead(
 }
 
 /// Ready when the status-applier answers: without it no status can be written.
-async fn readyz(State(http): State<Http>) -> (StatusCode, String) {
-    match http.applier.get("/healthz").await {
+async fn readyz(State(applier): State<status_applier_api::Client>) -> (StatusCode, String) {
+    match applier.get("/healthz").await {
         Ok(a) if a.status.is_success() => (StatusCode::OK, "ok".into()),
         Ok(a) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -202,9 +225,20 @@ async fn readyz(State(http): State<Http>) -> (StatusCode, String) {
     }
 }
 
-async fn metrics_text(State(http): State<Http>) -> String {
+fn metrics_text(registry: &Registry) -> String {
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &http.registry)
+    prometheus_client::encoding::text::encode(&mut out, registry)
         .expect("writing to a String cannot fail");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
 }

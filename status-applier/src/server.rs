@@ -7,6 +7,9 @@
 //! | `GET /v1/intents[?format=yaml]` | every desired document; YAML prints apply configurations with the kubectl command that reproduces each; filters `kind`, `namespace`, `name`, `manager`, `subresource` (`status` or `main`) |
 //! | `GET /v1/conflicts` | recent conflicts |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness (API server reachable, caches synced), Prometheus text |
+//!
+//! On TCP, the probes ([`probes`]) and the metrics ([`metrics_route`], served over HTTPS to
+//! authorized scrapers by the `diagnostics` crate) have listeners of their own.
 
 use crate::apply::apply_body;
 use crate::engine::{DesiredView, Engine};
@@ -15,7 +18,7 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use http_body_util::{BodyExt, Limited};
 use prometheus_client::registry::Registry;
@@ -36,18 +39,23 @@ pub struct AppState {
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     probes(state.clone())
+        .route("/metrics", get(metrics))
         .route("/v1/intents", post(submit).get(desired))
         .route("/v1/conflicts", get(conflicts))
         .with_state(state)
 }
 
-/// Health and metrics only (for the kubelet and Prometheus, on TCP).
+/// The probes only, `/healthz` and `/readyz` (for the kubelet, on TCP).
 pub fn probes(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// `GET /metrics` (Prometheus text), for the metrics listener.
+pub fn metrics_route(state: AppState) -> MethodRouter {
+    get(metrics).with_state(state)
 }
 
 #[derive(Deserialize)]

@@ -24,6 +24,7 @@ pub struct System {
     controller: Child,
     controller_log: std::path::PathBuf,
     metrics_addr: String,
+    probe_addr: String,
     namespace: String,
 }
 
@@ -81,10 +82,7 @@ impl System {
         let delay = provider_delay_ms.to_string();
         let provider =
             FakeProvider::start(&["--delay-ms", &delay, "--selector", &selector]).await?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let metrics_addr = format!("127.0.0.1:{port}");
+        let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
         let controller_log = applier.socket.with_file_name("controller.log");
         // Each system elects its leader on a Lease of its own namespace.
         let leader_args: &[&str] = if controller_args.contains(&"--leader-election-namespace") {
@@ -96,8 +94,14 @@ impl System {
             .args([
                 "--namespace",
                 namespace,
-                "--metrics-addr",
+                // The tests scrape the controller's metrics over plain HTTP; the HTTPS
+                // listener with its TokenReview and SubjectAccessReview is tested in
+                // tests/tests/diagnostics.rs.
+                "--insecure-diagnostics",
+                "--metrics-bind-address",
                 &metrics_addr,
+                "--health-probe-bind-address",
+                &probe_addr,
                 "--poll-interval-seconds",
                 "1",
             ])
@@ -117,6 +121,7 @@ impl System {
             controller,
             controller_log,
             metrics_addr,
+            probe_addr,
             namespace: namespace.to_owned(),
         };
         system
@@ -256,20 +261,19 @@ impl System {
         self.http_get("/metrics").await
     }
 
+    /// The body of the controller's `path`: `/metrics` from its metrics listener (plain
+    /// HTTP here), anything else from its probe listener.
     async fn http_get(&self, path: &str) -> Result<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(&self.metrics_addr).await?;
-        stream
-            .write_all(
-                format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics_addr).as_bytes(),
-            )
-            .await?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await?;
-        Ok(body
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default())
+        let addr = if path == "/metrics" {
+            &self.metrics_addr
+        } else {
+            &self.probe_addr
+        };
+        let (status, body) = plain_get(addr, path).await?;
+        if status != 200 {
+            bail!("GET {path} on {addr}: {status}");
+        }
+        Ok(body)
     }
 
     /// Kills the controller (SIGKILL, like a crashed pod).
@@ -339,6 +343,34 @@ impl Drop for System {
             eprintln!("--- fake provider log:\n{}", self.provider.log_text());
         }
     }
+}
+
+/// `127.0.0.1:<a port free a moment ago>`.
+pub fn free_local_addr() -> Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
+}
+
+/// `GET path` over plain HTTP/1.0 to `addr`: the status code and the body.
+pub async fn plain_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("no HTTP answer from {addr}: {answer:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("no HTTP status from {addr}: {head:?}"))?;
+    Ok((status, body.to_owned()))
 }
 
 /// A copy of the environment's kubeconfig that impersonates `user` (e.g.

@@ -60,8 +60,11 @@ impl Standby {
                 system.namespace(),
                 "--leader-election-namespace",
                 system.namespace(),
-                "--metrics-addr",
+                "--insecure-diagnostics",
+                "--metrics-bind-address",
                 &addr,
+                "--health-probe-bind-address",
+                "127.0.0.1:0",
                 "--poll-interval-seconds",
                 "1",
             ])

@@ -47,8 +47,11 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
             &ns.name,
             "--leader-election-namespace",
             &ns.name,
-            "--metrics-addr",
+            "--insecure-diagnostics",
+            "--metrics-bind-address",
             &addr,
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
             "--poll-interval-seconds",
             "1",
         ])

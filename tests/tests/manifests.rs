@@ -65,6 +65,21 @@ async fn the_kustomization_passes_a_server_side_dry_run() -> Result<()> {
         "{out}"
     );
     assert!(out.contains("clusterrole.rbac.authorization.k8s.io/capt-controller serverside-applied (server dry run)"), "{out}");
+    for role in [
+        "capt-controller-metrics-auth",
+        "capt-controller-metrics-reader",
+    ] {
+        assert!(
+            out.contains(&format!(
+                "clusterrole.rbac.authorization.k8s.io/{role} serverside-applied (server dry run)"
+            )),
+            "{out}"
+        );
+    }
+    assert!(
+        out.contains("service/capt-controller-metrics serverside-applied (server dry run)"),
+        "{out}"
+    );
     Ok(())
 }
 
@@ -177,7 +192,9 @@ async fn a_lease_the_controller_may_not_use_is_reported_and_retried_not_a_crash(
         .args([
             "--leader-election-namespace",
             "capt-system",
-            "--metrics-addr",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
             "127.0.0.1:0",
             "--applier-socket",
         ])

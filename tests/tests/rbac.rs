@@ -214,6 +214,23 @@ const NEEDS: &[Need] = &[
         "conflicts reported as Events on the objects (created, patched when one recurs)",
     ),
     need(
+        Cluster,
+        "authentication.k8s.io",
+        "tokenreviews",
+        &["create"],
+        Both,
+        "each container's metrics listener authenticates a scraper's bearer token (HTTPS \
+         metrics, as Cluster API providers serve them)",
+    ),
+    need(
+        Cluster,
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        &["create"],
+        Both,
+        "each container's metrics listener asks whether the scraper may get /metrics",
+    ),
+    need(
         Own,
         "coordination.k8s.io",
         "leases",

@@ -9,21 +9,28 @@ use status_applier::config::{GroupKind, KindPath};
 use status_applier::engine::{Engine, Settings};
 use status_applier::metrics::Metrics;
 use status_applier::ownership::PolicyFileArg;
-use status_applier::server::{AppState, probes, router};
-use std::os::unix::fs::PermissionsExt;
+use status_applier::server::{AppState, metrics_route, probes, router};
+use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The socket's mode: the owner and its group (the controller's container shares the pod's
+/// group) may connect, nobody else.
+const SOCKET_MODE: u32 = 0o660;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
     #[command(flatten)]
     socket: SocketArg,
-    /// Also serve /healthz, /readyz and /metrics on this TCP address (for probes and Prometheus).
-    #[arg(long, env = "STATUS_APPLIER_METRICS_ADDR")]
-    metrics_addr: Option<std::net::SocketAddr>,
-    /// Also serve the whole intent API on this TCP address. For debugging only: off by default.
-    #[arg(long, env = "STATUS_APPLIER_DEBUG_TCP_ADDR")]
-    debug_tcp_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    diagnostics: DiagnosticsArgs,
+    /// Also serve the whole intent API, without authentication, on this TCP address: a
+    /// loopback address only (127.0.0.1, ::1; anything else is refused). For debugging
+    /// only: off by default.
+    #[arg(long, env = "STATUS_APPLIER_DEBUG_TCP_ADDR", value_parser = loopback_address)]
+    debug_tcp_addr: Option<SocketAddr>,
     #[command(flatten)]
     policy: PolicyArgs,
     #[command(flatten)]
@@ -31,6 +38,44 @@ pub(crate) struct ServeArgs {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "STATUS_APPLIER_LOG_JSON")]
     log_json: bool,
+}
+
+/// The diagnostics listeners on TCP (the `diagnostics` crate): both off unless given.
+#[derive(Args)]
+struct DiagnosticsArgs {
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_METRICS_BIND_ADDRESS",
+        visible_alias = "diagnostics-address",
+        help = diagnostics::help::METRICS_BIND_ADDRESS
+    )]
+    metrics_bind_address: Option<SocketAddr>,
+    #[arg(long, env = "STATUS_APPLIER_METRICS_CERT_DIR", help = diagnostics::help::METRICS_CERT_DIR)]
+    metrics_cert_dir: Option<std::path::PathBuf>,
+    #[arg(long, env = "STATUS_APPLIER_INSECURE_DIAGNOSTICS", help = diagnostics::help::INSECURE_DIAGNOSTICS)]
+    insecure_diagnostics: bool,
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_HEALTH_PROBE_BIND_ADDRESS",
+        visible_alias = "health-addr",
+        help = diagnostics::help::HEALTH_PROBE_BIND_ADDRESS
+    )]
+    health_probe_bind_address: Option<SocketAddr>,
+}
+
+/// `--debug-tcp-addr`: the debug listener serves the whole intent API (which can, say, move
+/// a Cluster's endpoint) without authentication, so it listens on loopback only.
+fn loopback_address(value: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = value
+        .parse()
+        .map_err(|e| format!("`{value}` is not an address: {e}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{addr} is not a loopback address: the debug listener serves the whole intent API \
+             without authentication, so it listens on 127.0.0.1 or [::1] only"
+        ));
+    }
+    Ok(addr)
 }
 
 /// The serving policy: each flag given replaces its section of the policy file.
@@ -177,7 +222,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         .context("connecting to the API server")?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let engine = Engine::start(client, policy, settings, metrics, !flags.no_events);
+    let engine = Engine::start(client.clone(), policy, settings, metrics, !flags.no_events);
     for (api_version, kind) in &watch_kinds {
         engine
             .watch_kind(api_version, kind)
@@ -190,27 +235,24 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     };
 
     let socket = &args.socket.socket;
-    if socket.exists() {
-        std::fs::remove_file(socket)
-            .with_context(|| format!("removing the stale socket {}", socket.display()))?;
-    }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .with_context(|| format!("binding {}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))?;
+    let listener = bind_socket(socket)?;
     tracing::info!(socket = %socket.display(), "Serving the intent API");
-    if let Some(addr) = args.metrics_addr {
-        let tcp = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
-        tracing::info!(%addr, "Serving health and metrics");
-        tokio::spawn(
-            axum::serve(tcp, probes(state.clone()).with_state(state.clone())).into_future(),
-        );
+    let d = args.diagnostics;
+    if let Some(addr) = d.health_probe_bind_address {
+        diagnostics::serve_probes(addr, probes(state.clone()).with_state(state.clone())).await?;
+    }
+    if let Some(bind_address) = d.metrics_bind_address {
+        let options = diagnostics::MetricsOptions {
+            bind_address,
+            cert_dir: d.metrics_cert_dir,
+            insecure: d.insecure_diagnostics,
+        };
+        diagnostics::serve_metrics(&options, client, metrics_route(state.clone())).await?;
     }
     if let Some(addr) = args.debug_tcp_addr {
         let tcp = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding {addr}"))?;
+            .with_context(|| format!("binding --debug-tcp-addr {addr}"))?;
         tracing::warn!(%addr, "Serving the whole intent API on TCP (debugging only)");
         tokio::spawn(axum::serve(tcp, router(state.clone())).into_future());
     }
@@ -219,6 +261,41 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         .await?;
     let _ = std::fs::remove_file(socket);
     Ok(())
+}
+
+/// Binds the Unix socket with its final mode from the start: it is bound and given
+/// [`SOCKET_MODE`] in a private directory (0700) beside its path, then renamed onto the path
+/// (replacing a stale socket), so the path never carries a socket with another mode. (A
+/// umask set around `bind` would do the same, but for every thread of the process.)
+fn bind_socket(socket: &Path) -> Result<tokio::net::UnixListener> {
+    let parent = socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    socket
+        .file_name()
+        .with_context(|| format!("the socket path {} names no file", socket.display()))?;
+    // Short names: a socket path is limited to 107 bytes, and the one bound first should
+    // not be much longer than the final one.
+    let private = parent.join(format!(".sa-{}", std::process::id()));
+    // A directory left by an earlier process with this pid (a crash) is ours to replace.
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .with_context(|| format!("creating {}", private.display()))?;
+    let bound = (|| {
+        let inside = private.join("s");
+        let listener = tokio::net::UnixListener::bind(&inside)
+            .with_context(|| format!("binding {}", socket.display()))?;
+        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(SOCKET_MODE))
+            .with_context(|| format!("setting the mode of {}", inside.display()))?;
+        std::fs::rename(&inside, socket)
+            .with_context(|| format!("moving the socket onto {}", socket.display()))?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&private);
+    bound
 }
 
 async fn shutdown() {
