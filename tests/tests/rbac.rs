@@ -472,7 +472,7 @@ fn one_service_account_serves_both_containers_and_only_it_is_bound() -> Result<(
     assert_eq!(accounts[0]["metadata"]["name"], ACCOUNT);
     assert_eq!(accounts[0]["metadata"]["namespace"], NAMESPACE);
     // Every binding of the account binds it alone to a role of this file (nothing built in,
-    // like cluster-admin or view), a ClusterRole cluster-wide and a Role in capt-system.
+    // like cluster-admin or view): two ClusterRoles cluster-wide and a Role in capt-system.
     let subject =
         serde_json::json!([{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]);
     let mut bound = Vec::new();
@@ -493,7 +493,8 @@ fn one_service_account_serves_both_containers_and_only_it_is_bound() -> Result<(
         bound.push(role_kind);
     }
     bound.sort_unstable();
-    assert_eq!(bound, ["ClusterRole", "Role"]);
+    // capt-controller and capt-controller-metrics-auth; the leader-election Role.
+    assert_eq!(bound, ["ClusterRole", "ClusterRole", "Role"]);
     // The Deployment: both containers in one pod, under that account.
     let deployment = &documents("deployment.yaml")?[0];
     let pod = &deployment["spec"]["template"]["spec"];
