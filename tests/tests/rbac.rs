@@ -505,7 +505,7 @@ fn one_service_account_serves_both_containers_and_only_it_is_bound() -> Result<(
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(containers, ["status-applier", "controller"]);
+    assert_eq!(containers, ["status-applier", "manager"]);
     Ok(())
 }
 
