@@ -125,7 +125,11 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     }
     let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);
     ctx.publish(status).await?;
-    Ok(after(desired.recheck_after))
+    Ok(after(owner::recheck(
+        &ctx,
+        desired.recheck_after,
+        refusal.as_ref(),
+    )))
 }
 
 /// True when a CAPTControlPlane of the same Cluster still exists.

@@ -149,7 +149,11 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         ctx.publish(main).await?;
     }
     ctx.publish(status).await?;
-    Ok(after(desired.recheck_after))
+    Ok(after(owner::recheck(
+        &ctx,
+        desired.recheck_after,
+        refusal.as_ref(),
+    )))
 }
 
 /// Whether the Cluster's CAPTCluster is ready; `None` when unknown.

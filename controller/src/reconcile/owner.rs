@@ -86,6 +86,22 @@ pub async fn ensure_recorded_apply<O: ApplyOwner>(
     Ok(Ok(apply))
 }
 
+/// When to look again: a refused owner within the poll interval, since what would lift the
+/// refusal (an adopt annotation on an apply without our labels, which routes no event to us)
+/// does not wake it.
+pub fn recheck(
+    ctx: &Context,
+    recheck: Option<std::time::Duration>,
+    refusal: Option<&Refusal>,
+) -> Option<std::time::Duration> {
+    match refusal {
+        Some(_) => Some(recheck.map_or(ctx.settings.poll_interval, |d| {
+            d.min(ctx.settings.poll_interval)
+        })),
+        None => recheck,
+    }
+}
+
 /// Adds the condition of `refusal` (status False) to a status fragment's conditions, its
 /// transition time carried over from the owner's live condition of that type.
 pub fn add_refusal<O: ApplyOwner>(fragment: &mut Value, owner: &O, refusal: &Refusal) {

@@ -272,8 +272,8 @@ pub async fn observe_workspace<K: Resource<DynamicType = ()>>(
         .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())))
 }
 
-/// The `cluster_endpoint` key of the apply's connection Secret. Only that key is read, and
-/// its value is never logged.
+/// The `cluster_endpoint` key of the apply's connection Secret, when it is in the owner's
+/// namespace. Only that key is read, and its value is never logged.
 pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     owner: &K,
@@ -282,6 +282,10 @@ pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
     let Some(secret_ref) = &apply.spec.write_connection_secret_to_ref else {
         return Ok(None);
     };
+    // Secrets never cross namespaces: one elsewhere is not read (the apply reports it).
+    if Some(&secret_ref.namespace) != owner.namespace().as_ref() {
+        return Ok(None);
+    }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ref.namespace);
     let secret = api
         .get_opt(&secret_ref.name)
