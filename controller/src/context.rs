@@ -3,6 +3,9 @@
 use crate::metrics::Metrics;
 use crate::publish::{Publication, PublishError, Publisher};
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Settings of the reconcilers.
@@ -12,6 +15,9 @@ pub struct Settings {
     pub stuck_deletion_after: Duration,
     /// How often to look again while waiting for something not watched (Secrets).
     pub poll_interval: Duration,
+    /// Namespaces whose WorkspaceTemplates objects of any namespace may use
+    /// (`--allow-template-namespace`). Every other reference stays in its object's namespace.
+    pub allowed_template_namespaces: BTreeSet<String>,
 }
 
 /// How often to look again, by default, while waiting for something not watched.
@@ -22,6 +28,7 @@ impl Default for Settings {
         Self {
             stuck_deletion_after: DEFAULT_STUCK_AFTER,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            allowed_template_namespaces: BTreeSet::new(),
         }
     }
 }
@@ -36,6 +43,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Settings.
     pub settings: Settings,
+    /// Kubernetes Events (`events.k8s.io`) about the objects, as reporter `capt-controller`.
+    pub events: Recorder,
 }
 
 impl Context {
@@ -52,4 +61,39 @@ impl Context {
         }
         Ok(())
     }
+
+    /// Publishes a Warning Event on `obj`. A failure is logged, not returned: an Event is a
+    /// courtesy, the condition is the record.
+    pub async fn warn<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.events.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(
+                object = obj.name_any(),
+                reason,
+                %error,
+                "Could not publish an Event"
+            );
+        }
+    }
+}
+
+/// The Event recorder of the controller: reporter `capt-controller`, instance the pod's name.
+pub fn recorder(client: kube::Client) -> Recorder {
+    let reporter = kube::runtime::events::Reporter {
+        controller: "capt-controller".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    Recorder::new(client, reporter)
 }

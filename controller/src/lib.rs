@@ -14,3 +14,4 @@ pub mod render;
 pub mod run;
 pub mod status;
 pub mod telemetry;
+pub mod tenancy;

@@ -37,6 +37,16 @@ struct Args {
     /// How often to look again while waiting for something not watched.
     #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = DEFAULT_POLL_INTERVAL.as_secs())]
     poll_interval_seconds: u64,
+    /// Let objects of any namespace use the WorkspaceTemplates of this namespace (a shared
+    /// template library). Repeatable, or comma-separated in the environment variable. Every
+    /// other reference (Secrets above all) stays in its object's own namespace.
+    #[arg(
+        long = "allow-template-namespace",
+        value_name = "NAMESPACE",
+        env = "CAPT_ALLOW_TEMPLATE_NAMESPACES",
+        value_delimiter = ','
+    )]
+    allow_template_namespaces: Vec<String>,
     #[command(flatten)]
     leader: LeaderArgs,
     /// Manage the objects of this namespace only (all namespaces by default).
@@ -123,7 +133,9 @@ async fn main() -> anyhow::Result<()> {
         settings: Settings {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),
             poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+            allowed_template_namespaces: args.allow_template_namespaces.into_iter().collect(),
         },
+        events: capt_controller::context::recorder(client.clone()),
     });
     let registry = Arc::new(registry);
     let probes = Router::new()

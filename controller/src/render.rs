@@ -11,6 +11,9 @@ pub const APPLY_NAMESPACE_LABEL: &str =
     "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace";
 /// Label on a Workspace naming the apply that rendered it.
 pub const APPLY_NAME_LABEL: &str = "infrastructure.cluster.x-k8s.io/workspacetemplateapply-name";
+/// Label on a Workspace carrying the uid of the apply that rendered it: a Workspace whose uid
+/// label names another apply is not ours, even when its namespace and name labels match.
+pub const APPLY_UID_LABEL: &str = "infrastructure.cluster.x-k8s.io/workspacetemplateapply-uid";
 /// Prefix of the labels naming the CAPT object an apply serves.
 pub const OWNER_LABEL_PREFIX: &str = "infrastructure.cluster.x-k8s.io/owner-";
 /// Label naming the Cluster API Cluster an object belongs to (the Cluster API convention).
@@ -26,27 +29,64 @@ pub enum RenderError {
     SpecNotObject(String),
 }
 
-/// The name of the Workspace of an apply. Workspaces are cluster-scoped, so the name
-/// carries the apply's namespace.
-pub fn workspace_name(apply: &WorkspaceTemplateApply) -> String {
-    let name = format!(
-        "{}-{}",
-        apply.namespace().unwrap_or_default(),
-        apply.name_any()
-    );
-    name.chars().take(253).collect()
+/// Hex digits of the hash that ends a Workspace name.
+pub const WORKSPACE_HASH_HEX: usize = 10;
+/// The longest name of a cluster-scoped object (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// The name of the Workspace of the apply `namespace`/`name`: `<namespace>-<name>-<hash>`,
+/// `hash` the first [`WORKSPACE_HASH_HEX`] hex digits of the SHA-256 of `namespace/name`.
+/// Workspaces are cluster-scoped, so the name carries the apply's namespace; the hash keeps
+/// two applies apart whose `<namespace>-<name>` read the same (`team-a`/`vpc` and
+/// `team`/`a-vpc`). The readable part is cut so that the name fits 253 characters, and
+/// never ends in `-` or `.` (a DNS subdomain's labels end alphanumeric).
+///
+/// Every place that names the Workspace of an apply calls this (or
+/// [`legacy_workspace_name`], for Workspaces rendered before names carried the hash).
+pub fn workspace_name(namespace: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hash: String = digest
+        .iter()
+        .take(WORKSPACE_HASH_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let readable: String = format!("{namespace}-{name}")
+        .chars()
+        .take(MAX_NAME - 1 - WORKSPACE_HASH_HEX)
+        .collect();
+    let readable = readable.trim_end_matches(['-', '.']);
+    format!("{readable}-{hash}")
+}
+
+/// The name Workspaces had before [`workspace_name`]: `<namespace>-<name>`, cut to 253
+/// characters. Two applies can map to one such name; a Workspace under it is used only when
+/// its labels prove it is the apply's (`reconcile/shared.rs` `locate_workspace`).
+pub fn legacy_workspace_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}-{name}")
+        .chars()
+        .take(MAX_NAME)
+        .collect()
+}
+
+/// [`workspace_name`] of an apply object.
+pub fn workspace_name_of(apply: &WorkspaceTemplateApply) -> String {
+    workspace_name(&apply.namespace().unwrap_or_default(), &apply.name_any())
 }
 
 /// The Workspace object (an apply configuration) for `apply` rendered from `template`.
 ///
 /// `${key}` in any string of the template's spec, labels and annotations is replaced by the
-/// apply's variable `key`, and `${WORKSPACE_NAME}` by the Workspace's name. Other `${…}`
-/// (Terraform's own interpolation) are left as they are.
+/// apply's variable `key`, and `${WORKSPACE_NAME}` by the Workspace's name `name` (the one
+/// in use: [`workspace_name`], or the legacy name of a Workspace rendered before it, so that
+/// its spec stays what Terraform last applied). Other `${…}` (Terraform's own interpolation)
+/// are left as they are.
 pub fn render_workspace(
     apply: &WorkspaceTemplateApply,
     template: &WorkspaceTemplate,
+    name: &str,
 ) -> Result<Value, RenderError> {
-    let name = workspace_name(apply);
+    let name = name.to_owned();
     let mut variables = apply.spec.variables.clone().unwrap_or_default();
     variables.insert(WORKSPACE_NAME_VARIABLE.to_owned(), name.clone());
     let body = &template.spec.template;
@@ -74,6 +114,9 @@ pub fn render_workspace(
         apply.namespace().unwrap_or_default(),
     );
     labels.insert(APPLY_NAME_LABEL.to_owned(), apply.name_any());
+    if let Some(uid) = apply.uid() {
+        labels.insert(APPLY_UID_LABEL.to_owned(), uid);
+    }
     // The CAPT object the apply serves, so that a change of the Workspace alone (new outputs,
     // same conditions) wakes that object's reconciler directly.
     for (k, v) in apply.labels() {
@@ -152,15 +195,13 @@ mod tests {
             json!({"forProvider": {"module": "name = \"${cluster}\" ws = \"${WORKSPACE_NAME}\"",
             "vars": [{"key": "region", "value": "${region}"}]}}),
         );
-        let ws = render_workspace(
-            &mk_apply(json!({"cluster": "demo", "region": "ap-northeast-1"}), None),
-            &template,
-        )
-        .unwrap();
-        assert_eq!(ws["metadata"]["name"], "default-demo-eks");
+        let apply = mk_apply(json!({"cluster": "demo", "region": "ap-northeast-1"}), None);
+        let name = workspace_name_of(&apply);
+        let ws = render_workspace(&apply, &template, &name).unwrap();
+        assert_eq!(ws["metadata"]["name"], name);
         assert_eq!(
             ws["spec"]["forProvider"]["module"],
-            "name = \"demo\" ws = \"default-demo-eks\""
+            format!("name = \"demo\" ws = \"{name}\"")
         );
         assert_eq!(
             ws["spec"]["forProvider"]["vars"][0]["value"],
@@ -182,7 +223,7 @@ mod tests {
             (format!("{OWNER_LABEL_PREFIX}name"), "demo".to_owned()),
             ("unrelated".to_owned(), "x".to_owned()),
         ]));
-        let ws = render_workspace(&apply, &mk_template(json!({}))).unwrap();
+        let ws = render_workspace(&apply, &mk_template(json!({})), "w").unwrap();
         let labels = &ws["metadata"]["labels"];
         assert_eq!(
             labels[format!("{OWNER_LABEL_PREFIX}kind")],
@@ -196,7 +237,7 @@ mod tests {
     fn terraform_interpolation_of_unknown_names_is_left_alone() {
         let template =
             mk_template(json!({"forProvider": {"module": "tags = { Name = \"${var.name}\" }"}}));
-        let ws = render_workspace(&mk_apply(json!({}), None), &template).unwrap();
+        let ws = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap();
         assert_eq!(
             ws["spec"]["forProvider"]["module"],
             "tags = { Name = \"${var.name}\" }"
@@ -206,12 +247,13 @@ mod tests {
     #[test]
     fn the_applys_connection_secret_wins_over_the_templates() {
         let template = mk_template(json!({}));
-        let ws = render_workspace(&mk_apply(json!({}), Some("apply-secret")), &template).unwrap();
+        let ws =
+            render_workspace(&mk_apply(json!({}), Some("apply-secret")), &template, "w").unwrap();
         assert_eq!(
             ws["spec"]["writeConnectionSecretToRef"]["name"],
             "apply-secret"
         );
-        let ws = render_workspace(&mk_apply(json!({}), None), &template).unwrap();
+        let ws = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap();
         assert_eq!(
             ws["spec"]["writeConnectionSecretToRef"]["name"],
             "template-secret"
@@ -221,10 +263,83 @@ mod tests {
     #[test]
     fn a_template_whose_spec_is_not_an_object_is_refused_by_name() {
         let template = mk_template(json!("nope"));
-        let err = render_workspace(&mk_apply(json!({}), None), &template).unwrap_err();
+        let err = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap_err();
         assert_eq!(
             err.to_string(),
             "WorkspaceTemplate default/eks: spec.template.spec must be an object"
         );
+    }
+
+    #[test]
+    fn the_workspace_name_is_readable_and_ends_in_a_hash() {
+        let name = workspace_name("default", "demo-eks");
+        let (readable, hash) = name.rsplit_once('-').unwrap();
+        assert_eq!(readable, "default-demo-eks");
+        assert_eq!(hash.len(), WORKSPACE_HASH_HEX);
+        assert!(
+            hash.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_eq!(name, workspace_name("default", "demo-eks"), "stable");
+        assert_eq!(
+            legacy_workspace_name("default", "demo-eks"),
+            "default-demo-eks"
+        );
+    }
+
+    #[test]
+    fn applies_whose_legacy_names_collide_get_two_workspaces() {
+        assert_eq!(
+            legacy_workspace_name("team-a", "vpc"),
+            legacy_workspace_name("team", "a-vpc")
+        );
+        let one = workspace_name("team-a", "vpc");
+        let other = workspace_name("team", "a-vpc");
+        assert_ne!(one, other);
+        assert!(one.starts_with("team-a-vpc-") && other.starts_with("team-a-vpc-"));
+    }
+
+    /// A DNS subdomain (RFC 1123): at most 253 characters, dot-separated labels of lowercase
+    /// alphanumerics and `-`, each starting and ending alphanumeric.
+    fn is_dns_subdomain(s: &str) -> bool {
+        s.len() <= 253
+            && s.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    }
+
+    #[test]
+    fn a_long_name_is_cut_to_a_valid_253_character_name_and_keeps_its_hash() {
+        let ns = "n".repeat(63);
+        // 253 characters, with a dot where the cut falls (the 178th character).
+        let long = format!("{}.{}", "a".repeat(177), "b-c".repeat(25));
+        assert_eq!(long.len(), 253);
+        let name = workspace_name(&ns, &long);
+        assert!(name.len() <= 253, "{} characters", name.len());
+        assert!(is_dns_subdomain(&name), "{name}");
+        assert!(name.starts_with(&format!("{ns}-aaaa")));
+        // Two long names that differ only past the cut still get two Workspaces.
+        let other = workspace_name(&ns, &format!("{long}x").replace("b-c", "b-d"));
+        let hash_at = name.len() - WORKSPACE_HASH_HEX;
+        assert_eq!(name[..hash_at], other[..hash_at], "same readable part");
+        assert_ne!(name, other);
+        for cut in 170..253 {
+            let name = workspace_name(&ns, &long[..cut]);
+            assert!(is_dns_subdomain(&name), "{cut}: {name}");
+        }
+    }
+
+    #[test]
+    fn the_workspace_carries_its_applys_uid() {
+        let mut apply = mk_apply(json!({}), None);
+        apply.metadata.uid = Some("1234-abcd".into());
+        let ws = render_workspace(&apply, &mk_template(json!({})), "w").unwrap();
+        assert_eq!(ws["metadata"]["labels"][APPLY_UID_LABEL], "1234-abcd");
+        assert_eq!(ws["metadata"]["name"], "w");
     }
 }

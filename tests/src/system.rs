@@ -6,14 +6,14 @@ use crate::applier::{Applier, binary, metric_value};
 use crate::fake_provider::FakeProvider;
 use crate::{env, repo_root};
 use anyhow::{Context, Result, bail};
+use capt_controller::render::workspace_name;
 use serde_json::Value;
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The label the controller puts on Workspaces, naming their apply's namespace.
-pub const APPLY_NAMESPACE_LABEL: &str =
-    "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace";
+pub use capt_controller::render::APPLY_NAMESPACE_LABEL;
 
 /// The three processes of one system.
 pub struct System {
@@ -219,7 +219,7 @@ impl System {
             &[
                 "get",
                 "workspace",
-                &format!("{}-demo-controlplane", self.namespace),
+                &workspace_name(&self.namespace, "demo-controlplane"),
                 "-o",
                 "json",
             ],
@@ -310,7 +310,7 @@ impl System {
     /// a new revision is a new apply, with a new `atProvider` checksum.
     pub fn set_revision(&self, revision: &str) -> Result<()> {
         let annotation = format!("{}={revision}", crate::fake_provider::REVISION_ANNOTATION);
-        let ws = format!("{}-demo-controlplane", self.namespace);
+        let ws = workspace_name(&self.namespace, "demo-controlplane");
         env().kubectl_ok(
             &["annotate", "workspace", &ws, "--overwrite", &annotation],
             None,

@@ -136,7 +136,8 @@ async fn the_audit_is_clean_after_a_normal_run_and_finds_a_planted_foreign_owner
     let missing = audit(&["captcontrolplane/demo", "-n", &ns.name], None)?;
     assert_eq!(missing.status.code(), Some(1));
     let table = String::from_utf8(missing.stdout)?;
-    assert!(table.contains(&format!("VIOLATION .status.workspaceStatus.atProvider: missing: its source (Workspace {}-demo-controlplane) has it", ns.name)), "{table}");
+    let ws = capt_controller::render::workspace_name(&ns.name, "demo-controlplane");
+    assert!(table.contains(&format!("VIOLATION .status.workspaceStatus.atProvider: missing: its source (Workspace {ws}) has it")), "{table}");
     Ok(())
 }
 

@@ -285,7 +285,7 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
     );
 
     set_paused(&ns.name, false)?;
-    let workspace = format!("{}-demo-controlplane", ns.name);
+    let workspace = capt_controller::render::workspace_name(&ns.name, "demo-controlplane");
     system
         .wait_for(
             "the Workspace to render version 1.32 after unpausing",
@@ -329,11 +329,15 @@ async fn deleting_the_cluster_goes_through_core_in_order_and_keeps_its_endpoint(
         (
             "cp-workspace",
             workspaces.clone(),
-            format!("{n}-demo-controlplane"),
+            capt_controller::render::workspace_name(n, "demo-controlplane"),
         ),
         ("captcluster", namespaced("captcluster"), "demo".into()),
         ("vpc-apply", namespaced("apply"), "demo-vpc".into()),
-        ("vpc-workspace", workspaces, format!("{n}-demo-vpc")),
+        (
+            "vpc-workspace",
+            workspaces,
+            capt_controller::render::workspace_name(n, "demo-vpc"),
+        ),
     ];
     env().kubectl_ok(
         &["delete", "cluster", "demo", "-n", n, "--wait=false"],

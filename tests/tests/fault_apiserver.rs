@@ -59,7 +59,7 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
         .await?;
     // Both processes (never restarted) still do their work: a new Workspace rewrite reaches
     // the control plane.
-    let ws = format!("{}-demo-controlplane", ns.name);
+    let ws = capt_controller::render::workspace_name(&ns.name, "demo-controlplane");
     system
         .wait_for(
             "the annotation accepted",

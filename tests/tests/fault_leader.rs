@@ -230,7 +230,7 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
         CLUSTER_PATHS,
     );
     system.apply_samples(false).await?;
-    let ws = format!("{}-demo-controlplane", ns.name);
+    let ws = capt_controller::render::workspace_name(&ns.name, "demo-controlplane");
     system
         .wait_for(
             "the leader to render the control plane's Workspace",

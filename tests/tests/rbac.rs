@@ -210,8 +210,9 @@ const NEEDS: &[Need] = &[
         "events.k8s.io",
         "events",
         &["create", "patch"],
-        Applier,
-        "conflicts reported as Events on the objects (created, patched when one recurs)",
+        Both,
+        "status-applier: conflicts reported as Events on the objects; controller: a Workspace \
+         that belongs to another apply (created, patched when one recurs)",
     ),
     need(
         Cluster,

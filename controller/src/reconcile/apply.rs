@@ -1,16 +1,24 @@
 //! WorkspaceTemplateApply: renders its Workspace from the WorkspaceTemplate, mirrors the
 //! Workspace's conditions (manager `capt-workspacetemplateapply`), and on deletion deletes
 //! the Workspace (unless retained) and keeps its finalizer until the Workspace is gone.
+//!
+//! Tenancy (`crate::tenancy`): every reference stays in the apply's namespace (templates from
+//! an allowed namespace excepted), and a Workspace under its name that belongs to another is
+//! never applied to nor deleted; each is reported as a condition and a Warning Event.
 
-use super::shared::contains;
+use super::shared::{Located, contains, locate_workspace};
 use super::{Result, after, kube_err};
 use crate::api::{TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::{SPEC_MANAGER, set_finalizer};
 use crate::publish::Publication;
-use crate::render::{render_workspace, workspace_name};
+use crate::render::render_workspace;
+use crate::tenancy::{
+    Placement, Refusal, WORKSPACE_OWNED_BY_ANOTHER, WORKSPACE_OWNED_CONDITION,
+    apply_cross_namespace, rendered_cross_namespace,
+};
 use jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -20,6 +28,8 @@ use std::sync::Arc;
 pub const APPLY_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/workspacetemplateapply";
 /// Field manager of WorkspaceTemplateApply status.
 pub const MANAGER: &str = "capt-workspacetemplateapply";
+/// Condition type on an apply: False while something blocks rendering.
+pub const APPLIED_CONDITION: &str = "Applied";
 
 /// Reconciles one WorkspaceTemplateApply.
 pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) -> Result<Action> {
@@ -34,23 +44,44 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     let namespace = apply.namespace().unwrap_or_default();
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &namespace);
     let workspaces: Api<TerraformWorkspace> = Api::all(ctx.client.clone());
-    let workspace = workspaces
-        .get_opt(&workspace_name(&apply))
-        .await
-        .map_err(kube_err(&*apply, "reading its Workspace"))?;
+    let located = locate_workspace(&ctx, &*apply, &apply).await?;
     if apply.meta().deletion_timestamp.is_some() {
-        return delete(&apply, &applies, &workspaces, workspace, &ctx).await;
+        return delete(&apply, &applies, &workspaces, located, &ctx).await;
     }
     set_finalizer(&applies, &apply, APPLY_FINALIZER, true)
         .await
         .map_err(kube_err(&*apply, "adding its finalizer"))?;
+    let own = located.own();
+    let own_name = own.map(|_| located.placement.name()).unwrap_or_default();
+    let allowed = &ctx.settings.allowed_template_namespaces;
+    if let Some(crossing) = apply_cross_namespace(&apply, allowed) {
+        let refusal = Refusal::cross_namespace(&crossing, &namespace);
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
+    let name = match &located.placement {
+        Placement::Use { name, .. } => name.clone(),
+        Placement::Taken { name, owner } => {
+            let refusal = Refusal {
+                condition: WORKSPACE_OWNED_CONDITION,
+                reason: WORKSPACE_OWNED_BY_ANOTHER,
+                message: format!(
+                    "Workspace {name} belongs to another ({owner}); it is neither applied to \
+                     nor deleted"
+                ),
+            };
+            refuse(&apply, &ctx, "", None, refusal).await?;
+            // Not woken by another's Workspace: look again for it to go.
+            return Ok(Action::requeue(ctx.settings.poll_interval));
+        }
+    };
     if let Some((reason, message)) = waiting(&apply, &ctx, &namespace).await? {
         publish(
             &apply,
             &ctx,
-            workspace.as_ref(),
+            &name,
+            own,
             false,
-            Some((reason, message)),
+            Some(blocked(reason, message)),
         )
         .await?;
         return Ok(Action::requeue(ctx.settings.poll_interval));
@@ -60,7 +91,7 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         .template_ref
         .namespace
         .clone()
-        .unwrap_or(namespace);
+        .unwrap_or(namespace.clone());
     let templates: Api<WorkspaceTemplate> = Api::namespaced(ctx.client.clone(), &template_ns);
     let Some(template) = templates
         .get_opt(&apply.spec.template_ref.name)
@@ -71,32 +102,79 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
             "WorkspaceTemplate {template_ns}/{} not found",
             apply.spec.template_ref.name
         );
-        publish(
-            &apply,
-            &ctx,
-            workspace.as_ref(),
-            false,
-            Some(("TemplateNotFound", message)),
-        )
-        .await?;
+        let refusal = blocked("TemplateNotFound", message);
+        publish(&apply, &ctx, &name, own, false, Some(refusal)).await?;
         return Ok(Action::requeue(ctx.settings.poll_interval));
     };
-    let rendered = render_workspace(&apply, &template)?;
-    let changed = needs_apply(workspace.as_ref(), &rendered);
+    let mut rendered = render_workspace(&apply, &template, &name)?;
+    // What the template brings (its connection Secret, Secrets in its body) stays in the
+    // apply's namespace too.
+    if let Some(crossing) = rendered_cross_namespace(&namespace, &rendered["spec"]) {
+        let refusal = Refusal::cross_namespace(&crossing, &namespace);
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
+    let changed = needs_apply(own, &rendered);
     if changed {
+        // Onto the Workspace we observed as ours, never one that replaced it meanwhile.
+        if let Some(uid) = own.and_then(|w| w.uid()) {
+            rendered["metadata"]["uid"] = json!(uid);
+        }
         let params = PatchParams::apply(SPEC_MANAGER).force();
         workspaces
-            .patch(&workspace_name(&apply), &params, &Patch::Apply(&rendered))
+            .patch(&name, &params, &Patch::Apply(&rendered))
             .await
             .map_err(kube_err(&*apply, "applying its Workspace"))?;
         tracing::info!(
             apply = apply.name_any(),
-            workspace = workspace_name(&apply),
+            workspace = name,
             "Rendered Workspace"
         );
     }
-    publish(&apply, &ctx, workspace.as_ref(), changed, None).await?;
+    publish(&apply, &ctx, &name, own, changed, None).await?;
     Ok(after(None))
+}
+
+/// `Applied=False` with `reason`: rendering waits for something.
+fn blocked(reason: &'static str, message: String) -> Refusal {
+    Refusal {
+        condition: APPLIED_CONDITION,
+        reason,
+        message,
+    }
+}
+
+/// Leaves the Workspace alone and says why: the refusal's condition (and `Applied=False`),
+/// and a Warning Event when the condition is new. `name` is the apply's own Workspace's, `""`
+/// when it has none (another's Workspace is never named as its). Waits for the apply to
+/// change.
+async fn refuse(
+    apply: &WorkspaceTemplateApply,
+    ctx: &Context,
+    name: &str,
+    own: Option<&TerraformWorkspace>,
+    refusal: Refusal,
+) -> Result<Action> {
+    let reported = apply
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|list| {
+            list.iter().any(|c| {
+                c.type_ == refusal.condition && c.status == "False" && c.message == refusal.message
+            })
+        });
+    if !reported {
+        tracing::warn!(
+            apply = apply.name_any(),
+            reason = refusal.reason,
+            message = refusal.message,
+            "Refused"
+        );
+        ctx.warn(apply, refusal.reason, "Render", refusal.message.clone())
+            .await;
+    }
+    publish(apply, ctx, name, own, false, Some(refusal)).await?;
+    Ok(Action::await_change())
 }
 
 /// What the apply waits for before rendering: Secrets and Workspaces named in its spec.
@@ -158,14 +236,16 @@ fn needs_apply(live: Option<&TerraformWorkspace>, rendered: &Value) -> bool {
         .all(|k| contains(&live[*k], &rendered[*k]))
 }
 
-/// Publishes the apply's status: the Workspace's name, whether it was rendered, and the
-/// Workspace's conditions mirrored (plus `Applied` while something blocks rendering).
+/// Publishes the apply's status: the Workspace's name (`""`: none), whether it was rendered,
+/// and the Workspace's conditions mirrored (plus `Applied=False`, and the refusal's own
+/// condition, while something blocks rendering).
 async fn publish(
     apply: &WorkspaceTemplateApply,
     ctx: &Context,
+    name: &str,
     workspace: Option<&TerraformWorkspace>,
     applied_now: bool,
-    blocked: Option<(&'static str, String)>,
+    blocked: Option<Refusal>,
 ) -> Result<()> {
     let existing = apply.status.as_ref();
     let last_applied = if applied_now {
@@ -183,18 +263,27 @@ async fn publish(
             })
     };
     let mut conditions: Vec<Value> = workspace.map(mirrored_conditions).unwrap_or_default();
-    if let Some((reason, message)) = blocked {
-        let since = existing
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| {
-                c.iter()
-                    .find(|c| c.type_ == "Applied" && c.status == "False")
-            })
-            .map(|c| c.last_transition_time.0.to_string())
-            .unwrap_or_else(|| Timestamp::now().to_string());
-        conditions.push(json!({"type": "Applied", "status": "False", "reason": reason, "message": message, "lastTransitionTime": since}));
+    if let Some(refusal) = blocked {
+        let since = |type_: &str| {
+            existing
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == type_ && c.status == "False"))
+                .map(|c| c.last_transition_time.0.to_string())
+                .unwrap_or_else(|| Timestamp::now().to_string())
+        };
+        let mut types = vec![APPLIED_CONDITION];
+        if refusal.condition != APPLIED_CONDITION {
+            types.push(refusal.condition);
+        }
+        for type_ in types {
+            conditions.push(
+                json!({"type": type_, "status": "False", "reason": refusal.reason,
+                "message": refusal.message, "lastTransitionTime": since(type_)}),
+            );
+        }
     }
-    let mut status = json!({"workspaceName": workspace_name(apply), "applied": applied_now || workspace.is_some(), "conditions": conditions});
+    let name = (!name.is_empty()).then_some(name);
+    let mut status = json!({"workspaceName": name, "applied": applied_now || workspace.is_some(), "conditions": conditions});
     if let Some(t) = last_applied {
         status["lastAppliedTime"] = json!(t);
     }
@@ -230,26 +319,44 @@ async fn delete(
     apply: &WorkspaceTemplateApply,
     applies: &Api<WorkspaceTemplateApply>,
     workspaces: &Api<TerraformWorkspace>,
-    workspace: Option<TerraformWorkspace>,
+    located: Located,
     ctx: &Context,
 ) -> Result<Action> {
     if !apply.finalizers().iter().any(|f| f == APPLY_FINALIZER) {
         return Ok(Action::await_change());
     }
     let retain = apply.spec.retain_workspace_on_delete.unwrap_or(false);
-    if let Some(ws) = workspace.filter(|_| !retain) {
-        if ws.meta().deletion_timestamp.is_none() {
-            workspaces
-                .delete(&ws.name_any(), &DeleteParams::background())
-                .await
-                .map_err(kube_err(apply, "deleting its Workspace"))?;
-            tracing::info!(
-                apply = apply.name_any(),
-                workspace = ws.name_any(),
-                "Deleting Workspace"
-            );
+    match (&located.placement, located.workspace) {
+        (Placement::Taken { name, owner }, _) => {
+            // Another's Workspace under our name: never deleted.
+            let note = format!("Workspace {name} belongs to another ({owner}); not deleted");
+            tracing::warn!(apply = apply.name_any(), note, "Left another's Workspace");
+            ctx.warn(apply, WORKSPACE_OWNED_BY_ANOTHER, "Delete", note)
+                .await;
         }
-        return Ok(Action::requeue(ctx.settings.poll_interval));
+        (Placement::Use { .. }, Some(ws)) if !retain => {
+            if ws.meta().deletion_timestamp.is_none() {
+                // Only the Workspace observed as ours: a replacement fails the precondition.
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: ws.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                workspaces
+                    .delete(&ws.name_any(), &params)
+                    .await
+                    .map_err(kube_err(apply, "deleting its Workspace"))?;
+                tracing::info!(
+                    apply = apply.name_any(),
+                    workspace = ws.name_any(),
+                    "Deleting Workspace"
+                );
+            }
+            return Ok(Action::requeue(ctx.settings.poll_interval));
+        }
+        _ => {}
     }
     set_finalizer(applies, apply, APPLY_FINALIZER, false)
         .await

@@ -5,17 +5,18 @@
 
 use super::deletion;
 use super::owner::{self, ApplyOwner};
-use super::shared::{cluster_name, observe_workspace, owning_cluster};
+use super::shared::{cluster_name, locate_workspace, owning_cluster};
 use super::{Result, after, kube_err};
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane};
 use crate::context::Context;
 use crate::k8s::set_finalizer;
 use crate::publish::Publication;
-use crate::render::workspace_name;
 use crate::status::MANAGER_CAPT_CLUSTER;
 use crate::status::capt_cluster::{
     CAPT_CLUSTER_CONDITION_TYPES, CaptClusterInput, DEFAULT_VPC_READY_TIMEOUT, desired_capt_cluster,
 };
+use crate::status::workspace::WorkspaceObservation;
+use crate::tenancy::Placement;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
@@ -55,6 +56,16 @@ impl ApplyOwner for CAPTCluster {
         let list = self.status.as_ref().and_then(|s| s.conditions.as_deref());
         list.unwrap_or_default()
     }
+
+    fn template_namespace(&self) -> (&'static str, Option<&String>) {
+        (
+            "spec.vpcTemplateRef",
+            self.spec
+                .vpc_template_ref
+                .as_ref()
+                .and_then(|r| r.namespace.as_ref()),
+        )
+    }
 }
 
 /// Reconciles one CAPTCluster.
@@ -74,11 +85,22 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         .map_err(kube_err(&*cc, "adding its finalizer"))?;
     let mut workspace = None;
     let mut vpc_workspace_name = None;
+    let mut refusal = None;
     if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
     {
-        let apply = owner::ensure_recorded_apply(&ctx, &api, &*cc).await?;
-        vpc_workspace_name = Some(workspace_name(&apply));
-        workspace = observe_workspace(&ctx, &*cc, &apply).await?;
+        match owner::ensure_recorded_apply(&ctx, &api, &*cc).await? {
+            Ok(apply) => {
+                let located = locate_workspace(&ctx, &*cc, &apply).await?;
+                workspace = located.own().map(|w| {
+                    WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())
+                });
+                // Another's Workspace under its name is not its VPC (the apply reports it).
+                if let Placement::Use { name, .. } = located.placement {
+                    vpc_workspace_name = Some(name);
+                }
+            }
+            Err(r) => refusal = Some(r),
+        }
     }
     let input = CaptClusterInput {
         generation: cc.meta().generation,
@@ -97,10 +119,17 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         waiting_for_cluster: cluster.is_none(),
         cluster_endpoint: cluster.and_then(|c| c.spec.control_plane_endpoint),
     };
-    let desired = desired_capt_cluster(&input);
+    let mut desired = desired_capt_cluster(&input);
+    if let Some(refusal) = &refusal {
+        owner::add_refusal(&mut desired.status_fragment, &*cc, refusal);
+    }
     let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);
     ctx.publish(status).await?;
-    Ok(after(desired.recheck_after))
+    Ok(after(owner::recheck(
+        &ctx,
+        desired.recheck_after,
+        refusal.as_ref(),
+    )))
 }
 
 /// True when a CAPTControlPlane of the same Cluster still exists.

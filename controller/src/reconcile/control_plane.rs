@@ -57,6 +57,13 @@ impl ApplyOwner for CAPTControlPlane {
         let list = self.status.as_ref().and_then(|s| s.conditions.as_deref());
         list.unwrap_or_default()
     }
+
+    fn template_namespace(&self) -> (&'static str, Option<&String>) {
+        (
+            "spec.workspaceTemplateRef",
+            self.spec.workspace_template_ref.namespace.as_ref(),
+        )
+    }
 }
 
 /// Reconciles one CAPTControlPlane.
@@ -77,8 +84,18 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let vpc_ready = vpc_ready(&ctx, &cp, cluster.as_ref()).await?;
     let mut workspace = None;
     let mut endpoint_source = None;
-    if vpc_ready == Some(true) {
-        let apply = owner::ensure_recorded_apply(&ctx, &api, &*cp).await?;
+    let mut refusal = None;
+    let apply = match vpc_ready {
+        Some(true) => match owner::ensure_recorded_apply(&ctx, &api, &*cp).await? {
+            Ok(apply) => Some(apply),
+            Err(r) => {
+                refusal = Some(r);
+                None
+            }
+        },
+        _ => None,
+    };
+    if let Some(apply) = apply {
         workspace = observe_workspace(&ctx, &*cp, &apply).await?;
         if workspace.as_ref().is_some_and(|w| w.is_ready()) {
             super::kubeconfig::ensure_kubeconfig(&ctx, &cp, &apply).await?;
@@ -111,7 +128,10 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         workspace,
         endpoint_source,
     };
-    let desired = desired_control_plane(&input);
+    let mut desired = desired_control_plane(&input);
+    if let Some(refusal) = &refusal {
+        owner::add_refusal(&mut desired.status_fragment, &*cp, refusal);
+    }
     observe_phase(&ctx, &cp, desired.phase);
     let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
     let main = desired.endpoint.map(|endpoint| {
@@ -129,7 +149,11 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         ctx.publish(main).await?;
     }
     ctx.publish(status).await?;
-    Ok(after(desired.recheck_after))
+    Ok(after(owner::recheck(
+        &ctx,
+        desired.recheck_after,
+        refusal.as_ref(),
+    )))
 }
 
 /// Whether the Cluster's CAPTCluster is ready; `None` when unknown.

@@ -10,7 +10,9 @@ use super::{Result, kube_err};
 use crate::api::{Cluster, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::apply_fields;
+use crate::status::conditions::{self, ConditionBuilder, Status};
 use crate::status::deletion::DeletionFacts;
+use crate::tenancy::{Refusal, template_cross_namespace};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
@@ -41,6 +43,9 @@ pub trait ApplyOwner:
     /// Its live conditions.
     fn conditions(&self) -> &[Condition];
 
+    /// Its template reference: the field's path and the namespace it names, if any.
+    fn template_namespace(&self) -> (&'static str, Option<&String>);
+
     /// The name of its apply: the recorded one, else `<name>-<APPLY_SUFFIX>`.
     fn apply_name(&self) -> String {
         self.recorded_apply_name()
@@ -50,24 +55,76 @@ pub trait ApplyOwner:
 }
 
 /// Creates or adopts the owner's apply and records its name in the owner's
-/// `spec.workspaceTemplateApplyName` (field manager `capt-controller`), once.
+/// `spec.workspaceTemplateApplyName` (field manager `capt-controller`), once. Nothing is
+/// created, changed or recorded when the owner's template reference leaves its namespace
+/// (unless allowed) or the existing apply is not provably its own: `Ok(Err(refusal))`.
 pub async fn ensure_recorded_apply<O: ApplyOwner>(
     ctx: &Context,
     api: &Api<O>,
     owner: &O,
-) -> Result<WorkspaceTemplateApply> {
+) -> Result<Result<WorkspaceTemplateApply, Refusal>> {
+    let own = owner.namespace().unwrap_or_default();
+    let (field, namespace) = owner.template_namespace();
+    let allowed = &ctx.settings.allowed_template_namespaces;
+    if let Some(crossing) = template_cross_namespace(&own, field, namespace, allowed) {
+        return Ok(Err(Refusal::cross_namespace(&crossing, &own)));
+    }
     let wanted = ApplySpec {
         name: owner.apply_name(),
         spec: owner.apply_spec(),
     };
-    let apply = ensure_apply(ctx, owner, wanted).await?;
+    let apply = match ensure_apply(ctx, owner, wanted).await? {
+        Ok(apply) => apply,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
     if owner.recorded_apply_name() != Some(apply.name_any().as_str()) {
         let fields = json!({"spec": {"workspaceTemplateApplyName": apply.name_any()}});
         apply_fields(api, owner, fields)
             .await
             .map_err(kube_err(owner, "recording its WorkspaceTemplateApply name"))?;
     }
-    Ok(apply)
+    Ok(Ok(apply))
+}
+
+/// When to look again: a refused owner within the poll interval, since what would lift the
+/// refusal (an adopt annotation on an apply without our labels, which routes no event to us)
+/// does not wake it.
+pub fn recheck(
+    ctx: &Context,
+    recheck: Option<std::time::Duration>,
+    refusal: Option<&Refusal>,
+) -> Option<std::time::Duration> {
+    match refusal {
+        Some(_) => Some(recheck.map_or(ctx.settings.poll_interval, |d| {
+            d.min(ctx.settings.poll_interval)
+        })),
+        None => recheck,
+    }
+}
+
+/// Adds the condition of `refusal` (status False) to a status fragment's conditions, its
+/// transition time carried over from the owner's live condition of that type.
+pub fn add_refusal<O: ApplyOwner>(fragment: &mut Value, owner: &O, refusal: &Refusal) {
+    let builder = ConditionBuilder::new(
+        owner.conditions(),
+        owner.meta().generation,
+        Timestamp::now(),
+    );
+    let condition = builder.build(
+        refusal.condition,
+        Status::False,
+        refusal.reason,
+        &refusal.message,
+    );
+    let list = &mut fragment["status"]["conditions"];
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let (Some(items), Value::Array(new)) =
+        (list.as_array_mut(), conditions::to_json(&[condition]))
+    {
+        items.extend(new);
+    }
 }
 
 /// `Some(action)` when the owner is paused: its `Paused` condition published, nothing else.

@@ -5,15 +5,17 @@ use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, k
 use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::SPEC_MANAGER;
-use crate::render::{CLUSTER_NAME_LABEL, workspace_name};
+use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
 use crate::status::workspace::WorkspaceObservation;
+use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 /// Annotation marking an apply the controller adopted rather than created: its spec is the
-/// user's and is left alone.
+/// user's and is left alone. (The user asks for an adoption with
+/// [`crate::tenancy::ADOPT_ANNOTATION`].)
 pub const ADOPTED_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/adopted";
 
 /// The name of the Cluster an object belongs to: its owner reference of kind Cluster, else
@@ -51,13 +53,15 @@ pub struct ApplySpec {
     pub spec: Value,
 }
 
-/// Creates the object's apply, or adopts an existing one of that name (the migration path:
-/// its spec stays the user's; it gains our labels). Returns the apply.
+/// Creates the object's apply, or uses an existing one of that name that is provably its own:
+/// our owner labels name this object, or the user annotated it for adoption
+/// ([`crate::tenancy::ADOPT_ANNOTATION`]; its spec then stays the user's and it gains our
+/// labels). Any other existing apply is left alone: `Ok(Err(refusal))`.
 pub async fn ensure_apply<K>(
     ctx: &Context,
     owner: &K,
     wanted: ApplySpec,
-) -> Result<WorkspaceTemplateApply>
+) -> Result<Result<WorkspaceTemplateApply, Refusal>>
 where
     K: Resource<DynamicType = ()>,
 {
@@ -67,10 +71,36 @@ where
         .get_opt(&wanted.name)
         .await
         .map_err(kube_err(owner, "reading its WorkspaceTemplateApply"))?;
-    let adopted = existing.as_ref().is_some_and(|a| {
-        !a.labels().contains_key(OWNER_KIND_LABEL)
-            || a.annotations().contains_key(ADOPTED_ANNOTATION)
+    let kind = K::kind(&());
+    let owner_name = owner.name_any();
+    let claim = existing.as_ref().map(|a| {
+        crate::tenancy::apply_claim(
+            a.labels(),
+            a.annotations(),
+            [
+                (OWNER_KIND_LABEL, &kind),
+                (OWNER_NAME_LABEL, &owner_name),
+                (OWNER_NAMESPACE_LABEL, &ns),
+            ],
+        )
     });
+    let adopted = match claim {
+        None => false,
+        Some(ApplyClaim::NotOurs(why)) => {
+            return Ok(Err(Refusal {
+                condition: APPLY_OWNED_CONDITION,
+                reason: APPLY_NOT_OURS,
+                message: format!(
+                    "WorkspaceTemplateApply {ns}/{} exists and is not this {kind}'s: {why}",
+                    wanted.name
+                ),
+            }));
+        }
+        Some(ApplyClaim::Adoptable) => true,
+        Some(ApplyClaim::Ours) => existing
+            .as_ref()
+            .is_some_and(|a| a.annotations().contains_key(ADOPTED_ANNOTATION)),
+    };
     let mut labels = json!({
         OWNER_KIND_LABEL: K::kind(&()), OWNER_NAME_LABEL: owner.name_any(), OWNER_NAMESPACE_LABEL: ns,
     });
@@ -97,12 +127,13 @@ where
         let live = serde_json::to_value(&existing).unwrap_or_default();
         let spec_matches = adopted || live.get("spec") == body.get("spec");
         if spec_matches && contains(&live["metadata"], &body["metadata"]) {
-            return Ok(existing);
+            return Ok(Ok(existing));
         }
     }
     let params = PatchParams::apply(SPEC_MANAGER).force();
     api.patch(&wanted.name, &params, &Patch::Apply(&body))
         .await
+        .map(Ok)
         .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))
 }
 
@@ -152,23 +183,97 @@ pub async fn get_apply<K: Resource<DynamicType = ()>>(
         .map_err(kube_err(owner, "reading its WorkspaceTemplateApply"))
 }
 
-/// The Workspace an apply renders, observed; `None` when it does not exist.
+/// The Workspace of an apply, as found: which name it uses ([`Placement`]) and the
+/// Workspace under that name, if any (another's included, for the apply to report).
+pub struct Located {
+    /// Which Workspace the apply uses, or whose Workspace holds its name.
+    pub placement: Placement,
+    /// The Workspace under that name.
+    pub workspace: Option<TerraformWorkspace>,
+}
+
+impl Located {
+    /// The apply's own Workspace, if it exists: never another's.
+    pub fn own(&self) -> Option<&TerraformWorkspace> {
+        match self.placement {
+            Placement::Use { .. } => self.workspace.as_ref(),
+            Placement::Taken { .. } => None,
+        }
+    }
+}
+
+/// Finds the Workspace of `apply` (`subject` names who asks, for errors): under
+/// [`workspace_name`] when it is the apply's, else under [`legacy_workspace_name`] when that
+/// one is provably the apply's (`crate::tenancy::place_workspace`). Level-triggered: decided
+/// from what exists each time, nothing remembered.
+pub async fn locate_workspace<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    subject: &K,
+    apply: &WorkspaceTemplateApply,
+) -> Result<Located> {
+    let api: Api<TerraformWorkspace> = Api::all(ctx.client.clone());
+    let (ns, name, uid) = (
+        apply.namespace().unwrap_or_default(),
+        apply.name_any(),
+        apply.uid(),
+    );
+    let get = |n: String| {
+        let api = api.clone();
+        async move {
+            api.get_opt(&n)
+                .await
+                .map_err(kube_err(subject, "reading its Workspace"))
+        }
+    };
+    let current = get(workspace_name(&ns, &name)).await?;
+    let place = |current: Option<&TerraformWorkspace>, legacy: Option<&TerraformWorkspace>| {
+        crate::tenancy::place_workspace(
+            &ns,
+            &name,
+            uid.as_deref(),
+            current.map(|w| w.labels()),
+            legacy.map(|w| w.labels()),
+        )
+    };
+    let placement = place(current.as_ref(), None);
+    if matches!(placement, Placement::Use { exists: true, .. }) {
+        return Ok(Located {
+            placement,
+            workspace: current,
+        });
+    }
+    let legacy_name = legacy_workspace_name(&ns, &name);
+    let legacy = match legacy_name != placement.name() {
+        true => get(legacy_name).await?,
+        false => None,
+    };
+    let placement = place(current.as_ref(), legacy.as_ref());
+    let workspace = match &placement {
+        Placement::Use { exists: false, .. } => None,
+        Placement::Use { name, .. } if *name != workspace_name(&ns, &apply.name_any()) => legacy,
+        _ => current,
+    };
+    Ok(Located {
+        placement,
+        workspace,
+    })
+}
+
+/// The Workspace an apply renders, observed; `None` when it does not exist, or when the
+/// Workspace under its name is another's (whose state is not the apply's to report).
 pub async fn observe_workspace<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     owner: &K,
     apply: &WorkspaceTemplateApply,
 ) -> Result<Option<WorkspaceObservation>> {
-    let api: Api<TerraformWorkspace> = Api::all(ctx.client.clone());
-    let found = api
-        .get_opt(&workspace_name(apply))
-        .await
-        .map_err(kube_err(owner, "reading its Workspace"))?;
-    Ok(found
-        .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(&w).unwrap_or_default())))
+    let located = locate_workspace(ctx, owner, apply).await?;
+    Ok(located
+        .own()
+        .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())))
 }
 
-/// The `cluster_endpoint` key of the apply's connection Secret. Only that key is read, and
-/// its value is never logged.
+/// The `cluster_endpoint` key of the apply's connection Secret, when it is in the owner's
+/// namespace. Only that key is read, and its value is never logged.
 pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     owner: &K,
@@ -177,6 +282,10 @@ pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
     let Some(secret_ref) = &apply.spec.write_connection_secret_to_ref else {
         return Ok(None);
     };
+    // Secrets never cross namespaces: one elsewhere is not read (the apply reports it).
+    if Some(&secret_ref.namespace) != owner.namespace().as_ref() {
+        return Ok(None);
+    }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ref.namespace);
     let secret = api
         .get_opt(&secret_ref.name)

@@ -1,4 +1,5 @@
-//! WorkspaceTemplateApplies: an existing one is adopted, later template and version changes
+//! WorkspaceTemplateApplies: an existing one is adopted only with proof (our owner labels or
+//! the user's `adopt` annotation), later template and version changes
 //! reach its Workspace, and it waits for its Secrets and Workspaces before rendering.
 
 use crate::common::{ONE_AT_A_TIME, provisioned, workspace_name};
@@ -9,12 +10,13 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 #[tokio::test]
-async fn an_existing_apply_with_the_expected_name_is_adopted_not_replaced() -> Result<()> {
+async fn an_existing_apply_with_the_expected_name_is_adopted_only_with_proof() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "e2e-adopt").await?;
     let system = System::start(&ns.name, 200).await?;
-    // A deployment from before the controller recorded apply names (seed 002's migration).
+    // A deployment from before the controller recorded apply names (seed 002's migration):
+    // an apply of the expected name, without our owner labels.
     let existing = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
         "metadata": {"name": "demo-controlplane", "namespace": ns.name},
         "spec": {"templateRef": {"name": "eks"}, "variables": {"CLUSTER_NAME": "demo", "KUBERNETES_VERSION": "1.31", "MIGRATED": "yes"}}});
@@ -29,6 +31,68 @@ async fn an_existing_apply_with_the_expected_name_is_adopted_not_replaced() -> R
         Some(&existing.to_string()),
     )?;
     system.apply_samples(false).await?;
+    // Without proof that it is ours, the control plane leaves it alone and says so.
+    let refused = || -> Result<Value> {
+        let cp = system
+            .get(&["captcontrolplane", "demo"])?
+            .unwrap_or(Value::Null);
+        Ok(cp["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "WorkspaceTemplateApplyOwned")
+            .cloned()
+            .unwrap_or(Value::Null))
+    };
+    system
+        .wait_for(
+            "WorkspaceTemplateApplyOwned=False",
+            Duration::from_secs(60),
+            || async { Ok(refused()?["reason"] == "WorkspaceTemplateApplyNotOwned") },
+        )
+        .await?;
+    let message = refused()?["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("infrastructure.cluster.x-k8s.io/adopt=true"),
+        "{message}"
+    );
+    let apply = system
+        .get(&["workspacetemplateapply", "demo-controlplane"])?
+        .unwrap();
+    assert!(
+        apply["metadata"]["labels"]
+            .get("infrastructure.cluster.x-k8s.io/owner-kind")
+            .is_none(),
+        "not labelled: {}",
+        apply["metadata"]
+    );
+    assert!(
+        apply["metadata"]["annotations"]
+            .get("infrastructure.cluster.x-k8s.io/adopted")
+            .is_none()
+    );
+    assert!(apply["spec"].get("writeConnectionSecretToRef").is_none());
+    let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    assert!(
+        cp["spec"].get("workspaceTemplateApplyName").is_none(),
+        "nothing recorded"
+    );
+
+    // The user asks for its adoption: it is adopted, its spec stays the user's.
+    env().kubectl_ok(
+        &[
+            "annotate",
+            "workspacetemplateapply",
+            "demo-controlplane",
+            "-n",
+            &ns.name,
+            "infrastructure.cluster.x-k8s.io/adopt=true",
+        ],
+        None,
+    )?;
     system.wait_provisioned().await?;
     let apply = system
         .get(&["workspacetemplateapply", "demo-controlplane"])?
@@ -36,6 +100,10 @@ async fn an_existing_apply_with_the_expected_name_is_adopted_not_replaced() -> R
     assert_eq!(
         apply["metadata"]["annotations"]["infrastructure.cluster.x-k8s.io/adopted"],
         "true"
+    );
+    assert_eq!(
+        apply["metadata"]["labels"]["infrastructure.cluster.x-k8s.io/owner-name"],
+        "demo"
     );
     assert_eq!(
         apply["spec"]["variables"]["MIGRATED"], "yes",
@@ -50,6 +118,7 @@ async fn an_existing_apply_with_the_expected_name_is_adopted_not_replaced() -> R
         cp["spec"]["workspaceTemplateApplyName"],
         "demo-controlplane"
     );
+    assert!(refused()?.is_null(), "the refusal is gone");
     let applies = env().kubectl_ok(
         &[
             "get",

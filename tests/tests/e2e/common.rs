@@ -35,8 +35,9 @@ pub(crate) async fn provisioned_with(
     Ok((ns, system))
 }
 
+/// The Workspace of apply `ns`/`apply`: the controller's one naming function.
 pub(crate) fn workspace_name(ns: &str, apply: &str) -> String {
-    format!("{ns}-{apply}")
+    capt_controller::render::workspace_name(ns, apply)
 }
 
 /// Merge-patches annotations on a Workspace, as a test driving the fake provider.

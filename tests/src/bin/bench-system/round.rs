@@ -7,6 +7,7 @@ use crate::stacks::{
 };
 use crate::{Args, Mode};
 use anyhow::{Context, Result};
+use capt_controller::render::workspace_name;
 use capt_tests::fake_provider::workspace_resource;
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
@@ -208,7 +209,7 @@ async fn output_changes(
         let stack = stack_name(c * n / changes);
         let host = endpoint_host(&stack, c);
         let sent = Instant::now();
-        let ws = format!("{}-{stack}-controlplane", round.ns);
+        let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
         if let Err(e) = change_output(workspaces, &ws, &host).await {
             eprintln!("  cannot change {ws}: {e:#}");
             missed += 1;
@@ -242,7 +243,7 @@ async fn output_burst(
     stack: &str,
     burst: usize,
 ) -> Result<Delta> {
-    let ws = format!("{}-{stack}-controlplane", round.ns);
+    let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
     let before = round.snapshot(system).await?;
     for b in 0..burst {
         if let Err(e) = change_output(workspaces, &ws, &endpoint_host(stack, 100_000 + b)).await {
