@@ -79,8 +79,19 @@ impl System {
         let applier = Applier::start_as(applier_args, kubeconfig).await?;
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
-        let provider =
-            FakeProvider::start(&["--delay-ms", &delay, "--selector", &selector]).await?;
+        // provider-terraform's timings, shortened: a poll every second (so a checksum an apply
+        // left out comes back soon), backoff from 100 ms.
+        let provider = FakeProvider::start(&[
+            "--delay-ms",
+            &delay,
+            "--selector",
+            &selector,
+            "--poll-interval-ms",
+            "1000",
+            "--backoff-base-ms",
+            "100",
+        ])
+        .await?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();

@@ -21,10 +21,16 @@ impl FakeProvider {
     /// logs to a temporary file (see [`FakeProvider::log_text`]) with `RUST_LOG` from
     /// `FAKE_PROVIDER_LOG` (default `info`), and exits by itself if the test process dies.
     pub async fn start(args: &[&str]) -> Result<Self> {
+        let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
+        Self::start_logging(args, &filter).await
+    }
+
+    /// [`FakeProvider::start`] with this `RUST_LOG` filter (e.g. `debug`, which logs every
+    /// pass, an up-to-date one included).
+    pub async fn start_logging(args: &[&str], filter: &str) -> Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("fake-provider"));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("fake-provider.log");
-        let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
         let child = Command::new(binary("fake-terraform-provider"))
             .args(args)
             .arg("--exit-with-parent")
