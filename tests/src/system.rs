@@ -80,7 +80,8 @@ impl System {
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
         // provider-terraform's timings, shortened: a poll every second (so a checksum an apply
-        // left out comes back soon), backoff from 100 ms.
+        // left out comes back soon), backoff from 100 ms. The polls' status Updates, which the
+        // API server stores nothing for, are left out: the audit log then shows CAPT's writes.
         let provider = FakeProvider::start(&[
             "--delay-ms",
             &delay,
@@ -90,6 +91,7 @@ impl System {
             "1000",
             "--backoff-base-ms",
             "100",
+            "--skip-unchanged-status",
         ])
         .await?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
