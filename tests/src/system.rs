@@ -80,8 +80,21 @@ impl System {
         let applier = Applier::start_as(applier_args, kubeconfig).await?;
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
-        let provider =
-            FakeProvider::start(&["--delay-ms", &delay, "--selector", &selector]).await?;
+        // provider-terraform's timings, shortened: a poll every second (so a checksum an apply
+        // left out comes back soon), backoff from 100 ms. The polls' status Updates, which the
+        // API server stores nothing for, are left out: the audit log then shows CAPT's writes.
+        let provider = FakeProvider::start(&[
+            "--delay-ms",
+            &delay,
+            "--selector",
+            &selector,
+            "--poll-interval-ms",
+            "1000",
+            "--backoff-base-ms",
+            "100",
+            "--skip-unchanged-status",
+        ])
+        .await?;
         let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
         let controller_log = applier.socket.with_file_name("controller.log");
         // Each system elects its leader on a Lease of its own namespace.

@@ -4,9 +4,14 @@
 //! ```text
 //! Creating --(Workspace Ready and endpoint parses)--> Ready
 //! Creating --(ReconcileError | InvalidEndpoint | timeout)--> Failed
-//! Ready    --(Workspace not Ready, e.g. re-applying a spec update)--> Creating
-//! Failed   --(failure cleared, or a new generation)--> Creating
+//! Ready    --(ReconcileError, e.g. a failed update)--> Failed
+//! Ready    --(Workspace not Ready, e.g. recreated)--> Creating
+//! Failed   --(failure cleared, or a new generation)--> Creating (or Ready at once)
 //! ```
+//!
+//! provider-terraform keeps a Workspace `Ready=True Available` through an update and a failed
+//! apply of it (`docs/architecture.md`), so an upgrade stays Ready while Terraform applies it,
+//! and a failed one goes Ready → Failed → Ready, never through Creating.
 //!
 //! `ready` and `initialized` are the Cluster API contract's: once true they stay true (core
 //! treats them as "provisioning completed"); `phase` and the conditions say what the control

@@ -2,8 +2,11 @@
 //! and the status fragments that mirror it (`workspaceTemplateStatus`, `workspaceStatus`).
 //!
 //! A Workspace carries Crossplane conditions `Synced` (ReconcileSuccess | ReconcileError) and
-//! `Ready` (Available | Unavailable | Creating | Deleting), and `status.atProvider{checksum,
-//! outputs}`, which the provider replaces whole on each observation. Sensitive outputs are not
+//! `Ready` (Available | Creating | Deleting; `Unavailable` exists in crossplane-runtime, is
+//! never set by provider-terraform, and is read like any other not-ready reason), and
+//! `status.atProvider{checksum, outputs}`, which the provider replaces whole on each
+//! observation. A failed apply of an existing Workspace keeps `Ready=True Available` and
+//! reports `Synced=False ReconcileError`: that is [`WorkspaceState::Failed`] too. Sensitive outputs are not
 //! in `atProvider` (only in the connection Secret), so nothing here sees secret data.
 
 use serde_json::{Map, Value, json};
@@ -256,12 +259,25 @@ pub(crate) mod testing {
         mk_workspace(SYNCED_OK, Some(("False", "Creating", "")), None)
     }
 
-    /// Synced=False with ReconcileError and this message.
+    /// A failed first apply, as provider-terraform reports it (crossplane-runtime's Create
+    /// path): Synced=False with ReconcileError and this message, Ready=False Creating, an
+    /// empty atProvider.
     pub fn failed_workspace(message: &str) -> WorkspaceObservation {
         mk_workspace(
             Some(("False", "ReconcileError", message)),
-            Some(("False", "Unavailable", "")),
+            Some(("False", "Creating", "")),
             Some(json!({})),
+        )
+    }
+
+    /// A failed apply of a Workspace that exists (crossplane-runtime's Update path): Synced=False
+    /// with ReconcileError and this message, Ready=True Available kept, atProvider (these
+    /// outputs) kept.
+    pub fn failed_update_workspace(message: &str, outputs: Value) -> WorkspaceObservation {
+        mk_workspace(
+            Some(("False", "ReconcileError", message)),
+            Some(("True", "Available", "")),
+            Some(outputs),
         )
     }
 
@@ -380,8 +396,27 @@ mod tests {
         let ws = failed_workspace("Error: creating EKS cluster");
         assert_eq!(
             ws.template_status(None),
-            json!({"ready": false, "state": "Unavailable", "lastFailedRevision": "sum-1",
+            json!({"ready": false, "state": "Creating", "lastFailedRevision": "sum-1",
                    "lastFailureMessage": "Error: creating EKS cluster", "outputs": {}})
+        );
+    }
+
+    /// A failed apply of a Workspace that exists keeps `Ready=True Available` at the provider:
+    /// still a failure here, with the outputs the Terraform state still has.
+    #[test]
+    fn a_failed_update_is_a_failure_though_the_workspace_stays_available() {
+        let ws = failed_update_workspace("update failed: boom", json!({"vpc_id": "vpc-1"}));
+        assert_eq!(
+            ws.state(),
+            WorkspaceState::Failed {
+                message: "update failed: boom".into()
+            }
+        );
+        assert!(!ws.is_ready());
+        assert_eq!(
+            ws.template_status(None),
+            json!({"ready": false, "state": "Available", "lastFailedRevision": "sum-1",
+                   "lastFailureMessage": "update failed: boom", "outputs": {"vpc_id": "vpc-1"}})
         );
     }
 

@@ -1,17 +1,32 @@
-//! `fake-terraform-provider`: plays Crossplane provider-terraform's part against a real API
-//! server, for tests. It watches `tf.upbound.io/v1beta1` Workspaces and, for each:
+//! `fake-terraform-provider`: plays Crossplane provider-terraform v0.18.0 (on
+//! crossplane-runtime v1.16.0's managed reconciler) against a real API server, for tests.
+//! Each pass over a `tf.upbound.io/v1beta1` Workspace is one `managed.Reconciler.Reconcile`:
 //!
-//! - adds the finalizer `finalizer.managedresource.crossplane.io` (server-side apply);
-//! - on a new desired state (spec or `fake.tf.upbound.io/*` annotations) writes
-//!   `Synced=True ReconcileSuccess`, `Ready=False Creating`, then after `--delay-ms` writes
-//!   the connection Secret and `Ready=True Available` with `atProvider {checksum, outputs}`
-//!   (replaced whole), or `Synced=False ReconcileError <message>` keeping `atProvider`;
-//! - on deletion writes `Ready=False Deleting`, waits `--delay-ms`, deletes the connection
-//!   Secret and removes its finalizer.
+//! - Observe: the fake's in-memory Terraform state per Workspace uid says whether the
+//!   resource exists and which configuration (checksum) was applied; `atProvider` becomes
+//!   `{checksum of the configuration now, non-sensitive outputs of the state}`; no diff sets
+//!   `Ready=True Available`. Invalid `fake.tf.upbound.io/*` annotations are a plan error.
+//! - Deleting: destroy (`--delay-ms`), `Ready=False Deleting` + `Synced=True`; the next pass
+//!   removes the finalizer by an Update. The connection Secret is left to the garbage
+//!   collector (its ownerReference), as crossplane-runtime's publisher does.
+//! - Publish the connection Secret (every output of the state, sensitive ones included).
+//! - Add the finalizer `finalizer.managedresource.crossplane.io` by an Update of the object.
+//! - Create (nothing exists): `terraform apply` (`--delay-ms`, nothing written meanwhile),
+//!   then `Ready=False Creating` with `Synced=True ReconcileSuccess` and `atProvider` holding
+//!   the outputs only, or with `Synced=False ReconcileError "create failed: …"`.
+//! - Up to date: `Synced=True ReconcileSuccess`; requeue after `--poll-interval-ms`.
+//! - Update (a diff): apply; `Available` + `Synced=True`, or `Synced=False ReconcileError
+//!   "update failed: …"` with `Ready` as it was.
 //!
-//! Status goes by server-side apply on the status subresource under the field manager
-//! `fake-provider-terraform`. Nothing is written when the status already says what it should,
-//! so the provider's own writes never make it loop. Output values never reach the log.
+//! Every pass ends with a full status Update (PUT of the status subresource with the
+//! resourceVersion read) under the field manager `fake-provider-terraform`; a 409 requeues.
+//! A pass that changes nothing sends a PUT the API server treats as a no-op (no new
+//! resourceVersion); `--skip-unchanged-status` leaves such a PUT out, for tests that count
+//! write requests in the audit log (the stored object is the same either way). Failures, and the pass after a Create, requeue with the per-Workspace
+//! exponential backoff (`--backoff-base-ms`, `--backoff-max-ms`). Only a change of
+//! generation, labels or annotations (not the provider's own writes) wakes a Workspace
+//! early. Output values never reach the log. Which source each behaviour comes from is in
+//! `capt_tests::fake_provider` (the module's documentation).
 //!
 //! With `--instance NAME` it handles only Workspaces labelled
 //! `fake.tf.upbound.io/provider=NAME`; without, only Workspaces that carry no such label.
@@ -19,22 +34,26 @@
 
 use anyhow::Context as _;
 use capt_tests::fake_provider::{
-    API_VERSION, DEFAULT_DELAY_MS, Desired, FIELD_MANAGER, FINALIZER, KIND, Phase, READY_LOG_LINE,
-    checksum, connection_secret, connection_secret_ref, merge_patch_between, needs_write, now,
-    secret_needs_write, status_apply, watch_selector, workspace_resource,
+    Cond, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_MAX_MS, DEFAULT_DELAY_MS,
+    DEFAULT_POLL_INTERVAL_MS, Desired, FIELD_MANAGER, FINALIZER, IGNORED_ANNOTATIONS, Path,
+    READY_LOG_LINE, applied_at_provider, at_provider, backoff, checksum, condition,
+    connection_secret, connection_secret_ref, message, now, pass_conditions, path,
+    secret_needs_write, set_conditions, typed_status, watch_selector, workspace_resource,
 };
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 /// A fake Crossplane provider-terraform for tests: Workspace status, connection Secrets,
@@ -42,9 +61,23 @@ use tracing::{debug, info, warn};
 #[derive(Parser, Debug)]
 #[command(name = "fake-terraform-provider", version)]
 struct Args {
-    /// How long an apply, and a deletion, takes (milliseconds).
+    /// How long an apply, and a destroy, takes (milliseconds). The pass waits for it, as
+    /// provider-terraform waits for `terraform apply`.
     #[arg(long, default_value_t = DEFAULT_DELAY_MS)]
     delay_ms: u64,
+    /// How often an up-to-date Workspace is observed again (provider-terraform's `--poll`).
+    #[arg(long, default_value_t = DEFAULT_POLL_INTERVAL_MS)]
+    poll_interval_ms: u64,
+    /// The first backoff after a failure (crossplane-runtime: 1 s); it doubles per failure.
+    #[arg(long, default_value_t = DEFAULT_BACKOFF_BASE_MS)]
+    backoff_base_ms: u64,
+    /// The longest backoff (crossplane-runtime: 60 s).
+    #[arg(long, default_value_t = DEFAULT_BACKOFF_MAX_MS)]
+    backoff_max_ms: u64,
+    /// How many Workspaces are reconciled at once (provider-terraform's
+    /// `--max-reconcile-rate`, default 1).
+    #[arg(long, default_value_t = 1)]
+    max_reconcile_rate: u16,
     /// Handle only Workspaces labelled `fake.tf.upbound.io/provider=<INSTANCE>`. Without it,
     /// only Workspaces that carry no such label.
     #[arg(long)]
@@ -52,30 +85,56 @@ struct Args {
     /// Narrow further to Workspaces whose labels match this selector.
     #[arg(long, short = 'l')]
     selector: Option<String>,
-    /// How long to wait before retrying after an error (milliseconds).
-    #[arg(long, default_value_t = 1000)]
-    retry_ms: u64,
+    /// Do not send a status Update whose status equals the one read (the API server would
+    /// store nothing for it). Not provider-terraform's behaviour, which sends it every pass:
+    /// for tests that count write requests in the API server's audit log.
+    #[arg(long)]
+    skip_unchanged_status: bool,
     /// Exit when the parent process exits (so that a test's provider never outlives it).
     #[arg(long)]
     exit_with_parent: bool,
 }
 
-/// The progress of an apply, per Workspace uid.
+/// The Terraform state of one Workspace: what the last successful apply applied.
 #[derive(Debug, Clone)]
-struct Track {
-    /// [`Desired::state_key`] of the state being applied.
-    state: String,
-    since: Instant,
-    finished: bool,
+struct Applied {
+    /// The checksum of the configuration applied.
+    checksum: String,
+    /// Its outputs (sensitive ones too).
+    outputs: Desired,
 }
 
 struct Ctx {
     client: Client,
     workspaces: Api<DynamicObject>,
     delay: Duration,
-    retry: Duration,
-    applies: Mutex<HashMap<String, Track>>,
-    deletions: Mutex<HashMap<String, Instant>>,
+    poll: Duration,
+    backoff_base: Duration,
+    backoff_max: Duration,
+    skip_unchanged_status: bool,
+    /// The Terraform state per Workspace uid.
+    state: Mutex<HashMap<String, Applied>>,
+    /// Applies tried per uid for one configuration (checksum), for `fail-times`.
+    attempts: Mutex<HashMap<String, (String, u32)>>,
+    /// Requeues with backoff since the last success, per uid (the rate limiter's count).
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Ctx {
+    /// `Requeue: true`: the rate limiter's next delay for this Workspace.
+    fn rate_limited(&self, key: &str) -> Action {
+        let mut failures = self.failures.lock().expect("lock");
+        let n = failures.entry(key.to_owned()).or_insert(0);
+        let wait = backoff(*n, self.backoff_base, self.backoff_max);
+        *n += 1;
+        Action::requeue(wait)
+    }
+
+    /// `RequeueAfter: poll` (or done): the rate limiter forgets the Workspace.
+    fn forget(&self, key: &str, action: Action) -> Action {
+        self.failures.lock().expect("lock").remove(key);
+        action
+    }
 }
 
 #[derive(Debug)]
@@ -103,7 +162,9 @@ impl From<kube::Error> for Error {
 
 impl Error {
     fn is_conflict(&self) -> bool {
-        matches!(self.0.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 409)
+        self.0.chain().any(|e| {
+            matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 409)
+        })
     }
 }
 
@@ -111,283 +172,257 @@ fn has_finalizer(ws: &DynamicObject) -> bool {
     ws.finalizers().iter().any(|f| f == FINALIZER)
 }
 
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// `resource.DesiredStateChanged`: generation, labels and annotations (but the two the
+/// reconciler writes itself). A status write changes none of them.
+fn desired_state(ws: &DynamicObject) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    ws.metadata.generation.hash(&mut h);
+    ws.labels().hash(&mut h);
+    ws.annotations()
+        .iter()
+        .filter(|(k, _)| !IGNORED_ANNOTATIONS.contains(&k.as_str()))
+        .for_each(|kv| kv.hash(&mut h));
+    Some(h.finish())
+}
+
+/// The Terraform state of a Workspace this process has not seen yet: after a restart, one
+/// that was Available is taken as applied with the outputs it reports (the real provider
+/// keeps its state on disk or in a backend).
+fn seed_state(ws: &DynamicObject) -> Option<Applied> {
+    let status = ws.data.get("status");
+    let ready = condition(status, "Ready")?;
+    if ready.get("reason").and_then(Value::as_str) != Some("Available") {
+        return None;
+    }
+    let at = status?.get("atProvider")?;
+    let outputs = at
+        .get("outputs")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    Some(Applied {
+        checksum: at.get("checksum")?.as_str()?.to_owned(),
+        outputs: Desired {
+            outputs,
+            ..Desired::default()
+        },
+    })
+}
+
+/// One pass of crossplane-runtime's `managed.Reconciler.Reconcile` over a Workspace.
 async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = ws.name_any();
     let key = ws.uid().unwrap_or_else(|| name.clone());
-    if ws.metadata.deletion_timestamp.is_some() {
-        ctx.applies.lock().expect("lock").remove(&key);
-        return delete(&ws, &name, &key, &ctx).await;
+    let deleting = ws.metadata.deletion_timestamp.is_some();
+    if deleting && !has_finalizer(&ws) {
+        return Ok(ctx.forget(&key, Action::await_change()));
     }
-    if !has_finalizer(&ws) {
-        let body = json!({
-            "apiVersion": API_VERSION, "kind": KIND,
-            "metadata": {"name": name, "finalizers": [FINALIZER]},
-        });
-        ctx.workspaces
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(body),
-            )
+    let mut obj = (*ws).clone();
+    let mut status = typed_status(ws.data.get("status"));
+    let spec = ws.data.get("spec").cloned().unwrap_or(Value::Null);
+
+    // Observe: `terraform plan` fails on input it cannot use (ignored while deleting).
+    let desired = match Desired::parse(ws.annotations()) {
+        Ok(d) => d,
+        Err(_) if deleting => Desired::default(),
+        Err(e) => {
+            let text = message::observe(&format!("invalid fake provider input: {e}"));
+            warn!(workspace = %name, error = %text, "observe failed");
+            set_conditions(&mut status, &[Cond::ReconcileError(text)], &now());
+            put_status(&ctx, &mut obj, status).await?;
+            return Ok(ctx.rate_limited(&key));
+        }
+    };
+    let sum = checksum(&spec, &desired);
+    let applied = {
+        let mut state = ctx.state.lock().expect("lock");
+        if !state.contains_key(&key)
+            && let Some(seed) = seed_state(&ws)
+        {
+            state.insert(key.clone(), seed);
+        }
+        state.get(&key).cloned()
+    };
+    let state_outputs = applied
+        .as_ref()
+        .map(|a| a.outputs.outputs.clone())
+        .unwrap_or_default();
+    status["atProvider"] = at_provider(&sum, &state_outputs);
+    let up_to_date = !desired.differs(&sum, applied.as_ref().map(|a| a.checksum.as_str()));
+    if up_to_date {
+        set_conditions(&mut status, &[Cond::Available], &now());
+    }
+
+    match path(deleting, applied.is_some(), up_to_date) {
+        Path::Delete => {
+            tokio::time::sleep(ctx.delay).await; // terraform destroy
+            ctx.state.lock().expect("lock").remove(&key);
+            set_conditions(&mut status, &pass_conditions(Path::Delete, Ok(())), &now());
+            put_status(&ctx, &mut obj, status).await?;
+            info!(workspace = %name, "destroyed: Ready=False Deleting");
+            return Ok(ctx.rate_limited(&key));
+        }
+        Path::Finalize => {
+            // UnpublishConnection does nothing: the Secret goes by garbage collection.
+            obj.finalizers_mut().retain(|f| f != FINALIZER);
+            match ctx.workspaces.replace(&name, &post_params(), &obj).await {
+                Ok(_) => info!(workspace = %name, "finalizer removed"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(Error(
+                        anyhow::Error::new(e).context("removing the finalizer"),
+                    ));
+                }
+            }
+            ctx.attempts.lock().expect("lock").remove(&key);
+            return Ok(ctx.forget(&key, Action::await_change()));
+        }
+        _ => {}
+    }
+
+    // The observation's connection details: every output of the state.
+    let details = applied
+        .as_ref()
+        .map(|a| a.outputs.clone())
+        .unwrap_or_default();
+    publish_connection(&obj, &name, &details, &ctx).await?;
+    if !has_finalizer(&obj) {
+        obj.finalizers_mut().push(FINALIZER.to_owned());
+        let updated = ctx
+            .workspaces
+            .replace(&name, &post_params(), &obj)
             .await
             .context("adding the finalizer")?;
+        obj.metadata = updated.metadata;
         info!(workspace = %name, "finalizer added");
     }
-    apply(&ws, &name, &key, &ctx).await
-}
 
-/// Drives the apply of the Workspace's desired state: Creating at once, the outcome after
-/// the delay, and afterwards only repairs when the status or Secret drifted.
-async fn apply(ws: &DynamicObject, name: &str, key: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let desired = Desired::from_annotations(ws.annotations());
-    let spec = ws.data.get("spec").cloned().unwrap_or(Value::Null);
-    let state = desired.state_key(&spec);
-    let sum = checksum(&spec, &desired);
-    let outcome = match &desired.failure {
-        Some(message) => Phase::Failed {
-            message: message.clone(),
-        },
-        None => Phase::Available {
-            checksum: sum.clone(),
-            outputs: desired.outputs.clone(),
-        },
+    let route = path(false, applied.is_some(), up_to_date);
+    if route == Path::UpToDate {
+        debug!(workspace = %name, checksum = %sum, "observed: up to date");
+        set_conditions(&mut status, &pass_conditions(route, Ok(())), &now());
+        put_status(&ctx, &mut obj, status).await?;
+        return Ok(ctx.forget(&key, Action::requeue(ctx.poll)));
+    }
+
+    // Create or Update: `terraform apply`, for as long as it takes; nothing is written meanwhile.
+    let attempt = {
+        let mut attempts = ctx.attempts.lock().expect("lock");
+        let entry = attempts
+            .entry(key.clone())
+            .or_insert_with(|| (sum.clone(), 0));
+        if entry.0 != sum {
+            *entry = (sum.clone(), 0);
+        }
+        entry.1 += 1;
+        entry.1 - 1
     };
-    let generation = ws.metadata.generation;
-    let mut status = ws.data.get("status").cloned();
-
-    let previous = ctx.applies.lock().expect("lock").get(key).cloned();
-    let track = match previous {
-        Some(t) if t.state == state => t,
-        previous => {
-            let done = status_apply(name, generation, status.as_ref(), &outcome, &now());
-            let track = if previous.is_none() && !needs_write(status.as_ref(), &done) {
-                // Finished before this process knew it (a restart): nothing to redo.
-                Track {
-                    state,
-                    since: Instant::now(),
-                    finished: true,
-                }
-            } else {
-                let body =
-                    status_apply(name, generation, status.as_ref(), &Phase::Creating, &now());
-                if needs_write(status.as_ref(), &body) {
-                    status = write_status(ctx, name, &body)
-                        .await?
-                        .data
-                        .get("status")
-                        .cloned();
-                }
-                info!(
-                    workspace = %name, checksum = %sum,
-                    "apply started: Synced=True ReconcileSuccess, Ready=False Creating"
-                );
-                Track {
-                    state,
-                    since: Instant::now(),
-                    finished: false,
-                }
+    tokio::time::sleep(ctx.delay).await;
+    let creating = route == Path::Create;
+    match desired.apply_outcome(attempt) {
+        Err(cause) => {
+            set_conditions(&mut status, &pass_conditions(route, Err(&cause)), &now());
+            put_status(&ctx, &mut obj, status).await?;
+            info!(workspace = %name, creating, failure = %cause, "apply failed: Synced=False ReconcileError");
+            Ok(ctx.rate_limited(&key))
+        }
+        Ok(()) => {
+            let done = Applied {
+                checksum: sum.clone(),
+                outputs: desired.clone(),
             };
-            ctx.applies
-                .lock()
-                .expect("lock")
-                .insert(key.to_owned(), track.clone());
-            track
-        }
-    };
-
-    if !track.finished {
-        let remaining = ctx.delay.saturating_sub(track.since.elapsed());
-        if !remaining.is_zero() {
-            return Ok(Action::requeue(remaining));
-        }
-    }
-
-    // The outcome: the Secret first, so that whoever sees Ready=True finds it.
-    let mut wrote = false;
-    if matches!(outcome, Phase::Available { .. }) {
-        wrote |= ensure_secret(ws, name, &desired, ctx).await?;
-    }
-    let body = status_apply(name, generation, status.as_ref(), &outcome, &now());
-    if needs_write(status.as_ref(), &body) {
-        write_status(ctx, name, &body).await?;
-        wrote = true;
-    }
-    if !track.finished || wrote {
-        let repair = track.finished;
-        match &outcome {
-            Phase::Failed { message } => info!(
-                workspace = %name, repair, failure = %message,
-                "apply failed: Synced=False ReconcileError, Ready=False Creating"
-            ),
-            _ => info!(
-                workspace = %name, repair, checksum = %sum,
+            ctx.state.lock().expect("lock").insert(key.clone(), done);
+            status["atProvider"] = applied_at_provider(&desired.outputs);
+            set_conditions(&mut status, &pass_conditions(route, Ok(())), &now());
+            publish_connection(&obj, &name, &desired, &ctx).await?;
+            info!(
+                workspace = %name, creating, checksum = %sum,
                 outputs = ?desired.output_names(),
                 sensitive_outputs = ?desired.sensitive_names(),
-                "applied: Synced=True, Ready=True Available"
-            ),
+                "applied"
+            );
+            put_status(&ctx, &mut obj, status).await?;
+            if creating {
+                // The reconciler overwrote Update's Available with Creating; the next pass
+                // (after the rate limiter's delay) observes Available.
+                return Ok(ctx.rate_limited(&key));
+            }
+            Ok(ctx.forget(&key, Action::requeue(ctx.poll)))
         }
     }
-    if let Some(t) = ctx.applies.lock().expect("lock").get_mut(key)
-        && t.state == track.state
-    {
-        t.finished = true;
-    }
-    Ok(Action::await_change())
 }
 
-/// Server-side apply of a status body; then, when keys another writer applied survived in
-/// `atProvider`, a merge patch that removes them: the provider replaces `atProvider` whole.
-async fn write_status(ctx: &Ctx, name: &str, body: &Value) -> Result<DynamicObject, Error> {
-    let mut obj = ctx
+/// `r.client.Status().Update(ctx, managed)`: the object as read, with this status, PUT on
+/// the status subresource; the resourceVersion read makes a stale write a 409.
+async fn put_status(ctx: &Ctx, obj: &mut DynamicObject, status: Value) -> Result<(), Error> {
+    if ctx.skip_unchanged_status && obj.data.get("status") == Some(&status) {
+        return Ok(());
+    }
+    obj.data["status"] = status;
+    let updated = ctx
         .workspaces
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
+        .replace_status(&obj.name_any(), &post_params(), obj)
         .await
-        .context("applying status")?;
-    if let Some(want) = body["status"].get("atProvider") {
-        let have = obj
-            .data
-            .get("status")
-            .and_then(|s| s.get("atProvider"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        if &have != want {
-            debug!(workspace = %name, "atProvider kept foreign keys: replacing it whole");
-            let patch = json!({"status": {"atProvider": merge_patch_between(&have, want)}});
-            let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PatchParams::default()
-            };
-            obj = ctx
-                .workspaces
-                .patch_status(name, &params, &Patch::Merge(patch))
-                .await
-                .context("replacing atProvider")?;
-        }
-    }
-    Ok(obj)
+        .context("updating status")?;
+    obj.metadata = updated.metadata;
+    Ok(())
 }
 
-/// Creates or updates the connection Secret when the spec asks for one; true when written.
-async fn ensure_secret(
+/// `APISecretPublisher.PublishConnection`: create the Secret when missing, else merge-patch
+/// the desired Secret when its data differs (keys are never removed).
+async fn publish_connection(
     ws: &DynamicObject,
     name: &str,
-    desired: &Desired,
+    details: &Desired,
     ctx: &Ctx,
-) -> Result<bool, Error> {
+) -> Result<(), Error> {
     let Some(reference) = connection_secret_ref(ws.data.get("spec")) else {
-        return Ok(false);
+        return Ok(());
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &reference.namespace);
-    let want = connection_secret(&reference, (name, ws.metadata.uid.as_deref()), desired);
+    let want = connection_secret(&reference, (name, ws.metadata.uid.as_deref()), details);
     let have = secrets
         .get_opt(&reference.name)
         .await
         .context("reading the connection Secret")?;
     if !secret_needs_write(have.as_ref(), &want) {
-        return Ok(false);
+        return Ok(());
     }
-    secrets
-        .patch(
-            &reference.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&want),
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "writing the connection Secret {}/{}",
-                reference.namespace, reference.name
-            )
-        })?;
-    let keys: Vec<String> = desired.connection_data().into_keys().collect();
-    info!(
-        workspace = %name, secret = %format!("{}/{}", reference.namespace, reference.name),
-        ?keys, "connection Secret written"
-    );
-    Ok(true)
-}
-
-/// Ready=False Deleting, then after the delay: the Secret deleted, the finalizer removed.
-async fn delete(ws: &DynamicObject, name: &str, key: &str, ctx: &Ctx) -> Result<Action, Error> {
-    if !has_finalizer(ws) {
-        ctx.deletions.lock().expect("lock").remove(key);
-        return Ok(Action::await_change());
-    }
-    let since = *ctx
-        .deletions
-        .lock()
-        .expect("lock")
-        .entry(key.to_owned())
-        .or_insert_with(Instant::now);
-    let status = ws.data.get("status");
-    let mut resource_version = ws.resource_version();
-    let body = status_apply(
-        name,
-        ws.metadata.generation,
-        status,
-        &Phase::Deleting,
-        &now(),
-    );
-    if needs_write(status, &body) {
-        let obj = write_status(ctx, name, &body).await?;
-        resource_version = obj.resource_version();
-        info!(workspace = %name, "deleting: Ready=False Deleting");
-    }
-    let remaining = ctx.delay.saturating_sub(since.elapsed());
-    if !remaining.is_zero() {
-        return Ok(Action::requeue(remaining));
-    }
-    if let Some(reference) = connection_secret_ref(ws.data.get("spec")) {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &reference.namespace);
-        match secrets
-            .delete(&reference.name, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => info!(
-                workspace = %name,
-                secret = %format!("{}/{}", reference.namespace, reference.name),
-                "connection Secret deleted"
-            ),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                return Err(Error(
-                    anyhow::Error::new(e).context("deleting the connection Secret"),
-                ));
-            }
+    let target = format!("{}/{}", reference.namespace, reference.name);
+    let written = match have {
+        None => secrets.create(&post_params(), &want).await,
+        Some(_) => {
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            secrets
+                .patch(&reference.name, &params, &Patch::Merge(&want))
+                .await
         }
-    }
-    let rest: Vec<&String> = ws.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-    // The resourceVersion makes this a compare-and-swap: no other finalizer is lost.
-    let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": resource_version}});
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
     };
-    match ctx
-        .workspaces
-        .patch(name, &params, &Patch::Merge(patch))
-        .await
-    {
-        Ok(_) => info!(workspace = %name, "finalizer removed"),
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::from(e)),
-    }
-    ctx.deletions.lock().expect("lock").remove(key);
-    Ok(Action::await_change())
+    written.with_context(|| format!("writing the connection Secret {target}"))?;
+    let keys: Vec<String> = details.connection_data().into_keys().collect();
+    info!(workspace = %name, secret = %target, ?keys, "connection Secret written");
+    Ok(())
 }
 
 fn error_policy(ws: Arc<DynamicObject>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    let key = ws.uid().unwrap_or_else(|| ws.name_any());
     if error.is_conflict() {
-        // A write raced another writer: read again soon, no noise.
-        debug!(workspace = %ws.name_any(), %error, "conflict, retrying");
-        return Action::requeue(Duration::from_millis(100));
+        // SilentlyRequeueOnConflict: no condition, no noise, the rate limiter's delay.
+        debug!(workspace = %ws.name_any(), %error, "conflict, requeued");
+    } else {
+        warn!(workspace = %ws.name_any(), %error, "reconcile failed, retrying");
     }
-    warn!(workspace = %ws.name_any(), %error, "reconcile failed, retrying");
-    Action::requeue(ctx.retry)
+    ctx.rate_limited(&key)
 }
 
 /// Resolves when the parent process has exited (this process was re-parented).
@@ -429,9 +464,13 @@ async fn main() -> anyhow::Result<()> {
         client,
         workspaces: workspaces.clone(),
         delay: Duration::from_millis(args.delay_ms),
-        retry: Duration::from_millis(args.retry_ms),
-        applies: Mutex::default(),
-        deletions: Mutex::default(),
+        poll: Duration::from_millis(args.poll_interval_ms),
+        backoff_base: Duration::from_millis(args.backoff_base_ms),
+        backoff_max: Duration::from_millis(args.backoff_max_ms),
+        skip_unchanged_status: args.skip_unchanged_status,
+        state: Mutex::default(),
+        attempts: Mutex::default(),
+        failures: Mutex::default(),
     });
 
     // Store::wait_until_ready would race the controller's own wait for the same wake-up,
@@ -443,11 +482,23 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("listing Workspaces (is the provider-terraform CRD installed?)")?;
     info!(
-        delay_ms = args.delay_ms, %selector, field_manager = FIELD_MANAGER,
-        "{READY_LOG_LINE}"
+        delay_ms = args.delay_ms, poll_interval_ms = args.poll_interval_ms,
+        backoff_base_ms = args.backoff_base_ms, max_reconcile_rate = args.max_reconcile_rate,
+        %selector, field_manager = FIELD_MANAGER, "{READY_LOG_LINE}"
     );
 
-    let mut controller = Controller::new_with(workspaces, config, resource).shutdown_on_signal();
+    // Woken by desired-state changes only (`resource.DesiredStateChanged`), not by the
+    // provider's own status writes; requeues (poll, backoff) come from the reconciler.
+    let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+    let reader = writer.as_reader();
+    let stream = watcher(workspaces, config)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(desired_state, Default::default());
+    let mut controller = Controller::for_stream_with(stream, reader, resource)
+        .with_config(controller::Config::default().concurrency(args.max_reconcile_rate))
+        .shutdown_on_signal();
     if args.exit_with_parent {
         controller = controller.graceful_shutdown_on(async {
             let _ = parent_exit().await;

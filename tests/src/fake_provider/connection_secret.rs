@@ -1,5 +1,12 @@
 //! The connection Secret a Workspace asks for (`spec.writeConnectionSecretToRef`): its
 //! reference, its body, and whether it needs a write.
+//!
+//! As crossplane-runtime v1.16.0 publishes it (`pkg/reconciler/managed/api.go`
+//! `APISecretPublisher`, `pkg/resource/api.go` `APIPatchingApplicator`,
+//! `pkg/resource/resource.go` `ConnectionSecretFor`): created when missing, otherwise sent as
+//! a JSON merge patch of the whole desired Secret, and only when its data differs. A merge
+//! patch never removes a key, so an output that disappears stays in the Secret.
+//! `UnpublishConnection` does nothing: the Secret goes with its owner, by garbage collection.
 
 use super::{API_VERSION, Desired, KIND, SECRET_TYPE};
 use k8s_openapi::ByteString;
@@ -32,8 +39,8 @@ pub fn connection_secret_ref(spec: Option<&Value>) -> Option<SecretRef> {
     })
 }
 
-/// The connection Secret (server-side apply body): every output as data, type
-/// [`SECRET_TYPE`], controlled by the Workspace `owner` (name, uid) when its uid is known.
+/// The connection Secret: every output (sensitive ones too) as data, type [`SECRET_TYPE`],
+/// controlled by the Workspace `owner` (name, uid; `blockOwnerDeletion`) when its uid is known.
 pub fn connection_secret(
     reference: &SecretRef,
     owner: (&str, Option<&str>),
@@ -46,7 +53,7 @@ pub fn connection_secret(
             name: owner.0.to_owned(),
             uid: uid.to_owned(),
             controller: Some(true),
-            block_owner_deletion: None,
+            block_owner_deletion: Some(true),
         }]
     });
     Secret {
@@ -68,21 +75,12 @@ pub fn connection_secret(
     }
 }
 
-/// Whether the `current` Secret differs from the `desired` one in type, data or owner.
+/// Whether the publisher writes: the Secret is missing, or its data differs from the
+/// desired data (an empty and a missing `data` are equal). Type and owner are not compared.
 pub fn secret_needs_write(current: Option<&Secret>, desired: &Secret) -> bool {
     let Some(current) = current else {
         return true;
     };
     let empty = BTreeMap::new();
-    let uids = |s: &Secret| -> Vec<String> {
-        s.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .map(|o| o.uid.clone())
-            .collect()
-    };
-    current.type_ != desired.type_
-        || current.data.as_ref().unwrap_or(&empty) != desired.data.as_ref().unwrap_or(&empty)
-        || uids(desired).iter().any(|u| !uids(current).contains(u))
+    current.data.as_ref().unwrap_or(&empty) != desired.data.as_ref().unwrap_or(&empty)
 }

@@ -2,7 +2,8 @@
 //! the checksum of an apply (over canonical JSON).
 
 use super::{
-    FAIL_ANNOTATION, OUTPUTS_ANNOTATION, REVISION_ANNOTATION, SENSITIVE_OUTPUTS_ANNOTATION,
+    FAIL_ANNOTATION, FAIL_TIMES_ANNOTATION, OUTPUTS_ANNOTATION, REVISION_ANNOTATION,
+    SENSITIVE_OUTPUTS_ANNOTATION,
 };
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -15,8 +16,11 @@ pub struct Desired {
     pub outputs: Map<String, Value>,
     /// Sensitive outputs: the connection Secret only.
     pub sensitive: Map<String, Value>,
-    /// When set, the apply fails with this message.
+    /// When set, every apply fails with this message.
     pub failure: Option<String>,
+    /// The first this many applies of this configuration fail with a transient error; the
+    /// next one succeeds.
+    pub fail_times: u32,
     /// A free revision string; a change means a new apply.
     pub revision: Option<String>,
 }
@@ -28,6 +32,7 @@ impl fmt::Debug for Desired {
             .field("outputs", &self.outputs)
             .field("sensitive", &self.sensitive_names())
             .field("failure", &self.failure)
+            .field("fail_times", &self.fail_times)
             .field("revision", &self.revision)
             .finish()
     }
@@ -66,21 +71,19 @@ impl Desired {
             .get(FAIL_ANNOTATION)
             .map(|m| m.trim().to_owned())
             .filter(|m| !m.is_empty());
+        let fail_times = match annotations.get(FAIL_TIMES_ANNOTATION).map(|s| s.trim()) {
+            None | Some("") => 0,
+            Some(n) => n.parse().map_err(|_| AnnotationError {
+                annotation: FAIL_TIMES_ANNOTATION,
+                reason: "expected a whole number of failed applies".into(),
+            })?,
+        };
         Ok(Self {
             outputs,
             sensitive,
             failure,
+            fail_times,
             revision: annotations.get(REVISION_ANNOTATION).cloned(),
-        })
-    }
-
-    /// Like [`Desired::parse`], but an unusable annotation becomes a failed apply whose
-    /// message says what is wrong: the provider never stops on bad input.
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
-        Self::parse(annotations).unwrap_or_else(|e| Self {
-            failure: Some(format!("invalid fake provider input: {e}")),
-            revision: annotations.get(REVISION_ANNOTATION).cloned(),
-            ..Self::default()
         })
     }
 
@@ -110,14 +113,27 @@ impl Desired {
             .collect()
     }
 
-    /// Identifies the whole desired state (checksum and failure): when it changes, the
-    /// provider runs a new apply.
-    pub fn state_key(&self, spec: &Value) -> String {
-        format!(
-            "{}/{}",
-            checksum(spec, self),
-            self.failure.as_deref().unwrap_or("")
-        )
+    /// The outcome of the `attempt`-th apply (0 for the first) of this configuration:
+    /// the failure asked for, else a transient error while `attempt < fail_times`.
+    pub fn apply_outcome(&self, attempt: u32) -> Result<(), String> {
+        if let Some(message) = &self.failure {
+            return Err(message.clone());
+        }
+        if attempt < self.fail_times {
+            return Err(format!(
+                "transient error (fake): failed apply {} of {}",
+                attempt + 1,
+                self.fail_times
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether Observe's plan shows a diff against what was applied (`applied`, the
+    /// checksum of the last successful apply; `None` when nothing was): a new configuration,
+    /// or one whose apply fails (it never converges, so its plan always differs).
+    pub fn differs(&self, checksum: &str, applied: Option<&str>) -> bool {
+        applied != Some(checksum) || self.failure.is_some()
     }
 }
 

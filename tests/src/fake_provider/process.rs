@@ -22,12 +22,18 @@ impl FakeProvider {
     /// `FAKE_PROVIDER_LOG` (default `info`; `trace` after [`crate::log_everything`], whatever
     /// `FAKE_PROVIDER_LOG` says), and exits by itself if the test process dies.
     pub async fn start(args: &[&str]) -> Result<Self> {
+        let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
+        Self::start_logging(args, &filter).await
+    }
+
+    /// [`FakeProvider::start`] with this `RUST_LOG` filter (e.g. `debug`, which logs every
+    /// pass, an up-to-date one included).
+    pub async fn start_logging(args: &[&str], filter: &str) -> Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("fake-provider"));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("fake-provider.log");
-        let filter = crate::process_log(
-            &std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned()),
-        );
+        // `trace` after `crate::log_everything`, whatever the filter says.
+        let filter = crate::process_log(filter);
         let child = Command::new(binary("fake-terraform-provider"))
             .args(args)
             .arg("--exit-with-parent")

@@ -1,9 +1,11 @@
-//! Unit tests of the fake provider's pure parts: annotations, checksum, status bodies and
-//! their comparison, the connection Secret and the watch selector.
+//! Unit tests of the fake provider's pure parts: annotations, checksum, the status as
+//! crossplane-runtime builds it (conditions, atProvider, the reconciler's paths, backoff),
+//! the connection Secret and the watch selector.
 
 use super::*;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -59,7 +61,7 @@ fn absent_or_empty_annotations_mean_no_outputs_and_no_failure() {
 }
 
 #[test]
-fn bad_annotations_are_errors_that_become_failures_without_values() {
+fn bad_annotations_are_errors_without_values() {
     let bad = annotations(&[
         (SENSITIVE_OUTPUTS_ANNOTATION, r#"{"password": "hunter2""#),
         (REVISION_ANNOTATION, "3"),
@@ -67,12 +69,16 @@ fn bad_annotations_are_errors_that_become_failures_without_values() {
     let e = Desired::parse(&bad).unwrap_err();
     assert_eq!(e.annotation, SENSITIVE_OUTPUTS_ANNOTATION);
     assert!(e.reason.starts_with("invalid JSON"), "{e}");
-    let d = Desired::from_annotations(&bad);
-    let message = d.failure.clone().unwrap();
-    assert!(message.contains(SENSITIVE_OUTPUTS_ANNOTATION), "{message}");
-    assert!(!message.contains("hunter2"), "{message}");
-    assert!(d.outputs.is_empty() && d.sensitive.is_empty());
-    assert_eq!(d.revision.as_deref(), Some("3"));
+    // The binary reports it as a plan error: the message names the annotation, not the value.
+    let text = message::observe(&format!("invalid fake provider input: {e}"));
+    assert!(
+        text.starts_with("observe failed: cannot diff (i.e. plan) Terraform configuration: "),
+        "{text}"
+    );
+    assert!(text.contains(SENSITIVE_OUTPUTS_ANNOTATION), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    let e = Desired::parse(&annotations(&[(FAIL_TIMES_ANNOTATION, "two")])).unwrap_err();
+    assert_eq!(e.annotation, FAIL_TIMES_ANNOTATION);
 
     let e = Desired::parse(&annotations(&[(OUTPUTS_ANNOTATION, "[1]")])).unwrap_err();
     assert!(e.reason.contains("an array"), "{e}");
@@ -140,13 +146,38 @@ fn checksum_is_deterministic_and_follows_spec_outputs_and_revision() {
     };
     assert_ne!(checksum(&spec, &with_secret), c);
     assert_ne!(checksum(&json!({"forProvider": {}}), &d), c);
-    // A failure changes the state key, not the checksum.
+    // A failure does not change the checksum, but its plan always differs.
     let failing = Desired {
         failure: Some("boom".into()),
         ..d.clone()
     };
     assert_eq!(checksum(&spec, &failing), c);
-    assert_ne!(failing.state_key(&spec), d.state_key(&spec));
+    assert!(!d.differs(&c, Some(&c)));
+    assert!(d.differs(&c, Some("other")));
+    assert!(d.differs(&c, None));
+    assert!(failing.differs(&c, Some(&c)));
+}
+
+#[test]
+fn fail_times_fails_that_many_applies_then_succeeds() {
+    let d = Desired::parse(&annotations(&[(FAIL_TIMES_ANNOTATION, " 2 ")])).unwrap();
+    assert_eq!(d.fail_times, 2);
+    assert_eq!(
+        d.apply_outcome(0),
+        Err("transient error (fake): failed apply 1 of 2".into())
+    );
+    assert_eq!(
+        d.apply_outcome(1),
+        Err("transient error (fake): failed apply 2 of 2".into())
+    );
+    assert_eq!(d.apply_outcome(2), Ok(()));
+    assert_eq!(Desired::default().apply_outcome(0), Ok(()));
+    // A failure asked for never recovers.
+    let failing = Desired {
+        failure: Some("denied".into()),
+        ..Desired::default()
+    };
+    assert_eq!(failing.apply_outcome(99), Err("denied".into()));
 }
 
 #[test]
@@ -161,146 +192,168 @@ fn canonical_json_sorts_keys_at_every_level() {
 const T0: &str = "2026-01-01T00:00:00Z";
 const T1: &str = "2026-01-01T00:01:00Z";
 
-fn ready_reason(body: &Value) -> (&str, &str) {
-    let c = condition(Some(&body["status"]), "Ready").unwrap();
-    (c["status"].as_str().unwrap(), c["reason"].as_str().unwrap())
+/// (status, reason, message, lastTransitionTime) of a condition.
+fn parts(status: &Value, type_: &str) -> (String, String, String, String) {
+    let c = condition(Some(status), type_).unwrap_or_else(|| panic!("no {type_}: {status}"));
+    let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    (
+        text("status"),
+        text("reason"),
+        text("message"),
+        text("lastTransitionTime"),
+    )
 }
 
 #[test]
-fn status_bodies_mirror_provider_terraform() {
-    let creating = status_apply("ws", Some(3), None, &Phase::Creating, T0);
-    assert_eq!(creating["apiVersion"], API_VERSION);
-    assert_eq!(creating["kind"], KIND);
-    assert_eq!(creating["metadata"], json!({"name": "ws"}));
+fn set_conditions_follows_crossplane_runtime() {
+    let mut status = typed_status(None);
+    set_conditions(&mut status, &[Cond::Creating, Cond::ReconcileSuccess], T0);
     assert_eq!(
-        creating["status"]["conditions"][0],
-        json!({"type": "Synced", "status": "True", "reason": "ReconcileSuccess", "message": "",
-               "lastTransitionTime": T0, "observedGeneration": 3})
+        status["conditions"],
+        json!([
+            {"type": "Ready", "status": "False", "lastTransitionTime": T0, "reason": "Creating"},
+            {"type": "Synced", "status": "True", "lastTransitionTime": T0, "reason": "ReconcileSuccess"},
+        ]),
+        "no message, no observedGeneration (v1.16.0 sets none)"
     );
-    assert_eq!(ready_reason(&creating), ("False", "Creating"));
-    assert!(creating["status"].get("atProvider").is_none());
+    // Equal in status, reason and message: left as it is, its transition time too.
+    set_conditions(&mut status, &[Cond::ReconcileSuccess], T1);
+    assert_eq!(parts(&status, "Synced").3, T0);
+    // Another reason, same status: replaced, dated now.
+    set_conditions(&mut status, &[Cond::Available], T1);
+    assert_eq!(
+        parts(&status, "Ready"),
+        ("True".into(), "Available".into(), "".into(), T1.into())
+    );
+    // Another message alone is a new condition too.
+    set_conditions(&mut status, &[Cond::ReconcileError("a".into())], T0);
+    set_conditions(&mut status, &[Cond::ReconcileError("b".into())], T1);
+    assert_eq!(
+        parts(&status, "Synced"),
+        (
+            "False".into(),
+            "ReconcileError".into(),
+            "b".into(),
+            T1.into()
+        )
+    );
+    assert_eq!(status["conditions"].as_array().unwrap().len(), 2);
+}
 
-    let outputs = map(json!({"vpc_id": "vpc-1"}));
-    let available = status_apply(
-        "ws",
-        Some(3),
-        Some(&creating["status"]),
-        &Phase::Available {
-            checksum: "abc".into(),
-            outputs: outputs.clone(),
-        },
-        T1,
-    );
-    assert_eq!(ready_reason(&available), ("True", "Available"));
+#[test]
+fn typed_status_keeps_only_what_the_go_types_hold() {
+    let live = json!({
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Available",
+                        "lastTransitionTime": T0, "message": "", "observedGeneration": 0,
+                        "foreign": "x"}],
+        "atProvider": {"checksum": "c", "outputs": {"a": 1}, "extra": true},
+        "somethingElse": {"k": 1},
+    });
     assert_eq!(
-        available["status"]["atProvider"],
+        typed_status(Some(&live)),
+        json!({
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Available",
+                            "lastTransitionTime": T0}],
+            "atProvider": {"checksum": "c", "outputs": {"a": 1}},
+        })
+    );
+    // atProvider is a struct: always written, `{}` at least.
+    assert_eq!(typed_status(None), json!({"atProvider": {}}));
+    let empty = json!({"atProvider": {"checksum": "", "outputs": {}}});
+    assert_eq!(typed_status(Some(&empty)), json!({"atProvider": {}}));
+}
+
+#[test]
+fn at_provider_from_observe_and_from_apply() {
+    let outputs = map(json!({"vpc_id": "vpc-1"}));
+    assert_eq!(
+        at_provider("abc", &outputs),
         json!({"checksum": "abc", "outputs": {"vpc_id": "vpc-1"}})
     );
-    // Synced stayed True: its transition time is kept; Ready flipped: it is new.
-    let synced = condition(Some(&available["status"]), "Synced").unwrap();
-    assert_eq!(synced["lastTransitionTime"], T0);
-    let ready = condition(Some(&available["status"]), "Ready").unwrap();
-    assert_eq!(ready["lastTransitionTime"], T1);
-
-    let failed = status_apply(
-        "ws",
-        None,
-        Some(&available["status"]),
-        &Phase::Failed {
-            message: "boom".into(),
-        },
-        T1,
-    );
-    let synced = condition(Some(&failed["status"]), "Synced").unwrap();
-    assert_eq!(synced["status"], "False");
-    assert_eq!(synced["reason"], "ReconcileError");
-    assert_eq!(synced["message"], "boom");
-    assert!(synced.get("observedGeneration").is_none());
-    assert_eq!(ready_reason(&failed), ("False", "Creating"));
+    assert_eq!(at_provider("c", &Map::new()), json!({"checksum": "c"}));
+    // An apply fills the outputs alone: the checksum is back at the next Observe.
     assert_eq!(
-        failed["status"]["atProvider"], available["status"]["atProvider"],
-        "a failure keeps atProvider"
+        applied_at_provider(&outputs),
+        json!({"outputs": {"vpc_id": "vpc-1"}})
     );
-
-    let deleting = status_apply("ws", Some(3), Some(&failed["status"]), &Phase::Deleting, T1);
-    assert_eq!(ready_reason(&deleting), ("False", "Deleting"));
-    assert_eq!(
-        deleting["status"]["atProvider"],
-        available["status"]["atProvider"]
-    );
+    assert_eq!(applied_at_provider(&Map::new()), json!({}));
 }
 
 #[test]
-fn available_without_outputs_has_only_a_checksum() {
-    let body = status_apply(
-        "ws",
-        None,
-        None,
-        &Phase::Available {
-            checksum: "c".into(),
-            outputs: Map::new(),
-        },
-        T0,
-    );
-    assert_eq!(body["status"]["atProvider"], json!({"checksum": "c"}));
+fn the_reconcilers_paths() {
+    assert_eq!(path(false, false, false), Path::Create);
+    assert_eq!(path(false, false, true), Path::Create);
+    assert_eq!(path(false, true, true), Path::UpToDate);
+    assert_eq!(path(false, true, false), Path::Update);
+    assert_eq!(path(true, true, false), Path::Delete);
+    assert_eq!(path(true, false, true), Path::Finalize);
 }
 
-#[test]
-fn needs_write_ignores_transition_times_and_foreign_conditions() {
-    let phase = Phase::Available {
-        checksum: "c".into(),
-        outputs: map(json!({"a": 1})),
-    };
-    let body = status_apply("ws", Some(1), None, &phase, T0);
-    assert!(needs_write(None, &body));
-    let mut current = body["status"].clone();
-    assert!(!needs_write(Some(&current), &body));
-    // Rebuilt later: same content, no write.
-    let later = status_apply("ws", Some(1), Some(&current), &phase, T1);
-    assert!(!needs_write(Some(&current), &later));
-    // A foreign condition does not matter.
-    current["conditions"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"type": "Other", "status": "True", "reason": "X", "lastTransitionTime": T0}));
-    assert!(!needs_write(Some(&current), &body));
-    // Another generation, reason or atProvider does.
-    let newer = status_apply("ws", Some(2), Some(&current), &phase, T1);
-    assert!(needs_write(Some(&current), &newer));
-    let creating = status_apply("ws", Some(1), Some(&current), &Phase::Creating, T1);
-    assert!(needs_write(Some(&current), &creating));
-    let mut extra = current.clone();
-    extra["atProvider"]["outputs"]["b"] = json!(2);
-    assert!(needs_write(Some(&extra), &body));
-    // A missing message reads as empty.
-    let mut no_message = current.clone();
-    for c in no_message["conditions"].as_array_mut().unwrap() {
-        c.as_object_mut().unwrap().remove("message");
+/// The status one pass leaves, from the live one, as the binary builds it.
+fn pass(live: &Value, route: Path, up_to_date: bool, outcome: Result<(), &str>) -> Value {
+    let mut status = typed_status(Some(live));
+    if up_to_date {
+        set_conditions(&mut status, &[Cond::Available], T1);
     }
-    assert!(!needs_write(Some(&no_message), &body));
+    set_conditions(&mut status, &pass_conditions(route, outcome), T1);
+    status
 }
 
 #[test]
-fn carried_at_provider_needs_no_write() {
-    let current = json!({"atProvider": {"checksum": "c", "outputs": {"x": 1}}});
-    let body = status_apply("ws", None, Some(&current), &Phase::Creating, T0);
-    assert_eq!(body["status"]["atProvider"], current["atProvider"]);
-    let mut after = body["status"].clone();
-    after["atProvider"] = current["atProvider"].clone();
-    assert!(!needs_write(Some(&after), &body));
-}
-
-#[test]
-fn merge_patch_between_removes_extra_keys() {
-    let from =
-        json!({"checksum": "a", "outputs": {"x": 1, "y": 2, "n": {"k": 1}}, "foreign": true});
-    let to = json!({"checksum": "b", "outputs": {"x": 1, "n": {"k": 2}, "z": 3}});
-    let patch = merge_patch_between(&from, &to);
+fn ready_stays_available_through_updates_and_failed_applies_of_an_existing_workspace() {
+    let mut live = typed_status(None);
+    set_conditions(&mut live, &[Cond::Available, Cond::ReconcileSuccess], T0);
+    // A failed update: Synced=False with the error, Ready untouched (transition time too).
+    let failed = pass(&live, Path::Update, false, Err("AccessDenied"));
     assert_eq!(
-        patch,
-        json!({"checksum": "b", "outputs": {"y": null, "n": {"k": 2}, "z": 3}, "foreign": null})
+        parts(&failed, "Ready"),
+        ("True".into(), "Available".into(), "".into(), T0.into())
     );
-    assert_eq!(merge_patch_between(&to, &to), json!({}));
+    assert_eq!(
+        parts(&failed, "Synced"),
+        (
+            "False".into(),
+            "ReconcileError".into(),
+            "update failed: cannot apply Terraform configuration: AccessDenied".into(),
+            T1.into()
+        )
+    );
+    // A successful update: still Available, Synced back to True.
+    let ok = pass(&failed, Path::Update, false, Ok(()));
+    assert_eq!(parts(&ok, "Ready").1, "Available");
+    assert_eq!(parts(&ok, "Ready").3, T0);
+    assert_eq!(parts(&ok, "Synced").1, "ReconcileSuccess");
+    // Only the Create path says Creating, failed or not.
+    let fresh = typed_status(None);
+    let c = pass(&fresh, Path::Create, false, Err("denied"));
+    assert_eq!(parts(&c, "Ready").1, "Creating");
+    assert!(parts(&c, "Synced").2.starts_with("create failed: "));
+    let c = pass(&fresh, Path::Create, false, Ok(()));
+    assert_eq!(parts(&c, "Ready").1, "Creating");
+    assert_eq!(parts(&c, "Synced").1, "ReconcileSuccess");
+    // A pass that finds it up to date changes nothing: the same status, byte for byte.
+    let again = pass(&ok, Path::UpToDate, true, Ok(()));
+    assert_eq!(again, ok);
+    // Deletion: Deleting, with the destroy's error when it fails.
+    let d = pass(&ok, Path::Delete, false, Err("timeout"));
+    assert_eq!(parts(&d, "Ready").1, "Deleting");
+    assert_eq!(
+        parts(&d, "Synced").2,
+        "delete failed: cannot destroy Terraform configuration: timeout"
+    );
+    assert!(pass_conditions(Path::Finalize, Ok(())).is_empty());
+}
+
+#[test]
+fn backoff_doubles_from_the_base_to_the_max() {
+    let (base, max) = (Duration::from_secs(1), Duration::from_secs(60));
+    let waits: Vec<u64> = (0..8).map(|n| backoff(n, base, max).as_secs()).collect();
+    assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
+    assert_eq!(backoff(1000, base, max), max);
+    assert_eq!(
+        backoff(2, Duration::from_millis(100), max),
+        Duration::from_millis(400)
+    );
 }
 
 #[test]
@@ -340,14 +393,21 @@ fn connection_secret_and_its_comparison() {
     assert_eq!(v["metadata"]["namespace"], "ns");
     assert_eq!(v["metadata"]["ownerReferences"][0]["uid"], "uid-1");
     assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(
+        v["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+        true
+    );
     assert_eq!(v["data"]["token"], "dA==");
     assert!(secret_needs_write(None, &secret));
     assert!(!secret_needs_write(Some(&secret), &secret));
     let other = connection_secret(&reference, ("ws", Some("uid-1")), &Desired::default());
     assert!(secret_needs_write(Some(&other), &secret));
+    // Only the data is compared (AllowUpdateIf in APISecretPublisher), empty equals missing.
     let unowned = connection_secret(&reference, ("ws", None), &d);
-    assert!(secret_needs_write(Some(&unowned), &secret));
-    assert!(!secret_needs_write(Some(&secret), &unowned));
+    assert!(!secret_needs_write(Some(&unowned), &secret));
+    let mut no_data = other.clone();
+    no_data.data = None;
+    assert!(!secret_needs_write(Some(&no_data), &other));
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! A Terraform failure: the control plane is Failed with the provider's message (not a
-//! terminal failure), and a fix returns it to Ready.
+//! A Terraform failure of a running control plane (a failed update: provider-terraform keeps
+//! the Workspace `Ready=True Available` and reports `Synced=False ReconcileError`): the control
+//! plane is Failed with the provider's message (not a terminal failure) while staying
+//! provisioned (ready, initialized, the Cluster Provisioned), and a fix returns it to Ready.
 
 use crate::common::{ONE_AT_A_TIME, annotate_workspace, provisioned, workspace_name};
 use anyhow::Result;
@@ -44,6 +46,25 @@ async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_r
         cp["status"]["workspaceStatus"]["atProvider"].is_object(),
         "atProvider kept through the failure"
     );
+    let workspace = system.get(&["workspaces.tf.upbound.io", &ws])?.unwrap();
+    let ready = workspace["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("True"), &json!("Available")),
+        "the provider keeps the Workspace Available through a failed update"
+    );
+    assert_eq!(cp["status"]["workspaceStatus"]["state"], "Available");
+    // Still provisioned: ready and initialized are sticky, the Cluster stays Provisioned.
+    assert_eq!(
+        (&cp["status"]["ready"], &cp["status"]["initialized"]),
+        (&json!(true), &json!(true)),
+        "{}",
+        cp["status"]
+    );
     // Not a terminal failure (a fixed Terraform error recovers): no failureReason, so neither
     // core nor capt-cluster marks the Cluster Failed for good.
     assert!(
@@ -53,10 +74,12 @@ async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_r
     );
     let cluster = system.get(&["cluster", "demo"])?.unwrap();
     assert!(
-        cluster["status"].get("failureMessage").is_none() && cluster["status"]["phase"] != "Failed",
+        cluster["status"].get("failureMessage").is_none()
+            && cluster["status"]["phase"] == "Provisioned",
         "{}",
         cluster["status"]
     );
+    assert_eq!(cluster["status"]["controlPlaneReady"], json!(true));
 
     annotate_workspace(
         &ws,

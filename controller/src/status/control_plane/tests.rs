@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::status::testing::{T0, at_min, failure, ts};
-use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
+use crate::status::workspace::testing::{
+    creating_workspace, failed_update_workspace, failed_workspace, ready_workspace,
+};
 
 const ENDPOINT: &str = "https://ABC.gr7.ap-northeast-1.eks.amazonaws.com";
 
@@ -111,7 +113,7 @@ fn each_transition_of_the_seed_state_diagram() {
             reason::WORKSPACE_FAILED,
         ),
         (
-            "Ready -> Creating: spec update re-applies the Workspace",
+            "Ready -> Creating: the Workspace is not ready any more (recreated)",
             start_ready,
             with(|i| {
                 i.generation = Some(2);
@@ -570,6 +572,89 @@ fn an_upgrade_keeps_ready_initialized_and_the_old_version_until_ready_again() {
         i.endpoint_source = Some(ENDPOINT.into());
     }));
     assert_eq!(sim.live["status"]["version"], json!("1.32"));
+}
+
+/// provider-terraform keeps `Ready=True Available` when an apply of an existing Workspace
+/// fails, and reports the failure in `Synced=False ReconcileError` only. A failed upgrade of a
+/// running control plane: the failure shows in `phase` and the conditions, while `ready`,
+/// `initialized`, the version last seen Ready and the endpoint stay; it never reads as
+/// Creating (provisioning); once the apply succeeds it is Ready on the new version.
+#[test]
+fn a_failed_update_of_a_running_control_plane_keeps_what_was_provisioned() {
+    let mut sim = Sim::new();
+    sim.step(ready_input(2));
+    let endpoint = sim.live["status"]["endpoint"].clone();
+    assert!(endpoint.is_string(), "{}", sim.live);
+    let outputs = json!({"cluster_endpoint": ENDPOINT, "cluster_name": "demo"});
+    let upgrade = |now, ws: WorkspaceObservation| {
+        with(|i| {
+            i.now = at_min(now);
+            i.generation = Some(2);
+            i.version = "1.32".into();
+            i.workspace = Some(ws);
+            i.endpoint_source = Some(ENDPOINT.into());
+        })
+    };
+    let message = "update failed: cannot apply Terraform configuration: AccessDenied";
+    let d = sim.step(upgrade(
+        3,
+        failed_update_workspace(message, outputs.clone()),
+    ));
+    assert_eq!(d.phase, ControlPlanePhase::Failed);
+    assert_eq!(
+        d.endpoint.as_ref().map(|e| e.host.as_str()),
+        Some("ABC.gr7.ap-northeast-1.eks.amazonaws.com")
+    );
+    let live = sim.live["status"].clone();
+    assert_eq!(live["phase"], json!("Failed"));
+    assert_eq!(live["ready"], json!(true), "sticky: provisioning completed");
+    assert_eq!(live["initialized"], json!(true));
+    assert_eq!(
+        live["version"],
+        json!("1.31"),
+        "the version last seen Ready"
+    );
+    assert_eq!(live["endpoint"], endpoint);
+    assert_eq!(live["failureReason"], Value::Null);
+    assert_eq!(sim.condition("Failed")["status"], "True");
+    assert!(
+        sim.condition("Failed")["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with(message)),
+        "{}",
+        sim.condition("Failed")
+    );
+    assert_eq!(sim.condition("Ready")["status"], "False");
+    assert_eq!(sim.condition("Ready")["reason"], reason::WORKSPACE_FAILED);
+    assert_eq!(
+        sim.condition("Creating")["status"],
+        "False",
+        "not provisioning"
+    );
+    assert_eq!(sim.condition("Initialized")["status"], "True");
+    assert_eq!(
+        live["workspaceStatus"]["state"],
+        json!("Available"),
+        "the Workspace's own Ready is mirrored"
+    );
+    assert_eq!(live["workspaceStatus"]["ready"], json!(false));
+    assert_eq!(
+        live["workspaceStatus"]["atProvider"]["outputs"], outputs,
+        "atProvider kept through the failure"
+    );
+    // Still failing later: no timeout turns it into anything else, it stays Failed.
+    let d = sim.step(upgrade(
+        90,
+        failed_update_workspace(message, outputs.clone()),
+    ));
+    assert_eq!(d.phase, ControlPlanePhase::Failed);
+    assert_eq!(d.recheck_after, None);
+    // The retry succeeds: Ready again, on the new version, with no Creating in between.
+    let d = sim.step(upgrade(91, ready_ws()));
+    assert_eq!(d.phase, ControlPlanePhase::Ready);
+    assert_eq!(sim.live["status"]["version"], json!("1.32"));
+    assert_eq!(sim.condition("Failed")["status"], "False");
+    assert_eq!(sim.condition("Ready")["status"], "True");
 }
 
 #[test]
