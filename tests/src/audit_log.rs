@@ -2,9 +2,15 @@
 //! Metadata level: no bodies) read from an offset: which writes reached the API server, by
 //! whom. Counted by the server itself, so a write by any process, Cluster API core included,
 //! shows.
+//!
+//! One kind of request is a write only in name: provider-terraform (and its stand-in) sends a
+//! full status Update of each Workspace at every poll, as crossplane-runtime's reconciler
+//! does, and the API server stores nothing when the status is unchanged. The audit log cannot
+//! tell such a request apart, the Workspace's resourceVersion can: [`without_noop_polls`].
 
 use anyhow::{Context, Result};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Seek};
 use std::path::PathBuf;
 
@@ -17,6 +23,50 @@ pub struct Write {
     pub verb: String,
     /// `resource[/subresource] namespace/name`.
     pub object: String,
+    /// The object's name.
+    pub name: String,
+}
+
+impl Write {
+    /// A status Update of a Workspace by the provider: what a poll sends.
+    fn is_provider_poll(&self) -> bool {
+        self.manager == crate::fake_provider::FIELD_MANAGER
+            && self.verb == "update"
+            && self.object.starts_with("workspaces/status ")
+    }
+}
+
+/// The resourceVersion of every Workspace of namespace `ns` (named `<ns>-…`, as the
+/// controller names them), by name.
+pub fn workspace_versions(ns: &str) -> Result<BTreeMap<String, String>> {
+    let out = crate::env().kubectl_ok(&["get", "workspaces", "-o", "json"], None)?;
+    let list: Value = serde_json::from_str(&out)?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| {
+            let name = w["metadata"]["name"].as_str()?;
+            let version = w["metadata"]["resourceVersion"].as_str()?;
+            name.starts_with(&format!("{ns}-"))
+                .then(|| (name.to_owned(), version.to_owned()))
+        })
+        .collect())
+}
+
+/// `writes` less the provider's polls of Workspaces whose resourceVersion is the same
+/// `before` and `after` the window (so the API server stored nothing for them), and how many
+/// were left out. A poll of a Workspace that did change stays, as every other write does.
+pub fn without_noop_polls(
+    writes: Vec<Write>,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> (Vec<Write>, usize) {
+    let unchanged = |name: &str| before.get(name).is_some_and(|v| after.get(name) == Some(v));
+    let (polls, kept): (Vec<Write>, Vec<Write>) = writes
+        .into_iter()
+        .partition(|w| w.is_provider_poll() && unchanged(&w.name));
+    (kept, polls.len())
 }
 
 impl std::fmt::Display for Write {
@@ -89,6 +139,7 @@ impl AuditLog {
                         .unwrap_or_default(),
                     o["namespace"].as_str().unwrap_or(""),
                 ),
+                name: name.to_owned(),
             });
         }
         Ok(writes)

@@ -81,8 +81,9 @@ impl System {
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
         // provider-terraform's timings, shortened: a poll every second (so a checksum an apply
-        // left out comes back soon), backoff from 100 ms. The polls' status Updates, which the
-        // API server stores nothing for, are left out: the audit log then shows CAPT's writes.
+        // left out comes back soon), backoff from 100 ms. Each poll sends a status Update the
+        // API server stores nothing for; tests that count writes tell them apart
+        // (`AuditLog::writes_in` with the Workspaces' resourceVersions).
         let provider = FakeProvider::start(&[
             "--delay-ms",
             &delay,
@@ -92,7 +93,6 @@ impl System {
             "1000",
             "--backoff-base-ms",
             "100",
-            "--skip-unchanged-status",
         ])
         .await?;
         let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);

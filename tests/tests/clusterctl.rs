@@ -109,10 +109,7 @@ async fn clusterctl_generates_both_providers_from_the_local_repository() -> Resu
     }
     // Defaults of the variables, substituted; an env value stays a string.
     let deployment = find(&infra, "Deployment", "capt-controller");
-    assert_eq!(
-        env_value(deployment, "manager", "RUST_LOG"),
-        Some("info")
-    );
+    assert_eq!(env_value(deployment, "manager", "RUST_LOG"), Some("info"));
     assert_eq!(
         env_value(deployment, "manager", "CAPT_STUCK_DELETION_SECONDS"),
         Some("900")

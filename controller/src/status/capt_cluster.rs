@@ -37,26 +37,19 @@ pub const AZS_OUTPUT: &str = "azs";
 /// How long the VPC may take when nobody says otherwise (a CAPTCluster has no timeouts field).
 pub const DEFAULT_VPC_READY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
-/// Reasons used in the conditions.
+/// Reasons used in the conditions (those of the VPC Workspace's state and of waiting are
+/// shared with the control plane).
 pub mod reason {
+    pub use crate::status::conditions::reason::{
+        VPC_READY_TIMEOUT, WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING,
+        WORKSPACE_DELETING, WORKSPACE_FAILED,
+    };
     /// `spec.existingVpcId` names the VPC.
     pub const EXISTING_VPC: &str = "ExistingVPC";
     /// The VPC Workspace is ready and reported `vpc_id`.
     pub const VPC_READY: &str = "VPCReady";
-    /// The VPC Workspace reported `Synced=False` with `ReconcileError`.
-    pub const WORKSPACE_FAILED: &str = "WorkspaceFailed";
-    /// The VPC was not ready within the timeout.
-    pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
-    /// No Cluster owns the CAPTCluster yet.
-    pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
     /// A Cluster owns the CAPTCluster.
     pub const OWNER_CLUSTER_FOUND: &str = "OwnerClusterFound";
-    /// The VPC Workspace does not exist yet.
-    pub const WAITING_FOR_WORKSPACE: &str = "WaitingForWorkspace";
-    /// The VPC Workspace exists and is not ready yet.
-    pub const WORKSPACE_CREATING: &str = "WorkspaceCreating";
-    /// The VPC Workspace is being deleted.
-    pub const WORKSPACE_DELETING: &str = "WorkspaceDeleting";
     /// The VPC Workspace is ready but has no `vpc_id` output.
     pub const WAITING_FOR_VPC_ID: &str = "WaitingForVPCID";
     /// No failure.

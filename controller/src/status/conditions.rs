@@ -106,14 +106,37 @@ pub fn to_json(conditions: &[Condition]) -> Value {
     Value::Array(conditions.iter().map(condition_json).collect())
 }
 
+/// Reasons both CAPT kinds use: of their Workspace's state, and of waiting. Each kind's own
+/// `reason` module re-exports them beside its own.
+pub mod reason {
+    /// The Workspace reported `Synced=False` with `ReconcileError`.
+    pub const WORKSPACE_FAILED: &str = "WorkspaceFailed";
+    /// The Workspace does not exist yet (or could not be read).
+    pub const WAITING_FOR_WORKSPACE: &str = "WaitingForWorkspace";
+    /// The Workspace exists and is not ready yet.
+    pub const WORKSPACE_CREATING: &str = "WorkspaceCreating";
+    /// The Workspace is being deleted.
+    pub const WORKSPACE_DELETING: &str = "WorkspaceDeleting";
+    /// The VPC was not ready within its timeout.
+    pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
+    /// No Cluster owns the object yet; nothing is built before one does.
+    pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
+    /// The control plane was not ready within `controlPlaneTimeout`.
+    pub const CONTROL_PLANE_TIMEOUT: &str = "ControlPlaneTimeout";
+    /// The Workspace is ready but its `cluster_endpoint` does not parse.
+    pub const INVALID_ENDPOINT: &str = "InvalidEndpoint";
+    /// A timeout in the spec does not parse.
+    pub const INVALID_TIMEOUT: &str = "InvalidTimeout";
+}
+
 /// The reasons of a failure (in any manager's conditions): a False condition with one of them
 /// is of severity `Error`.
 pub const FAILURE_REASONS: [&str; 5] = [
-    "WorkspaceFailed",
-    "ControlPlaneTimeout",
-    "VPCReadyTimeout",
-    "InvalidEndpoint",
-    "InvalidTimeout",
+    reason::WORKSPACE_FAILED,
+    reason::CONTROL_PLANE_TIMEOUT,
+    reason::VPC_READY_TIMEOUT,
+    reason::INVALID_ENDPOINT,
+    reason::INVALID_TIMEOUT,
 ];
 
 /// The Cluster API v1beta1 severity of a condition: set only while it is False (`Error` for a

@@ -42,32 +42,20 @@ pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 5] = [
     PAUSED_CONDITION,
 ];
 
-/// Reasons used in the conditions.
+/// Reasons used in the conditions (those of the Workspace's state, of waiting and of
+/// failures are shared with the CAPTCluster).
 pub mod reason {
-    /// The Workspace reported `Synced=False` with `ReconcileError`.
-    pub const WORKSPACE_FAILED: &str = "WorkspaceFailed";
-    /// The control plane was not ready within `controlPlaneTimeout`.
-    pub const CONTROL_PLANE_TIMEOUT: &str = "ControlPlaneTimeout";
-    /// The VPC was not ready within `vpcReadyTimeout`.
-    pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
-    /// The Workspace is ready but its `cluster_endpoint` does not parse.
-    pub const INVALID_ENDPOINT: &str = "InvalidEndpoint";
-    /// A timeout in the spec does not parse.
-    pub const INVALID_TIMEOUT: &str = "InvalidTimeout";
-    /// The Workspace does not exist yet (or could not be read).
-    pub const WAITING_FOR_WORKSPACE: &str = "WaitingForWorkspace";
-    /// The Workspace exists and is not ready yet.
-    pub const WORKSPACE_CREATING: &str = "WorkspaceCreating";
-    /// The Workspace is being deleted.
-    pub const WORKSPACE_DELETING: &str = "WorkspaceDeleting";
+    pub use crate::status::conditions::reason::{
+        CONTROL_PLANE_TIMEOUT, INVALID_ENDPOINT, INVALID_TIMEOUT, VPC_READY_TIMEOUT,
+        WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING, WORKSPACE_DELETING,
+        WORKSPACE_FAILED,
+    };
     /// The VPC is not ready yet.
     pub const WAITING_FOR_VPC: &str = "WaitingForVPC";
     /// The Workspace is ready and no endpoint is known yet.
     pub const WAITING_FOR_ENDPOINT: &str = "WaitingForEndpoint";
     /// The control plane is ready.
     pub const CONTROL_PLANE_READY: &str = "ControlPlaneReady";
-    /// No Cluster owns the control plane yet; nothing is built before one does.
-    pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 }
 
 /// Everything the control-plane status depends on.

@@ -21,8 +21,9 @@
 //! Every pass ends with a full status Update (PUT of the status subresource with the
 //! resourceVersion read) under the field manager `fake-provider-terraform`; a 409 requeues.
 //! A pass that changes nothing sends a PUT the API server treats as a no-op (no new
-//! resourceVersion); `--skip-unchanged-status` leaves such a PUT out, for tests that count
-//! write requests in the audit log (the stored object is the same either way). Failures, and the pass after a Create, requeue with the per-Workspace
+//! resourceVersion), as provider-terraform does at every poll: tests that count write
+//! requests in the API server's audit log tell them apart (`capt_tests::audit_log`).
+//! Failures, and the pass after a Create, requeue with the per-Workspace
 //! exponential backoff (`--backoff-base-ms`, `--backoff-max-ms`). Only a change of
 //! generation, labels or annotations (not the provider's own writes) wakes a Workspace
 //! early. Output values never reach the log. Which source each behaviour comes from is in
@@ -85,11 +86,6 @@ struct Args {
     /// Narrow further to Workspaces whose labels match this selector.
     #[arg(long, short = 'l')]
     selector: Option<String>,
-    /// Do not send a status Update whose status equals the one read (the API server would
-    /// store nothing for it). Not provider-terraform's behaviour, which sends it every pass:
-    /// for tests that count write requests in the API server's audit log.
-    #[arg(long)]
-    skip_unchanged_status: bool,
     /// Exit when the parent process exits (so that a test's provider never outlives it).
     #[arg(long)]
     exit_with_parent: bool,
@@ -111,7 +107,6 @@ struct Ctx {
     poll: Duration,
     backoff_base: Duration,
     backoff_max: Duration,
-    skip_unchanged_status: bool,
     /// The Terraform state per Workspace uid.
     state: Mutex<HashMap<String, Applied>>,
     /// Applies tried per uid for one configuration (checksum), for `fail-times`.
@@ -362,9 +357,6 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
 /// `r.client.Status().Update(ctx, managed)`: the object as read, with this status, PUT on
 /// the status subresource; the resourceVersion read makes a stale write a 409.
 async fn put_status(ctx: &Ctx, obj: &mut DynamicObject, status: Value) -> Result<(), Error> {
-    if ctx.skip_unchanged_status && obj.data.get("status") == Some(&status) {
-        return Ok(());
-    }
     obj.data["status"] = status;
     let updated = ctx
         .workspaces
@@ -467,7 +459,6 @@ async fn main() -> anyhow::Result<()> {
         poll: Duration::from_millis(args.poll_interval_ms),
         backoff_base: Duration::from_millis(args.backoff_base_ms),
         backoff_max: Duration::from_millis(args.backoff_max_ms),
-        skip_unchanged_status: args.skip_unchanged_status,
         state: Mutex::default(),
         attempts: Mutex::default(),
         failures: Mutex::default(),
