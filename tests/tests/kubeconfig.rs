@@ -161,10 +161,41 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
         )
         .await?;
 
-    // Only an endpoint and a CA: a kubeconfig that asks `aws eks get-token`.
+    // Only an endpoint and a CA: a kubeconfig that asks `aws eks get-token`. The provider
+    // publishes connection details by merging them into the Secret (crossplane-runtime never
+    // removes a key), so the `kubeconfig` output that went away stays there until its owner
+    // removes it, as an operator does here.
     set_sensitive_outputs(
         &ns.name,
         json!({"cluster_certificate_authority_data": "Q0EgYnVuZGxl", "db_password": "hunter2"}),
+    )?;
+    system
+        .wait_for(
+            "the CA in the connection Secret",
+            Duration::from_secs(30),
+            || async {
+                let connection = secrets.get(CONNECTION).await?;
+                Ok(value(&connection, "cluster_certificate_authority_data").is_some())
+            },
+        )
+        .await?;
+    let connection = secrets.get(CONNECTION).await?;
+    assert!(
+        value(&connection, "kubeconfig").is_some(),
+        "the provider keeps a key whose output went away"
+    );
+    env().kubectl_ok(
+        &[
+            "patch",
+            "secret",
+            CONNECTION,
+            "-n",
+            &ns.name,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/data/kubeconfig"}]"#,
+        ],
+        None,
     )?;
     let generated = || async {
         let secret = secrets.get(SECRET).await?;
