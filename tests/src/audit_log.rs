@@ -39,7 +39,12 @@ impl Write {
 /// The resourceVersion of every Workspace of namespace `ns` (named `<ns>-…`, as the
 /// controller names them), by name.
 pub fn workspace_versions(ns: &str) -> Result<BTreeMap<String, String>> {
-    let out = crate::env().kubectl_ok(&["get", "workspaces", "-o", "json"], None)?;
+    workspace_versions_in(crate::env(), ns)
+}
+
+/// [`workspace_versions`] in the environment `env`.
+pub fn workspace_versions_in(env: &crate::Env, ns: &str) -> Result<BTreeMap<String, String>> {
+    let out = env.kubectl_ok(&["get", "workspaces", "-o", "json"], None)?;
     let list: Value = serde_json::from_str(&out)?;
     Ok(list["items"]
         .as_array()
@@ -85,7 +90,12 @@ pub struct AuditLog {
 impl AuditLog {
     /// The log of the running environment, from its current end.
     pub fn from_now() -> Result<Self> {
-        let path = Self::path()?;
+        Self::from_now_in(crate::env())
+    }
+
+    /// The log of the environment `env`, from its current end.
+    pub fn from_now_in(env: &crate::Env) -> Result<Self> {
+        let path = env.state_dir().join("audit.log");
         let offset = std::fs::metadata(&path)
             .with_context(|| format!("{}", path.display()))?
             .len();

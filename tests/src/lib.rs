@@ -71,8 +71,7 @@ pub fn env() -> &'static Env {
 }
 
 fn start_env() -> Result<Env> {
-    let script = repo_root().join("hack/testenv.sh");
-    let mut cmd = Command::new(&script);
+    let mut cmd = Command::new(repo_root().join("hack/testenv.sh"));
     cmd.arg("start");
     if WITHOUT_CORE.load(Ordering::SeqCst) {
         let dir = std::env::var("CAPT_TESTENV_DIR")
@@ -80,6 +79,11 @@ fn start_env() -> Result<Env> {
         cmd.env("CAPT_TESTENV_DIR", format!("{dir}-nocore"))
             .env("CAPT_TESTENV_CORE", "0");
     }
+    run_start(cmd)
+}
+
+/// Runs `hack/testenv.sh start` as `cmd` says and reads the environment it prints.
+fn run_start(mut cmd: Command) -> Result<Env> {
     let out = cmd.output().context("running hack/testenv.sh start")?;
     if !out.status.success() {
         bail!(
@@ -114,6 +118,40 @@ fn start_env() -> Result<Env> {
 }
 
 impl Env {
+    /// Another environment, with Cluster API core, in the state directory `dir` (started, or
+    /// reused when one runs there): not [`env`]'s, so a test that needs two API servers (a
+    /// `clusterctl move`) gets them. Stop it with [`Env::stop`].
+    pub fn start_in(dir: &Path) -> Result<Env> {
+        let mut cmd = Command::new(repo_root().join("hack/testenv.sh"));
+        cmd.arg("start")
+            .env("CAPT_TESTENV_DIR", dir)
+            .env("CAPT_TESTENV_CORE", "1");
+        run_start(cmd)
+    }
+
+    /// `hack/testenv.sh stop` for this environment's state directory.
+    pub fn stop(&self) -> Result<()> {
+        let out = Command::new(repo_root().join("hack/testenv.sh"))
+            .arg("stop")
+            .env("CAPT_TESTENV_DIR", self.state_dir())
+            .output()
+            .context("running hack/testenv.sh stop")?;
+        if !out.status.success() {
+            bail!(
+                "hack/testenv.sh stop failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The state directory (`CAPT_TESTENV_DIR`): the kubeconfig's, the audit log's.
+    pub fn state_dir(&self) -> &Path {
+        self.kubeconfig
+            .parent()
+            .expect("the kubeconfig lies in the state directory")
+    }
+
     /// A client for the API server.
     pub async fn client(&self) -> Result<kube::Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;

@@ -4,7 +4,7 @@
 
 use crate::applier::{Applier, binary, metric_value};
 use crate::fake_provider::FakeProvider;
-use crate::{env, repo_root};
+use crate::{Env, env, repo_root};
 use anyhow::{Context, Result, bail};
 use capt_controller::render::workspace_name;
 use serde_json::Value;
@@ -26,6 +26,7 @@ pub struct System {
     metrics_addr: String,
     probe_addr: String,
     namespace: String,
+    env: Env,
 }
 
 impl System {
@@ -77,6 +78,32 @@ impl System {
         applier_args: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Result<Self> {
+        Self::start_full(
+            env(),
+            namespace,
+            provider_delay_ms,
+            controller_args,
+            applier_args,
+            kubeconfig,
+        )
+        .await
+    }
+
+    /// [`System::start`] against the environment `on` (not [`env`]'s: the target of a
+    /// `clusterctl move`, say): all three processes use its kubeconfig, and the methods read
+    /// from it.
+    pub async fn start_on(on: &Env, namespace: &str, provider_delay_ms: u64) -> Result<Self> {
+        Self::start_full(on, namespace, provider_delay_ms, &[], &[], &on.kubeconfig).await
+    }
+
+    async fn start_full(
+        on: &Env,
+        namespace: &str,
+        provider_delay_ms: u64,
+        controller_args: &[&str],
+        applier_args: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<Self> {
         let applier = Applier::start_as(applier_args, kubeconfig).await?;
         let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
         let delay = provider_delay_ms.to_string();
@@ -84,16 +111,21 @@ impl System {
         // left out comes back soon), backoff from 100 ms. Each poll sends a status Update the
         // API server stores nothing for; tests that count writes tell them apart
         // (`AuditLog::writes_in` with the Workspaces' resourceVersions).
-        let provider = FakeProvider::start(&[
-            "--delay-ms",
-            &delay,
-            "--selector",
-            &selector,
-            "--poll-interval-ms",
-            "1000",
-            "--backoff-base-ms",
-            "100",
-        ])
+        let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
+        let provider = FakeProvider::start_as(
+            &[
+                "--delay-ms",
+                &delay,
+                "--selector",
+                &selector,
+                "--poll-interval-ms",
+                "1000",
+                "--backoff-base-ms",
+                "100",
+            ],
+            &filter,
+            &on.kubeconfig,
+        )
         .await?;
         let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
         let controller_log = applier.socket.with_file_name("controller.log");
@@ -136,6 +168,7 @@ impl System {
             metrics_addr,
             probe_addr,
             namespace: namespace.to_owned(),
+            env: on.clone(),
         };
         system
             .wait_for(
@@ -167,7 +200,7 @@ impl System {
         }
         // Server-side, as a user should: a later `kubectl apply --server-side` by someone else
         // then takes only what it names (a client-side apply is migrated to the next one).
-        env().kubectl_ok(
+        self.env.kubectl_ok(
             &["apply", "--server-side", "-f", "-"],
             Some(&docs.join("\n")),
         )?;
@@ -179,7 +212,7 @@ impl System {
         let mut args = vec!["get"];
         args.extend_from_slice(what);
         args.extend_from_slice(&["-n", &self.namespace, "-o", "json", "--show-managed-fields"]);
-        let out = env().kubectl_run(&args, None)?;
+        let out = self.env.kubectl_run(&args, None)?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             if err.contains("NotFound") || err.contains("not found") {
@@ -228,7 +261,7 @@ impl System {
     /// True when the control plane's Workspace carries the `revision` annotation and the
     /// control plane mirrors the `atProvider` checksum the provider wrote for it.
     pub fn mirrors_revision(&self, revision: &str) -> Result<bool> {
-        let ws = env().kubectl_ok(
+        let ws = self.env.kubectl_ok(
             &[
                 "get",
                 "workspace",
@@ -303,7 +336,7 @@ impl System {
             serde_json::json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
         let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
             "fake.tf.upbound.io/outputs": outputs.to_string()}}}}});
-        env().kubectl_ok(
+        self.env.kubectl_ok(
             &[
                 "patch",
                 "workspacetemplate",
@@ -324,7 +357,7 @@ impl System {
     pub fn set_revision(&self, revision: &str) -> Result<()> {
         let annotation = format!("{}={revision}", crate::fake_provider::REVISION_ANNOTATION);
         let ws = workspace_name(&self.namespace, "demo-controlplane");
-        env().kubectl_ok(
+        self.env.kubectl_ok(
             &["annotate", "workspace", &ws, "--overwrite", &annotation],
             None,
         )?;

@@ -29,6 +29,16 @@ impl FakeProvider {
     /// [`FakeProvider::start`] with this `RUST_LOG` filter (e.g. `debug`, which logs every
     /// pass, an up-to-date one included).
     pub async fn start_logging(args: &[&str], filter: &str) -> Result<Self> {
+        Self::start_as(args, filter, &env().kubeconfig).await
+    }
+
+    /// [`FakeProvider::start_logging`] against the API server of `kubeconfig` (another
+    /// environment's, say).
+    pub async fn start_as(
+        args: &[&str],
+        filter: &str,
+        kubeconfig: &std::path::Path,
+    ) -> Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("fake-provider"));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("fake-provider.log");
@@ -37,7 +47,7 @@ impl FakeProvider {
         let child = Command::new(binary("fake-terraform-provider"))
             .args(args)
             .arg("--exit-with-parent")
-            .env("KUBECONFIG", &env().kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
