@@ -1,10 +1,3 @@
-//! FAILS TODAY, on a real bug it found: after the move, capt-controller on the source deletes
-//! the control-plane Workspace (Terraform destroy). clusterctl deletes the Cluster before the
-//! `demo-controlplane` WorkspaceTemplateApply; the apply's pause comes from its Cluster, so
-//! once the Cluster is gone its deletion runs before clusterctl strips the finalizer (audit
-//! log: `delete workspaces` by the controller, after clusterctl's deletes). Everything before
-//! the "Nothing ran Terraform" assertions passes.
-//!
 //! `clusterctl move` (the real clusterctl v1.10.4 of `hack/testenv.sh`, `move
 //! --to-kubeconfig`) of a Provisioned cluster from one API server to another, with Cluster API
 //! core and the whole system (status-applier, capt-controller, fake Terraform provider) running
@@ -46,8 +39,11 @@
 //! and the controller gives it the uid label (metadata only: no spec change, no Terraform).
 //!
 //! Asserted: the source Cluster was paused by clusterctl during the move; nothing ran
-//! Terraform (no `applied` line from either fake provider, no write to a Workspace but the
-//! uid label's, every Workspace's generation as it was); everything arrived on the target
+//! Terraform on either side (no `applied` line from either fake provider, no write to a
+//! Workspace but the uid label's, every Workspace's generation as it was, none deleted: on
+//! the source, the objects clusterctl deletes carry `clusterctl.cluster.x-k8s.io/delete-for-move`,
+//! which CAPT holds like a pause; before it did, the control-plane apply, deleted after its
+//! Cluster, destroyed its Workspace); everything arrived on the target
 //! (Cluster, CAPTCluster, CAPTControlPlane, both applies, both templates, the kubeconfig
 //! Secret) with the field managers of the source (clusterctl creates each object and then
 //! patches the source's managedFields back: `mover.go` `createTargetObject`,

@@ -3,6 +3,12 @@
 //! annotation. `clusterctl move` pauses a Cluster before it copies it, so while paused nothing
 //! may change: no Workspace, no WorkspaceTemplateApply, no finalizer, and no status except
 //! the `Paused` condition that says so.
+//!
+//! After the copy, clusterctl deletes each object from the source: it annotates it with
+//! `clusterctl.cluster.x-k8s.io/delete-for-move`, deletes it, then removes its finalizers.
+//! The Cluster may go first, and an object without it would no longer be paused; but what
+//! the object built (its Workspaces: real infrastructure) moved with it, so such a deletion
+//! is held like a pause: nothing is deleted, no finalizer is touched.
 
 use super::conditions::{self, ConditionBuilder, Status};
 use jiff::Timestamp;
@@ -12,6 +18,8 @@ use std::collections::BTreeMap;
 
 /// The annotation that pauses one object (any value).
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// The annotation `clusterctl move` sets on an object it is about to delete from the source.
+pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 /// The condition that reports whether an object is paused.
 pub const PAUSED_CONDITION: &str = "Paused";
 
@@ -24,6 +32,8 @@ pub fn paused_by(
         Some("the Cluster has spec.paused: true")
     } else if annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION)) {
         Some("the object has the cluster.x-k8s.io/paused annotation")
+    } else if annotations.is_some_and(|a| a.contains_key(DELETE_FOR_MOVE_ANNOTATION)) {
+        Some("clusterctl move is deleting the object from this cluster after copying it")
     } else {
         None
     }
@@ -71,6 +81,14 @@ mod tests {
         assert!(paused_by(None, Some(&annotated)).is_some());
         assert_eq!(paused_by(Some(false), Some(&other)), None);
         assert_eq!(paused_by(None, None), None);
+    }
+
+    #[test]
+    fn an_object_clusterctl_move_deletes_is_held_even_without_its_cluster() {
+        let moving = BTreeMap::from([(DELETE_FOR_MOVE_ANNOTATION.to_owned(), String::new())]);
+        let why = paused_by(None, Some(&moving)).expect("held");
+        assert!(why.contains("clusterctl move"), "{why}");
+        assert!(paused_by(Some(false), Some(&moving)).is_some());
     }
 
     #[test]
