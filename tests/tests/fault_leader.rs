@@ -331,16 +331,18 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
             endpoint_is("after-failover.example.com", 443),
         )
         .await?;
+    // provider-terraform's apply leaves the outputs in atProvider without a checksum; its next
+    // Observe (the poll) adds the checksum of the applied configuration.
     system
         .wait_for(
-            "atProvider to mirror the last output",
+            "atProvider to mirror the last output and the next observation's checksum",
             Duration::from_secs(10),
             || async {
                 let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-                Ok(
-                    cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["cluster_endpoint"]
-                        == "https://after-failover.example.com",
-                )
+                let at_provider = &cp["status"]["workspaceStatus"]["atProvider"];
+                Ok(at_provider["outputs"]["cluster_endpoint"]
+                    == "https://after-failover.example.com"
+                    && at_provider["checksum"].is_string())
             },
         )
         .await?;
