@@ -266,17 +266,22 @@ async fn follow(
     Ok(Some((current, described)))
 }
 
-/// Objects from YAML or JSON documents; `List`s are flattened.
-fn read_objects(file: &str) -> Result<Vec<serde_json::Value>> {
-    let text = if file == "-" {
+/// The text of `file`, or of standard input for `-`, as every command that takes `-f` reads it.
+pub fn read_input(file: &str) -> Result<String> {
+    if file == "-" {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading standard input")?;
-        s
+        Ok(s)
     } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?
-    };
+        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
+    }
+}
+
+/// Objects from YAML or JSON documents; `List`s are flattened.
+fn read_objects(file: &str) -> Result<Vec<serde_json::Value>> {
+    let text = read_input(file)?;
     let mut objects = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
         let value: serde_json::Value = serde::Deserialize::deserialize(doc)

@@ -253,3 +253,33 @@ where
         Err(e) => Err(e.into()),
     }
 }
+
+/// The YAML documents of `yaml` as JSON values, empty documents left out.
+pub fn yaml_documents(yaml: &str) -> Result<Vec<serde_json::Value>> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
+
+/// Applies the pod's namespace and RBAC (`manifests/deploy/{namespace,rbac}.yaml`) to the
+/// environment, server-side.
+pub fn install_rbac() -> Result<()> {
+    let deploy = repo_root().join("manifests/deploy");
+    for file in ["namespace.yaml", "rbac.yaml"] {
+        env().kubectl_ok(
+            &[
+                "apply",
+                "--server-side",
+                "-f",
+                &deploy.join(file).display().to_string(),
+            ],
+            None,
+        )?;
+    }
+    Ok(())
+}

@@ -60,14 +60,7 @@ fn clusterctl(config: &Path, args: &[&str], vars: &[(&str, &str)]) -> Result<Str
 }
 
 fn documents(yaml: &str) -> Result<Vec<Value>> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    capt_tests::yaml_documents(yaml)
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {

@@ -126,14 +126,7 @@ fn cluster_api_module(env: &Env) -> Result<PathBuf> {
 }
 
 fn documents(yaml: &str) -> Result<Vec<Value>> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
+    capt_tests::yaml_documents(yaml)
 }
 
 fn get_json(env: &Env, args: &[&str]) -> Result<Value> {

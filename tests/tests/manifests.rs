@@ -5,27 +5,11 @@
 
 use anyhow::Result;
 use capt_tests::system::{System, impersonating_kubeconfig};
-use capt_tests::{TestNamespace, env, repo_root};
+use capt_tests::{TestNamespace, env, install_rbac, repo_root};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
-
-fn install_rbac() -> Result<()> {
-    let deploy = repo_root().join("manifests/deploy");
-    for file in ["namespace.yaml", "rbac.yaml"] {
-        env().kubectl_ok(
-            &[
-                "apply",
-                "--server-side",
-                "-f",
-                deploy.join(file).to_str().unwrap(),
-            ],
-            None,
-        )?;
-    }
-    Ok(())
-}
 
 /// The applier and the controller of a system in a new namespace, both impersonating the
 /// ServiceAccount `capt-system/<account>`, electing their leader on a Lease in capt-system.

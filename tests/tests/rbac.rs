@@ -586,18 +586,7 @@ async fn allowed(
 
 #[tokio::test]
 async fn the_api_server_allows_exactly_the_table_and_none_of_the_forbidden() -> Result<()> {
-    let deploy = repo_root().join("manifests/deploy");
-    for file in ["namespace.yaml", "rbac.yaml"] {
-        env().kubectl_ok(
-            &[
-                "apply",
-                "--server-side",
-                "-f",
-                deploy.join(file).to_str().unwrap(),
-            ],
-            None,
-        )?;
-    }
+    capt_tests::install_rbac()?;
     // RBAC changes reach the authorizer through its informers: wait for the table's first
     // right before judging.
     let reviews: Api<SubjectAccessReview> = Api::all(env().client().await?);

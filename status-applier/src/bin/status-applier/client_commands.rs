@@ -1,10 +1,9 @@
 //! The client commands that talk to a running server over its socket: `submit` (with its
 //! multi-document split), and the output of `show` and `conflicts`.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Args, ValueEnum};
 use status_applier::client::{Answer, Client};
-use std::io::Read;
 
 /// Which desired documents `show` prints (all when no filter is given).
 #[derive(Args)]
@@ -56,15 +55,7 @@ pub(crate) fn print_answer(answer: Answer) -> Result<()> {
 }
 
 pub(crate) async fn submit(socket: &std::path::Path, file: &str, wait: bool) -> Result<()> {
-    let text = if file == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?
-    };
+    let text = status_applier::ownership::read_input(file)?;
     let client = Client::new(socket);
     let mut failed = 0;
     for (i, doc) in split_documents(&text).into_iter().enumerate() {
