@@ -334,8 +334,20 @@ impl System {
     pub fn set_endpoint_output(&self, endpoint: &str) -> Result<()> {
         let outputs =
             serde_json::json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
-        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
-            "fake.tf.upbound.io/outputs": outputs.to_string()}}}}});
+        self.patch_control_plane_template(&serde_json::json!({"spec": {"template": {"metadata":
+            {"annotations": {"fake.tf.upbound.io/outputs": outputs.to_string()}}}}}))
+    }
+
+    /// Sets the sensitive outputs the fake provider reports for the sample's control plane,
+    /// where they come from: the WorkspaceTemplate the controller renders the Workspace from.
+    pub fn set_sensitive_outputs(&self, outputs: &Value) -> Result<()> {
+        self.patch_control_plane_template(&serde_json::json!({"spec": {"template": {"metadata":
+            {"annotations": {crate::fake_provider::SENSITIVE_OUTPUTS_ANNOTATION:
+                outputs.to_string()}}}}}))
+    }
+
+    /// Merge-patches the sample's control-plane WorkspaceTemplate (`eks`).
+    pub fn patch_control_plane_template(&self, patch: &Value) -> Result<()> {
         self.env.kubectl_ok(
             &[
                 "patch",

@@ -23,27 +23,6 @@ fn value(secret: &Secret, key: &str) -> Option<String> {
     String::from_utf8(bytes.0.clone()).ok()
 }
 
-/// Sets the sensitive outputs the fake provider reports for the control plane, where they
-/// come from: the WorkspaceTemplate the controller renders the Workspace from.
-fn set_sensitive_outputs(ns: &str, outputs: Value) -> Result<()> {
-    let patch = json!({"spec": {"template": {"metadata": {"annotations": {
-        capt_tests::fake_provider::SENSITIVE_OUTPUTS_ANNOTATION: outputs.to_string()}}}}});
-    env().kubectl_ok(
-        &[
-            "patch",
-            "workspacetemplate",
-            "eks",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        None,
-    )?;
-    Ok(())
-}
-
 /// The write requests (create, update, patch) to the kubeconfig Secret of `ns` in `log`.
 fn secret_writes(log: &AuditLog, ns: &str) -> Result<usize> {
     let object = format!("secrets {ns}/{SECRET}");
@@ -145,7 +124,7 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
     assert_eq!(secrets.get(SECRET).await?.resource_version(), version);
 
     // A new kubeconfig output: the Secret follows.
-    set_sensitive_outputs(&ns.name, json!({"kubeconfig": "apiVersion: v1 (rotated)"}))?;
+    system.set_sensitive_outputs(&json!({"kubeconfig": "apiVersion: v1 (rotated)"}))?;
     system
         .wait_for(
             "the rotated kubeconfig in the Secret",
@@ -165,9 +144,8 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
     // publishes connection details by merging them into the Secret (crossplane-runtime never
     // removes a key), so the `kubeconfig` output that went away stays there until its owner
     // removes it, as an operator does here.
-    set_sensitive_outputs(
-        &ns.name,
-        json!({"cluster_certificate_authority_data": "Q0EgYnVuZGxl", "db_password": "hunter2"}),
+    system.set_sensitive_outputs(
+        &json!({"cluster_certificate_authority_data": "Q0EgYnVuZGxl", "db_password": "hunter2"}),
     )?;
     system
         .wait_for(

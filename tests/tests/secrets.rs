@@ -111,22 +111,7 @@ async fn secret_values_reach_the_kubeconfig_secret_and_nothing_else() -> Result<
     );
     // Where the fake provider takes its sensitive outputs from: the annotation the controller
     // renders into the control plane's Workspace from the WorkspaceTemplate.
-    let outputs = json!({"kubeconfig": kubeconfig, "db_password": password});
-    let patch = json!({"spec": {"template": {"metadata": {"annotations": {
-        capt_tests::fake_provider::SENSITIVE_OUTPUTS_ANNOTATION: outputs.to_string()}}}}});
-    env().kubectl_ok(
-        &[
-            "patch",
-            "workspacetemplate",
-            "eks",
-            "-n",
-            &ns.name,
-            "--type=merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        None,
-    )?;
+    system.set_sensitive_outputs(&json!({"kubeconfig": kubeconfig, "db_password": password}))?;
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
     let value = |s: &Secret, key: &str| {

@@ -35,7 +35,13 @@ impl ApplyOwner for CAPTCluster {
         self.spec.workspace_template_apply_name.as_deref()
     }
 
-    fn apply_spec(&self) -> Value {
+    const CONNECTION_SUFFIX: &'static str = "vpc-connection";
+
+    fn template_ref(&self) -> Value {
+        json!(self.spec.vpc_template_ref)
+    }
+
+    fn apply_variables(&self) -> Value {
         let mut variables = json!({
             "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
             "REGION": self.spec.region,
@@ -43,13 +49,7 @@ impl ApplyOwner for CAPTCluster {
         if let Some(vpc) = &self.spec.vpc_config {
             variables["VPC_NAME"] = json!(vpc.name);
         }
-        let ns = self.namespace().unwrap_or_default();
-        let secret = format!("{}-vpc-connection", self.name_any());
-        json!({
-            "templateRef": self.spec.vpc_template_ref,
-            "variables": variables,
-            "writeConnectionSecretToRef": {"name": secret, "namespace": ns},
-        })
+        variables
     }
 
     fn conditions(&self) -> &[Condition] {

@@ -35,7 +35,13 @@ impl ApplyOwner for CAPTControlPlane {
         self.spec.workspace_template_apply_name.as_deref()
     }
 
-    fn apply_spec(&self) -> Value {
+    const CONNECTION_SUFFIX: &'static str = "eks-connection";
+
+    fn template_ref(&self) -> Value {
+        json!(self.spec.workspace_template_ref)
+    }
+
+    fn apply_variables(&self) -> Value {
         let config = self.spec.control_plane_config.clone().unwrap_or_default();
         let mut variables = json!({
             "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
@@ -44,13 +50,7 @@ impl ApplyOwner for CAPTControlPlane {
         if let Some(region) = config.region {
             variables["REGION"] = json!(region);
         }
-        let ns = self.namespace().unwrap_or_default();
-        let secret = format!("{}-eks-connection", self.name_any());
-        json!({
-            "templateRef": self.spec.workspace_template_ref,
-            "variables": variables,
-            "writeConnectionSecretToRef": {"name": secret, "namespace": ns},
-        })
+        variables
     }
 
     fn conditions(&self) -> &[Condition] {

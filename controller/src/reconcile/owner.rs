@@ -37,14 +37,30 @@ pub trait ApplyOwner:
     /// `spec.workspaceTemplateApplyName`, once recorded.
     fn recorded_apply_name(&self) -> Option<&str>;
 
-    /// The `spec` of the apply to create.
-    fn apply_spec(&self) -> Value;
+    /// Its connection Secret is `<name>-<CONNECTION_SUFFIX>` in its namespace.
+    const CONNECTION_SUFFIX: &'static str;
+
+    /// The apply's `templateRef` (as the owner's spec names it).
+    fn template_ref(&self) -> Value;
+
+    /// The apply's `variables`.
+    fn apply_variables(&self) -> Value;
 
     /// Its live conditions.
     fn conditions(&self) -> &[Condition];
 
     /// Its template reference: the field's path and the namespace it names, if any.
     fn template_namespace(&self) -> (&'static str, Option<&String>);
+
+    /// The `spec` of the apply to create: its template, variables and connection Secret.
+    fn apply_spec(&self) -> Value {
+        let secret = format!("{}-{}", self.name_any(), Self::CONNECTION_SUFFIX);
+        json!({
+            "templateRef": self.template_ref(),
+            "variables": self.apply_variables(),
+            "writeConnectionSecretToRef": {"name": secret, "namespace": self.namespace().unwrap_or_default()},
+        })
+    }
 
     /// The name of its apply: the recorded one, else `<name>-<APPLY_SUFFIX>`.
     fn apply_name(&self) -> String {

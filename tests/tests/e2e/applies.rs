@@ -174,20 +174,8 @@ async fn later_template_and_version_changes_reach_the_workspace() -> Result<()> 
         )
         .await?;
 
-    let patch = json!({"spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": "# v2 of ${CLUSTER_NAME}"}}}}});
-    env().kubectl_ok(
-        &[
-            "patch",
-            "workspacetemplate",
-            "eks",
-            "-n",
-            &ns.name,
-            "--type=merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        None,
-    )?;
+    system.patch_control_plane_template(&json!({"spec": {"template": {"spec": {"forProvider":
+        {"source": "Inline", "module": "# v2 of ${CLUSTER_NAME}"}}}}}))?;
     system
         .wait_for(
             "the new template in the Workspace",
