@@ -1,8 +1,9 @@
 //! What every reconciler shares.
 
 use crate::metrics::Metrics;
-use crate::publish::{Publication, PublishError, Publisher};
+use crate::publish::{Publication, PublishError, Published, Publisher};
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
+use crate::watches::Caches;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeSet;
@@ -45,13 +46,16 @@ pub struct Context {
     pub settings: Settings,
     /// Kubernetes Events (`events.k8s.io`) about the objects, as reporter `capt-controller`.
     pub events: Recorder,
+    /// What the watches saw: the reconcilers read these, not the API server.
+    pub caches: Caches,
 }
 
 impl Context {
     /// Publishes an intent, counting it when it was sent.
-    pub async fn publish(&self, publication: Publication) -> Result<(), PublishError> {
+    pub async fn publish(&self, publication: Publication) -> Result<Published, PublishError> {
         let manager = publication.field_manager;
-        if self.publisher.publish(publication).await? {
+        let published = self.publisher.publish(publication).await?;
+        if published != Published::Repeat {
             self.metrics
                 .intents
                 .get_or_create(&crate::metrics::ManagerLabel {
@@ -59,7 +63,7 @@ impl Context {
                 })
                 .inc();
         }
-        Ok(())
+        Ok(published)
     }
 
     /// Publishes a Warning Event on `obj`. A failure is logged, not returned: an Event is a

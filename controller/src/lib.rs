@@ -15,3 +15,4 @@ pub mod run;
 pub mod status;
 pub mod telemetry;
 pub mod tenancy;
+pub mod watches;

@@ -122,7 +122,13 @@ async fn main() -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let applier = status_applier_api::Client::new(&args.applier_socket);
+    let scope = capt_controller::run::Scope {
+        namespace: args.namespace,
+        wake_on_every_change: args.baseline_full_update,
+    };
+    let watches = capt_controller::run::Watches::new(&client, &scope);
     let ctx = Arc::new(Context {
+        caches: watches.caches(),
         client: client.clone(),
         publisher: if args.baseline_full_update {
             Publisher::full_update_baseline(client.clone())
@@ -154,17 +160,13 @@ async fn main() -> anyhow::Result<()> {
         async move { metrics_text(&registry) }
     });
     diagnostics::serve_metrics(&options, client.clone(), metrics).await?;
-    let scope = capt_controller::run::Scope {
-        namespace: args.namespace,
-        wake_on_every_change: args.baseline_full_update,
-    };
     if args.leader.no_leader_election {
-        capt_controller::run::run(ctx, scope).await;
+        capt_controller::run::run(ctx, scope, watches).await;
         return Ok(());
     }
     let mut leading = lead(&ctx.client, &args.leader).await?;
     tokio::select! {
-        _ = capt_controller::run::run(ctx, scope) => Ok(()),
+        _ = capt_controller::run::run(ctx, scope, watches) => Ok(()),
         _ = leading.wait_for(|leader| !leader) => {
             // Another replica may already be reconciling: stop at once, and let the
             // kubelet restart this one as a candidate.

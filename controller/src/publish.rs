@@ -144,6 +144,15 @@ enum Sink {
     FullUpdate(kube::Client),
 }
 
+/// What became of a publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// Not sent: the same fragment was delivered last time.
+    Repeat,
+    /// Sent, and what the status-applier did with it (the baseline's writes are `applied`).
+    Sent(status_applier_api::Action),
+}
+
 /// Delivers intents, skipping repeats.
 pub struct Publisher {
     sink: Sink,
@@ -169,11 +178,14 @@ impl Publisher {
         }
     }
 
-    /// Publishes unless the same fragment was delivered last time; answers whether it sent.
-    pub async fn publish(&self, p: Publication) -> Result<bool, PublishError> {
+    /// Publishes unless the same fragment was delivered last time.
+    pub async fn publish(&self, p: Publication) -> Result<Published, PublishError> {
         let client = match &self.sink {
             Sink::Applier(client) => client,
-            Sink::FullUpdate(kube) => return full_update(kube, p).await.map(|()| true),
+            Sink::FullUpdate(kube) => {
+                full_update(kube, p).await?;
+                return Ok(Published::Sent(status_applier_api::Action::applied));
+            }
         };
         let key = Key {
             api_version: p.target.api_version.clone(),
@@ -185,7 +197,7 @@ impl Publisher {
         };
         let remembered = (p.target.uid.clone(), p.fragment.clone(), p.release.clone());
         if self.delivered.lock().expect("lock").get(&key) == Some(&remembered) {
-            return Ok(false);
+            return Ok(Published::Repeat);
         }
         let subject = p.subject();
         let intent = Intent {
@@ -202,8 +214,8 @@ impl Publisher {
         // Any outcome is delivered, a conflict or a rejection too: the applier keeps the
         // document and retries when the object changes. A refusal (a bad intent, an applier
         // failure) is not; the client reads which is which.
-        match client.send(&intent).await {
-            Ok(_outcome) => {}
+        let action = match client.send(&intent).await {
+            Ok(outcome) => outcome.action,
             Err(ClientError::Refused { status, body }) => {
                 return Err(PublishError::Refused {
                     subject,
@@ -212,9 +224,9 @@ impl Publisher {
                 });
             }
             Err(source) => return Err(PublishError::Unreachable { subject, source }),
-        }
+        };
         self.delivered.lock().expect("lock").insert(key, remembered);
-        Ok(true)
+        Ok(Published::Sent(action))
     }
 
     /// Forgets what was delivered for an object (it was deleted).

@@ -1,4 +1,5 @@
-//! Wiring: the four controllers, what wakes each of them, and the HTTP endpoints.
+//! Wiring: the four controllers and what wakes each of them, over one shared watch per kind
+//! ([`crate::watches`]).
 //!
 //! Primary objects wake their own reconciler only when their generation, finalizers,
 //! labels or deletion change ([`crate::reconcile::lifecycle`]): status writes, ours included,
@@ -15,10 +16,11 @@ use crate::reconcile::{
     control_plane, error_policy, lifecycle,
 };
 use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
+use crate::watches::{Caches, Trigger, Watch, Watched};
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
@@ -52,154 +54,135 @@ impl Scope {
     }
 }
 
-/// Runs every controller until a shutdown signal.
-pub async fn run(ctx: Arc<Context>, scope: Scope) {
-    let client = ctx.client.clone();
-    let (applies, apply_controller) = controller::<WorkspaceTemplateApply>(&scope, &client);
-    let (control_planes, cp_controller) = controller::<CAPTControlPlane>(&scope, &client);
-    let (capt_clusters, cc_controller) = controller::<CAPTCluster>(&scope, &client);
-    let (_, cluster_controller) = controller::<Cluster>(&scope, &client);
-    let wc = watcher::Config::default();
-    let workspaces = || Api::<TerraformWorkspace>::all(client.clone());
-    let ws_config = scope.workspaces();
+/// The watches of every kind the controllers read, one per kind, not started: their caches
+/// go into the reconcilers' context first ([`Watches::caches`]), then [`run`] wires and
+/// starts them.
+pub struct Watches {
+    clusters: Watch<Cluster>,
+    capt_clusters: Watch<CAPTCluster>,
+    control_planes: Watch<CAPTControlPlane>,
+    applies: Watch<WorkspaceTemplateApply>,
+    templates: Watch<WorkspaceTemplate>,
+    workspaces: Watch<TerraformWorkspace>,
+}
 
-    let applies_of_cluster = applies.clone();
-    let apply_loop = apply_controller
-        .watches(workspaces(), ws_config.clone(), |ws| {
-            labelled_ref(&ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
-        })
-        // Pausing and unpausing a Cluster holds and releases its applies.
-        .watches(scope.api::<Cluster>(&client), wc.clone(), move |c| {
-            of_cluster(&applies_of_cluster, &c)
-        })
-        .watches(
-            scope.api::<WorkspaceTemplate>(&client),
-            wc.clone(),
-            move |t| users_of(&applies, &t),
-        )
-        .shutdown_on_signal()
+impl Watches {
+    /// The watches of `scope`.
+    pub fn new(client: &kube::Client, scope: &Scope) -> Self {
+        let wc = watcher::Config::default;
+        Self {
+            clusters: Watch::new(scope.api(client), wc()),
+            capt_clusters: Watch::new(scope.api(client), wc()),
+            control_planes: Watch::new(scope.api(client), wc()),
+            applies: Watch::new(scope.api(client), wc()),
+            templates: Watch::new(scope.api(client), wc()),
+            workspaces: Watch::new(Api::all(client.clone()), scope.workspaces()),
+        }
+    }
+
+    /// Their caches.
+    pub fn caches(&self) -> Caches {
+        Caches {
+            clusters: self.clusters.store(),
+            capt_clusters: self.capt_clusters.store(),
+            control_planes: self.control_planes.store(),
+            applies: self.applies.store(),
+            templates: self.templates.store(),
+            workspaces: self.workspaces.store(),
+        }
+    }
+}
+
+/// Runs every controller until a shutdown signal: wires what wakes each, starts the watches,
+/// and reconciles once every cache has listed its kind.
+pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
+    let every_change = scope.wake_on_every_change;
+    let apply_t = Trigger::<WorkspaceTemplateApply>::default();
+    let cp_t = Trigger::<CAPTControlPlane>::default();
+    let cc_t = Trigger::<CAPTCluster>::default();
+    let cluster_t = Trigger::<Cluster>::default();
+
+    w.applies.wakes_own(&apply_t, wakes(every_change));
+    w.workspaces.wakes(&apply_t, |ws| {
+        labelled_ref(ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
+    });
+    // Pausing and unpausing a Cluster holds and releases its applies.
+    let applies = w.applies.store();
+    w.clusters.wakes(&apply_t, move |c| of_cluster(&applies, c));
+    let applies = w.applies.store();
+    w.templates.wakes(&apply_t, move |t| users_of(&applies, t));
+
+    w.control_planes.wakes_own(&cp_t, wakes(every_change));
+    let control_planes = w.control_planes.store();
+    w.capt_clusters
+        .wakes(&cp_t, move |peer| same_cluster(&control_planes, peer));
+    owner_wakes(&cp_t, &mut w, |c| &c.spec.control_plane_ref);
+
+    w.capt_clusters.wakes_own(&cc_t, wakes(every_change));
+    let capt_clusters = w.capt_clusters.store();
+    w.control_planes
+        .wakes(&cc_t, move |peer| same_cluster(&capt_clusters, peer));
+    owner_wakes(&cc_t, &mut w, |c| &c.spec.infrastructure_ref);
+
+    w.clusters.wakes_own(&cluster_t, wakes(every_change));
+    w.capt_clusters.wakes(&cluster_t, owning_cluster_ref);
+    w.control_planes.wakes(&cluster_t, owning_cluster_ref);
+
+    let caches = w.caches();
+    w.clusters.spawn();
+    w.capt_clusters.spawn();
+    w.control_planes.spawn();
+    w.applies.spawn();
+    w.templates.spawn();
+    w.workspaces.spawn();
+    caches.ready().await;
+    tracing::info!("Caches synced; controllers started");
+
+    let apply_loop = controller(caches.applies.clone(), apply_t)
         .run(apply::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
-
-    let cp_loop = owner_watches::<CAPTControlPlane, CAPTCluster>(
-        cp_controller,
-        control_planes,
-        &scope,
-        &client,
-        |c| &c.spec.control_plane_ref,
-    )
-    .shutdown_on_signal()
-    .run(control_plane::reconcile, error_policy, ctx.clone())
-    .for_each(|_| std::future::ready(()));
-
-    let cc_loop = owner_watches::<CAPTCluster, CAPTControlPlane>(
-        cc_controller,
-        capt_clusters,
-        &scope,
-        &client,
-        |c| &c.spec.infrastructure_ref,
-    )
-    .shutdown_on_signal()
-    .run(capt_cluster::reconcile, error_policy, ctx.clone())
-    .for_each(|_| std::future::ready(()));
-
-    let cluster_loop = cluster_controller
-        .watches(scope.api::<CAPTCluster>(&client), wc.clone(), |o| {
-            owning_cluster_ref(&o)
-        })
-        .watches(scope.api::<CAPTControlPlane>(&client), wc.clone(), |o| {
-            owning_cluster_ref(&o)
-        })
-        .shutdown_on_signal()
+    let cp_loop = controller(caches.control_planes.clone(), cp_t)
+        .run(control_plane::reconcile, error_policy, ctx.clone())
+        .for_each(|_| std::future::ready(()));
+    let cc_loop = controller(caches.capt_clusters.clone(), cc_t)
+        .run(capt_cluster::reconcile, error_policy, ctx.clone())
+        .for_each(|_| std::future::ready(()));
+    let cluster_loop = controller(caches.clusters.clone(), cluster_t)
         .run(cluster::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
-
-    tracing::info!("Controllers started");
     futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
 }
 
-/// A namespaced kind the controllers watch and cache.
-trait Watched:
-    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-    + Clone
-    + serde::de::DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
+/// What wakes a primary object's own reconciler: its lifecycle ([`lifecycle`]), or every
+/// change for the benchmark's baseline.
+fn wakes<K: Resource>(every_change: bool) -> fn(&K) -> Option<u64> {
+    match every_change {
+        true => kube::runtime::predicates::resource_version,
+        false => lifecycle,
+    }
 }
 
-impl<K> Watched for K where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
+/// A controller of `K` reading `store`, woken by `trigger` only.
+fn controller<K: Watched>(store: Store<K>, trigger: Trigger<K>) -> Controller<K> {
+    Controller::for_stream(futures::stream::empty(), store)
+        .reconcile_on(trigger.into_stream())
+        .shutdown_on_signal()
 }
 
-/// What wakes the owner `O` of an apply (a CAPTCluster or a CAPTControlPlane): its applies
-/// and their Workspaces (by their owner labels), the other CAPT kind `P` of the same Cluster
-/// (the VPC's readiness, the control plane's presence during deletion), and the Cluster that
-/// references it through `reference` (pausing, adoption, the endpoint).
-fn owner_watches<O, P>(
-    controller: Controller<O>,
-    owners: Store<O>,
-    scope: &Scope,
-    client: &kube::Client,
+/// What else wakes the owner `O` of an apply (a CAPTCluster or a CAPTControlPlane): its
+/// applies and their Workspaces (by their owner labels), and the Cluster that references it
+/// through `reference` (pausing, adoption, the endpoint). The other CAPT kind of the same
+/// Cluster wakes it too (the VPC's readiness, the control plane's presence during deletion):
+/// the caller wires that, the peer being the one kind it cannot name generically.
+fn owner_wakes<O: Watched>(
+    trigger: &Trigger<O>,
+    w: &mut Watches,
     reference: fn(&Cluster) -> &Option<k8s_openapi::api::core::v1::ObjectReference>,
-) -> Controller<O>
-where
-    O: Watched,
-    P: Watched,
-{
-    let wc = watcher::Config::default();
-    controller
-        .watches(
-            scope.api::<WorkspaceTemplateApply>(client),
-            wc.clone(),
-            |a| owner_of::<O, _>(&a),
-        )
-        .watches(
-            Api::<TerraformWorkspace>::all(client.clone()),
-            scope.workspaces(),
-            |ws| owner_of::<O, _>(&ws),
-        )
-        .watches(scope.api::<P>(client), wc.clone(), move |peer| {
-            same_cluster(&owners, &peer)
-        })
-        .watches(scope.api::<Cluster>(client), wc, move |c| {
-            referenced(&c, reference(&c))
-        })
-}
-
-/// A controller of `K` woken by lifecycle changes only (unless the scope says every change),
-/// and the store of its objects.
-fn controller<K>(scope: &Scope, client: &kube::Client) -> (Store<K>, Controller<K>)
-where
-    K: Watched,
-{
-    let (reader, writer) = reflector::store();
-    let every_change = scope.wake_on_every_change;
-    let wakes = move |obj: &K| {
-        if every_change {
-            kube::runtime::predicates::resource_version(obj)
-        } else {
-            lifecycle(obj)
-        }
-    };
-    // The reconcilers read managedFields from fresh GETs only: the cache need not hold them
-    // (they are most of an object's size, and 1,000 clusters make thousands of objects).
-    let stream = watcher(scope.api(client), watcher::Config::default())
-        .default_backoff()
-        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(wakes, Default::default());
-    (reader.clone(), Controller::for_stream(stream, reader))
+) {
+    w.applies.wakes(trigger, |a| owner_of::<O, _>(a));
+    w.workspaces.wakes(trigger, |ws| owner_of::<O, _>(ws));
+    w.clusters
+        .wakes(trigger, move |c| referenced(c, reference(c)));
 }
 
 /// The object named by two labels (namespace, name) of `obj`.

@@ -8,7 +8,7 @@
 
 use super::shared::{Located, contains, locate_workspace};
 use super::{Result, after, kube_err};
-use crate::api::{TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
+use crate::api::{TerraformWorkspace, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::{SPEC_MANAGER, set_finalizer};
 use crate::publish::Publication;
@@ -17,6 +17,7 @@ use crate::tenancy::{
     Placement, Refusal, WORKSPACE_OWNED_BY_ANOTHER, WORKSPACE_OWNED_CONDITION,
     apply_cross_namespace, rendered_cross_namespace,
 };
+use crate::watches::cached;
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -36,7 +37,7 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     ctx.metrics.reconciled("WorkspaceTemplateApply");
     // Paused (its Cluster, or its own annotation): no Workspace change, no finalizer change,
     // and its status, which only mirrors the Workspace, stays as it is.
-    let cluster = super::shared::owning_cluster(&ctx, &*apply).await?;
+    let cluster = super::shared::owning_cluster(&ctx, &*apply);
     if let Some(why) = super::pause::paused(cluster.as_ref(), &*apply) {
         tracing::debug!(apply = apply.name_any(), why, "Paused");
         return Ok(Action::await_change());
@@ -44,7 +45,7 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     let namespace = apply.namespace().unwrap_or_default();
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &namespace);
     let workspaces: Api<TerraformWorkspace> = Api::all(ctx.client.clone());
-    let located = locate_workspace(&ctx, &*apply, &apply).await?;
+    let located = locate_workspace(&ctx, &apply);
     if apply.meta().deletion_timestamp.is_some() {
         return delete(&apply, &applies, &workspaces, located, &ctx).await;
     }
@@ -92,12 +93,12 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         .namespace
         .clone()
         .unwrap_or(namespace.clone());
-    let templates: Api<WorkspaceTemplate> = Api::namespaced(ctx.client.clone(), &template_ns);
-    let Some(template) = templates
-        .get_opt(&apply.spec.template_ref.name)
-        .await
-        .map_err(kube_err(&*apply, "reading its WorkspaceTemplate"))?
-    else {
+    let template = cached(
+        &ctx.caches.templates,
+        Some(&template_ns),
+        &apply.spec.template_ref.name,
+    );
+    let Some(template) = template else {
         let message = format!(
             "WorkspaceTemplate {template_ns}/{} not found",
             apply.spec.template_ref.name
@@ -201,16 +202,12 @@ async fn waiting(
             )));
         }
     }
-    let workspaces: Api<TerraformWorkspace> = Api::all(ctx.client.clone());
     for wanted in apply.spec.wait_for_workspaces.iter().flatten() {
-        let found = workspaces
-            .get_opt(&wanted.name)
-            .await
-            .map_err(kube_err(apply, "checking a Workspace it waits for"))?;
+        let found = cached(&ctx.caches.workspaces, None, &wanted.name);
         let ready = found
             .map(|w| {
                 crate::status::workspace::WorkspaceObservation::from_json(
-                    &serde_json::to_value(&w).unwrap_or_default(),
+                    &serde_json::to_value(w.as_ref()).unwrap_or_default(),
                 )
                 .is_ready()
             })

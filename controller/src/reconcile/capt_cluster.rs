@@ -7,7 +7,7 @@ use super::deletion;
 use super::owner::{self, ApplyOwner};
 use super::shared::{cluster_name, locate_workspace, owning_cluster};
 use super::{Result, after, kube_err};
-use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, CAPTControlPlane};
+use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster};
 use crate::context::Context;
 use crate::k8s::set_finalizer;
 use crate::publish::Publication;
@@ -19,7 +19,7 @@ use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::Placement;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -73,7 +73,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     ctx.metrics.reconciled("CAPTCluster");
     let api: Api<CAPTCluster> =
         Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
-    let cluster = owning_cluster(&ctx, &*cc).await?;
+    let cluster = owning_cluster(&ctx, &*cc);
     if let Some(held) = owner::hold_if_paused(&ctx, &*cc, cluster.as_ref()).await? {
         return Ok(held);
     }
@@ -90,7 +90,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     {
         match owner::ensure_recorded_apply(&ctx, &api, &*cc).await? {
             Ok(apply) => {
-                let located = locate_workspace(&ctx, &*cc, &apply).await?;
+                let located = locate_workspace(&ctx, &apply);
                 workspace = located.own().map(|w| {
                     WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())
                 });
@@ -132,29 +132,22 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     )))
 }
 
-/// True when a CAPTControlPlane of the same Cluster still exists.
-async fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> Result<bool> {
+/// True when a CAPTControlPlane of the same Cluster still exists (as cached).
+fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> bool {
     let Some(cluster) = cluster_name(cc) else {
-        return Ok(false);
+        return false;
     };
-    let api: Api<CAPTControlPlane> =
-        Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
-    let all = api
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err(cc, "listing control planes"))?;
-    Ok(all
-        .items
-        .iter()
-        .any(|cp| cluster_name(cp).as_deref() == Some(&cluster)))
+    ctx.caches.control_planes.state().iter().any(|cp| {
+        cp.namespace() == cc.namespace() && cluster_name(cp.as_ref()).as_deref() == Some(&cluster)
+    })
 }
 
 async fn delete(cc: &CAPTCluster, api: &Api<CAPTCluster>, ctx: &Context) -> Result<Action> {
     if !owner::ours_to_delete(cc) {
         return Ok(Action::await_change());
     }
-    let (d, mut facts) = owner::deletion_of(ctx, cc, None).await?;
-    facts.control_plane_present = control_plane_present(ctx, cc).await?;
+    let (d, mut facts) = owner::deletion_of(ctx, cc, None);
+    facts.control_plane_present = control_plane_present(ctx, cc);
     facts.retain = cc.spec.retain_vpc_on_delete.unwrap_or(false);
     deletion::carry_out(ctx, cc, api, facts, d).await
 }

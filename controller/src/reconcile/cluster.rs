@@ -4,11 +4,12 @@
 //! Cluster, and the endpoint's ownership and release that the control plane's deletion uses.
 
 use super::{Result, after, kube_err};
-use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
+use crate::api::Cluster;
 use crate::context::Context;
 use crate::publish::Publication;
 use crate::status::cluster::{ClusterInput, ProviderView, desired_cluster};
 use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
+use crate::watches::cached;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -42,20 +43,10 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
             .filter(|r| r.kind.as_deref() == Some(kind))
             .and_then(|r| r.name.clone())
     };
-    let infra = match name_of(&cluster.spec.infrastructure_ref, "CAPTCluster") {
-        Some(n) => Api::<CAPTCluster>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&n)
-            .await
-            .map_err(kube_err(&*cluster, "reading its CAPTCluster"))?,
-        None => None,
-    };
-    let cp = match name_of(&cluster.spec.control_plane_ref, "CAPTControlPlane") {
-        Some(n) => Api::<CAPTControlPlane>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&n)
-            .await
-            .map_err(kube_err(&*cluster, "reading its CAPTControlPlane"))?,
-        None => None,
-    };
+    let infra = name_of(&cluster.spec.infrastructure_ref, "CAPTCluster")
+        .and_then(|n| cached(&ctx.caches.capt_clusters, Some(&ns), &n));
+    let cp = name_of(&cluster.spec.control_plane_ref, "CAPTControlPlane")
+        .and_then(|n| cached(&ctx.caches.control_planes, Some(&ns), &n));
     if infra.is_none() && cp.is_none() {
         return Ok(Action::await_change());
     }
@@ -103,6 +94,17 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
 pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
     let endpoint = managed_fields::parse_field_path(ENDPOINT_PATH).expect("a valid field path");
     ManagedFields::decode(cluster.managed_fields()).applied_at(MANAGER_CLUSTER, "", &endpoint)
+}
+
+/// [`endpoint_owned_by_us`], read from the API server: the cache holds no managedFields.
+pub async fn endpoint_still_ours(ctx: &Context, cluster: &Cluster) -> Result<bool> {
+    let api: Api<Cluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let live = api
+        .get_opt(&cluster.name_any())
+        .await
+        .map_err(kube_err(cluster, "reading its managedFields"))?;
+    Ok(live.is_some_and(|c| endpoint_owned_by_us(&c)))
 }
 
 /// Publishes the release of the Cluster's endpoint under `capt-cluster`.

@@ -2,27 +2,27 @@
 //! publishes the status and endpoint computed by [`crate::status::control_plane`]. Deletion
 //! releases the Cluster endpoint, deletes the apply and waits for the Workspace to go.
 
-use super::cluster::{endpoint_owned_by_us, managed_by_core};
+use super::cluster::{endpoint_still_ours, managed_by_core};
 use super::deletion;
 use super::owner::{self, ApplyOwner};
 use super::shared::{cluster_name, observe_workspace, owning_cluster, secret_endpoint};
 use super::{Result, after, kube_err};
-use crate::api::{
-    CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
-};
+use crate::api::{CAPT_CONTROL_PLANE_FINALIZER, CAPTControlPlane, Cluster, ControlPlanePhase};
 use crate::context::Context;
 use crate::k8s::set_finalizer;
-use crate::publish::Publication;
+use crate::publish::{Publication, Published};
 use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{
     CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
 };
+use crate::watches::cached_beside;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
+use status_applier_api::Action as Outcome;
 use std::sync::Arc;
 
 impl ApplyOwner for CAPTControlPlane {
@@ -71,7 +71,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     ctx.metrics.reconciled("CAPTControlPlane");
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
-    let cluster = owning_cluster(&ctx, &*cp).await?;
+    let cluster = owning_cluster(&ctx, &*cp);
     if let Some(held) = owner::hold_if_paused(&ctx, &*cp, cluster.as_ref()).await? {
         return Ok(held);
     }
@@ -81,7 +81,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
         .await
         .map_err(kube_err(&*cp, "adding its finalizer"))?;
-    let vpc_ready = vpc_ready(&ctx, &cp, cluster.as_ref()).await?;
+    let vpc_ready = vpc_ready(&ctx, &cp, cluster.as_ref());
     let mut workspace = None;
     let mut endpoint_source = None;
     let mut refusal = None;
@@ -95,18 +95,16 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         },
         _ => None,
     };
-    if let Some(apply) = apply {
-        workspace = observe_workspace(&ctx, &*cp, &apply).await?;
-        if workspace.as_ref().is_some_and(|w| w.is_ready()) {
-            super::kubeconfig::ensure_kubeconfig(&ctx, &cp, &apply).await?;
-        }
+    if let Some(apply) = &apply {
+        workspace = observe_workspace(&ctx, apply);
         endpoint_source = workspace
             .as_ref()
             .and_then(|w| w.output_string("cluster_endpoint"));
         if endpoint_source.is_none() && workspace.as_ref().is_some_and(|w| w.is_ready()) {
-            endpoint_source = secret_endpoint(&ctx, &*cp, &apply).await?;
+            endpoint_source = secret_endpoint(&ctx, &*cp, apply).await?;
         }
     }
+    let workspace_ready = workspace.as_ref().is_some_and(|w| w.is_ready());
     let input = ControlPlaneInput {
         generation: cp.meta().generation,
         version: cp.spec.version.clone(),
@@ -133,48 +131,46 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         owner::add_refusal(&mut desired.status_fragment, &*cp, refusal);
     }
     observe_phase(&ctx, &cp, desired.phase);
-    let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
-    let main = desired.endpoint.map(|endpoint| {
-        Publication::main(
-            &*cp,
-            MANAGER_CAPT_CONTROL_PLANE,
-            json!({"spec": {"controlPlaneEndpoint": endpoint}}),
-            vec![],
-        )
-    });
-    // The endpoint first: it is what the Cluster waits for. One at a time: status applies
-    // carry the resourceVersion they were planned on, so a concurrent main-resource write
-    // would turn the status apply into a retry.
-    if let Some(main) = main {
-        ctx.publish(main).await?;
-    }
-    ctx.publish(status).await?;
-    Ok(after(owner::recheck(
+    let recheck = after(owner::recheck(
         &ctx,
         desired.recheck_after,
         refusal.as_ref(),
-    )))
+    ));
+    // The endpoint first: it is what the Cluster waits for. One at a time: status applies
+    // carry the resourceVersion they were planned on, so a concurrent main-resource write
+    // would turn the status apply into a retry.
+    if let Some(endpoint) = desired.endpoint {
+        let moves = cp.spec.control_plane_endpoint.as_ref() != Some(&endpoint);
+        let main = Publication::main(
+            &*cp,
+            MANAGER_CAPT_CONTROL_PLANE,
+            json!({"spec": {"controlPlaneEndpoint": &endpoint}}),
+            vec![],
+        );
+        // Our endpoint write makes a new generation, and the reconcile it wakes publishes
+        // the status with that generation observed. The status published now would be
+        // written twice: once here, once more for its observedGeneration.
+        if ctx.publish(main).await? == Published::Sent(Outcome::applied) && moves {
+            return Ok(recheck);
+        }
+    }
+    let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
+    ctx.publish(status).await?;
+    // The kubeconfig Secret last: reading the connection Secret is a request, and the
+    // endpoint and status do not wait for it.
+    if let Some(apply) = apply.filter(|_| workspace_ready) {
+        super::kubeconfig::ensure_kubeconfig(&ctx, &cp, &apply).await?;
+    }
+    Ok(recheck)
 }
 
-/// Whether the Cluster's CAPTCluster is ready; `None` when unknown.
-async fn vpc_ready(
-    ctx: &Context,
-    cp: &CAPTControlPlane,
-    cluster: Option<&Cluster>,
-) -> Result<Option<bool>> {
-    let Some(infra) = cluster
+/// Whether the Cluster's CAPTCluster is ready (as cached); `None` when unknown.
+fn vpc_ready(ctx: &Context, cp: &CAPTControlPlane, cluster: Option<&Cluster>) -> Option<bool> {
+    let infra = cluster
         .and_then(|c| c.spec.infrastructure_ref.as_ref())
-        .and_then(|r| r.name.clone())
-    else {
-        return Ok(None);
-    };
-    let api: Api<CAPTCluster> =
-        Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
-    let found = api
-        .get_opt(&infra)
-        .await
-        .map_err(kube_err(cp, "reading its CAPTCluster"))?;
-    Ok(found.map(|c| c.status.and_then(|s| s.ready).unwrap_or(false)))
+        .and_then(|r| r.name.as_deref())?;
+    let found = cached_beside(&ctx.caches.capt_clusters, cp, infra)?;
+    Some(found.status.as_ref().and_then(|s| s.ready).unwrap_or(false))
 }
 
 /// Observes the time from Creating to Ready or Failed when the phase changes.
@@ -215,10 +211,11 @@ async fn delete(
     }
     // Under core, the endpoint is core's (it copied it from us) and a Cluster going away keeps
     // it; alone, ours is released before the control plane goes.
-    let endpoint_owned = cluster
-        .as_ref()
-        .is_some_and(|c| !managed_by_core(c) && endpoint_owned_by_us(c));
-    let (d, mut facts) = owner::deletion_of(ctx, cp, cluster).await?;
+    let endpoint_owned = match cluster.as_ref().filter(|c| !managed_by_core(c)) {
+        Some(c) => endpoint_still_ours(ctx, c).await?,
+        None => false,
+    };
+    let (d, mut facts) = owner::deletion_of(ctx, cp, cluster);
     facts.endpoint_owned = endpoint_owned;
     deletion::carry_out(ctx, cp, api, facts, d).await
 }

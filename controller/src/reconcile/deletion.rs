@@ -34,18 +34,17 @@ pub struct Deletion {
     pub cluster: Option<Cluster>,
 }
 
-/// The facts every deletion shares: its apply and that apply's Workspace.
-pub async fn apply_facts<K: Resource<DynamicType = ()>>(
+/// The facts every deletion shares: its apply and that apply's Workspace (as cached).
+pub fn apply_facts<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     obj: &K,
     apply_name: &str,
-) -> Result<(Option<WorkspaceTemplateApply>, bool)> {
-    let apply = get_apply(ctx, obj, apply_name).await?;
-    let workspace_present = match &apply {
-        Some(a) => observe_workspace(ctx, obj, a).await?.is_some(),
-        None => false,
-    };
-    Ok((apply, workspace_present))
+) -> (Option<WorkspaceTemplateApply>, bool) {
+    let apply = get_apply(ctx, obj, apply_name);
+    let workspace_present = apply
+        .as_ref()
+        .is_some_and(|a| observe_workspace(ctx, a).is_some());
+    (apply, workspace_present)
 }
 
 /// When the object's deletion was requested.

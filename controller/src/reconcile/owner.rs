@@ -160,12 +160,12 @@ pub async fn hold_if_paused<O: ApplyOwner>(
 /// What the deletion of `owner` is: its description (with its apply, if any) and the facts
 /// every owner shares. Facts of one kind only (`endpoint_owned`, `control_plane_present`,
 /// `retain`) start `false`; the reconciler sets them.
-pub async fn deletion_of<O: ApplyOwner>(
+pub fn deletion_of<O: ApplyOwner>(
     ctx: &Context,
     owner: &O,
     cluster: Option<Cluster>,
-) -> Result<(Deletion, DeletionFacts)> {
-    let (apply, workspace_present) = deletion::apply_facts(ctx, owner, &owner.apply_name()).await?;
+) -> (Deletion, DeletionFacts) {
+    let (apply, workspace_present) = deletion::apply_facts(ctx, owner, &owner.apply_name());
     let facts = DeletionFacts {
         endpoint_owned: false,
         control_plane_present: false,
@@ -187,7 +187,7 @@ pub async fn deletion_of<O: ApplyOwner>(
         apply,
         cluster,
     };
-    Ok((d, facts))
+    (d, facts)
 }
 
 /// True when the owner still carries our finalizer: its deletion is ours to carry out.

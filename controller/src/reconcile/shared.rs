@@ -8,6 +8,7 @@ use crate::k8s::SPEC_MANAGER;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
+use crate::watches::{cached, cached_beside};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -30,19 +31,10 @@ pub fn cluster_name<K: Resource>(obj: &K) -> Option<String> {
         .or_else(|| obj.meta().labels.as_ref()?.get(CLUSTER_NAME_LABEL).cloned())
 }
 
-/// The Cluster an object belongs to, if it exists.
-pub async fn owning_cluster<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    obj: &K,
-) -> Result<Option<Cluster>> {
-    let Some(name) = cluster_name(obj) else {
-        return Ok(None);
-    };
-    let api: Api<Cluster> =
-        Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    api.get_opt(&name)
-        .await
-        .map_err(kube_err(obj, "reading its Cluster"))
+/// The Cluster an object belongs to, if it exists (as cached).
+pub fn owning_cluster<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) -> Option<Cluster> {
+    let name = cluster_name(obj)?;
+    cached_beside(&ctx.caches.clusters, obj, &name).map(|c| (*c).clone())
 }
 
 /// What to create when an object has no apply yet.
@@ -67,10 +59,7 @@ where
 {
     let ns = owner.namespace().unwrap_or_default();
     let api: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &ns);
-    let existing = api
-        .get_opt(&wanted.name)
-        .await
-        .map_err(kube_err(owner, "reading its WorkspaceTemplateApply"))?;
+    let existing = get_apply(ctx, owner, &wanted.name);
     let kind = K::kind(&());
     let owner_name = owner.name_any();
     let claim = existing.as_ref().map(|a| {
@@ -170,17 +159,13 @@ pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
     Ok(())
 }
 
-/// The apply of `name` in the owner's namespace, if it exists.
-pub async fn get_apply<K: Resource<DynamicType = ()>>(
+/// The apply of `name` in the owner's namespace, if it exists (as cached).
+pub fn get_apply<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     owner: &K,
     name: &str,
-) -> Result<Option<WorkspaceTemplateApply>> {
-    let api: Api<WorkspaceTemplateApply> =
-        Api::namespaced(ctx.client.clone(), &owner.namespace().unwrap_or_default());
-    api.get_opt(name)
-        .await
-        .map_err(kube_err(owner, "reading its WorkspaceTemplateApply"))
+) -> Option<WorkspaceTemplateApply> {
+    cached_beside(&ctx.caches.applies, owner, name).map(|a| (*a).clone())
 }
 
 /// The Workspace of an apply, as found: which name it uses ([`Placement`]) and the
@@ -202,30 +187,18 @@ impl Located {
     }
 }
 
-/// Finds the Workspace of `apply` (`subject` names who asks, for errors): under
+/// Finds the Workspace of `apply`, as cached: under
 /// [`workspace_name`] when it is the apply's, else under [`legacy_workspace_name`] when that
 /// one is provably the apply's (`crate::tenancy::place_workspace`). Level-triggered: decided
 /// from what exists each time, nothing remembered.
-pub async fn locate_workspace<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    subject: &K,
-    apply: &WorkspaceTemplateApply,
-) -> Result<Located> {
-    let api: Api<TerraformWorkspace> = Api::all(ctx.client.clone());
+pub fn locate_workspace(ctx: &Context, apply: &WorkspaceTemplateApply) -> Located {
     let (ns, name, uid) = (
         apply.namespace().unwrap_or_default(),
         apply.name_any(),
         apply.uid(),
     );
-    let get = |n: String| {
-        let api = api.clone();
-        async move {
-            api.get_opt(&n)
-                .await
-                .map_err(kube_err(subject, "reading its Workspace"))
-        }
-    };
-    let current = get(workspace_name(&ns, &name)).await?;
+    let get = |n: String| cached(&ctx.caches.workspaces, None, &n).map(|w| (*w).clone());
+    let current = get(workspace_name(&ns, &name));
     let place = |current: Option<&TerraformWorkspace>, legacy: Option<&TerraformWorkspace>| {
         crate::tenancy::place_workspace(
             &ns,
@@ -237,14 +210,14 @@ pub async fn locate_workspace<K: Resource<DynamicType = ()>>(
     };
     let placement = place(current.as_ref(), None);
     if matches!(placement, Placement::Use { exists: true, .. }) {
-        return Ok(Located {
+        return Located {
             placement,
             workspace: current,
-        });
+        };
     }
     let legacy_name = legacy_workspace_name(&ns, &name);
     let legacy = match legacy_name != placement.name() {
-        true => get(legacy_name).await?,
+        true => get(legacy_name),
         false => None,
     };
     let placement = place(current.as_ref(), legacy.as_ref());
@@ -253,23 +226,22 @@ pub async fn locate_workspace<K: Resource<DynamicType = ()>>(
         Placement::Use { name, .. } if *name != workspace_name(&ns, &apply.name_any()) => legacy,
         _ => current,
     };
-    Ok(Located {
+    Located {
         placement,
         workspace,
-    })
+    }
 }
 
 /// The Workspace an apply renders, observed; `None` when it does not exist, or when the
 /// Workspace under its name is another's (whose state is not the apply's to report).
-pub async fn observe_workspace<K: Resource<DynamicType = ()>>(
+pub fn observe_workspace(
     ctx: &Context,
-    owner: &K,
     apply: &WorkspaceTemplateApply,
-) -> Result<Option<WorkspaceObservation>> {
-    let located = locate_workspace(ctx, owner, apply).await?;
-    Ok(located
+) -> Option<WorkspaceObservation> {
+    let located = locate_workspace(ctx, apply);
+    located
         .own()
-        .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())))
+        .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default()))
 }
 
 /// The `cluster_endpoint` key of the apply's connection Secret, when it is in the owner's

@@ -1,0 +1,349 @@
+//! One watch per kind, shared by every controller: each kind is listed and watched once, its
+//! objects stripped of what no reconciler reads before they are cached, and each change
+//! handed to the controllers it wakes as object references (the objects are not copied).
+//!
+//! The reconcilers read these caches instead of issuing GETs ([`Caches`]). A controller of
+//! kube-rs opens a watch of its own for every `.watches()`: with four controllers that was
+//! up to four watches, four initial LISTs and four in-flight copies of every Workspace,
+//! apply and Cluster.
+
+use crate::api::{
+    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
+    WorkspaceTemplateApply,
+};
+use futures::StreamExt;
+use futures::channel::mpsc;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Annotation `kubectl apply` (client-side) leaves: a copy of the whole object, never read.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A namespaced or cluster-scoped kind the controllers watch and cache.
+pub trait Watched:
+    Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// What the cache keeps of an object: everything but its managedFields (the reconcilers read
+/// them from a fresh GET where they need them: [`crate::reconcile::cluster`]) and the
+/// last-applied annotation. Together they are most of an object's size.
+pub fn strip<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// The references a controller of `K` is woken with, sent by the watches that wake it.
+pub struct Trigger<K: Resource<DynamicType = ()>> {
+    sender: mpsc::UnboundedSender<ObjectRef<K>>,
+    receiver: mpsc::UnboundedReceiver<ObjectRef<K>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for Trigger<K> {
+    fn default() -> Self {
+        let (sender, receiver) = mpsc::unbounded();
+        Self { sender, receiver }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Trigger<K> {
+    /// The stream of references to reconcile (`Controller::reconcile_on`).
+    pub fn into_stream(self) -> mpsc::UnboundedReceiver<ObjectRef<K>> {
+        self.receiver
+    }
+}
+
+/// Whether a watch event created or changed an object, or deleted it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Change {
+    /// Created or changed.
+    Applied,
+    /// Deleted.
+    Deleted,
+}
+
+/// Who is woken by the changes of one kind, and with which references.
+pub struct Subscribers<K> {
+    each: Vec<Subscriber<K>>,
+}
+
+/// One subscriber: told of every change.
+type Subscriber<K> = Box<dyn Fn(&K, Change) + Send + Sync>;
+
+impl<K> Default for Subscribers<K> {
+    fn default() -> Self {
+        Self { each: Vec::new() }
+    }
+}
+
+impl<K: Watched> Subscribers<K> {
+    /// Wakes the controller of `K` itself when `lifecycle` of an object changes (a new
+    /// object, or a change the hash sees); deletions do not wake it (a finalizer turns the
+    /// deletion into a change first).
+    pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
+        let sender = trigger.sender.clone();
+        let seen: Mutex<HashMap<ObjectRef<K>, Option<u64>>> = Mutex::default();
+        self.each.push(Box::new(move |obj, change| {
+            let key = ObjectRef::from_obj(obj);
+            let mut seen = seen.lock().expect("lock");
+            match change {
+                Change::Deleted => {
+                    seen.remove(&key);
+                }
+                Change::Applied => {
+                    let hash = lifecycle(obj);
+                    if seen.get(&key) != Some(&hash) {
+                        seen.insert(key.clone(), hash);
+                        let _ = sender.unbounded_send(key);
+                    }
+                }
+            }
+        }));
+    }
+
+    /// Wakes the controller of `P` for the objects `map` finds, on every change of an object
+    /// of this kind, its deletion included.
+    pub fn wakes<P, I>(
+        &mut self,
+        trigger: &Trigger<P>,
+        map: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) where
+        P: Resource<DynamicType = ()> + 'static,
+        I: IntoIterator<Item = ObjectRef<P>>,
+    {
+        let sender = trigger.sender.clone();
+        self.each.push(Box::new(move |obj, _| {
+            for r in map(obj) {
+                let _ = sender.unbounded_send(r);
+            }
+        }));
+    }
+
+    /// Hands one change to every subscriber.
+    pub fn deliver(&self, obj: &K, change: Change) {
+        for subscriber in &self.each {
+            subscriber(obj, change);
+        }
+    }
+}
+
+/// The watch of one kind: its cache, and who is woken by its changes. Nothing is listed until
+/// [`Watch::spawn`].
+pub struct Watch<K: Watched> {
+    api: Api<K>,
+    config: watcher::Config,
+    store: Store<K>,
+    writer: reflector::store::Writer<K>,
+    /// Who its changes wake.
+    pub subscribers: Subscribers<K>,
+}
+
+impl<K: Watched> Watch<K> {
+    /// A watch of `api` with `config`, not started.
+    pub fn new(api: Api<K>, config: watcher::Config) -> Self {
+        let (store, writer) = reflector::store();
+        Self {
+            api,
+            config,
+            store,
+            writer,
+            subscribers: Subscribers::default(),
+        }
+    }
+
+    /// The cache (empty until the first list completes: [`Store::wait_until_ready`]).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// See [`Subscribers::wakes_own`].
+    pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
+        self.subscribers.wakes_own(trigger, lifecycle);
+    }
+
+    /// See [`Subscribers::wakes`].
+    pub fn wakes<P, I>(
+        &mut self,
+        trigger: &Trigger<P>,
+        map: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) where
+        P: Resource<DynamicType = ()> + 'static,
+        I: IntoIterator<Item = ObjectRef<P>>,
+    {
+        self.subscribers.wakes(trigger, map);
+    }
+
+    /// Lists and watches until the process ends, keeping the cache and waking subscribers.
+    pub fn spawn(self) {
+        let Self {
+            api,
+            config,
+            writer,
+            subscribers,
+            ..
+        } = self;
+        let kind = K::kind(&()).into_owned();
+        let mut events = watcher(api, config)
+            .default_backoff()
+            .modify(strip)
+            .reflect(writer)
+            .boxed();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                match &event {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                        subscribers.deliver(o, Change::Applied)
+                    }
+                    Ok(watcher::Event::Delete(o)) => subscribers.deliver(o, Change::Deleted),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                    Err(error) => {
+                        tracing::warn!(kind, %error, "Watch failed; retrying with backoff")
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The caches the reconcilers read, one per kind.
+#[derive(Clone)]
+pub struct Caches {
+    /// Cluster API Clusters.
+    pub clusters: Store<Cluster>,
+    /// CAPTClusters.
+    pub capt_clusters: Store<CAPTCluster>,
+    /// CAPTControlPlanes.
+    pub control_planes: Store<CAPTControlPlane>,
+    /// WorkspaceTemplateApplies.
+    pub applies: Store<WorkspaceTemplateApply>,
+    /// WorkspaceTemplates.
+    pub templates: Store<WorkspaceTemplate>,
+    /// Workspaces (cluster-scoped).
+    pub workspaces: Store<TerraformWorkspace>,
+}
+
+impl Caches {
+    /// Waits until every cache has listed its kind once: a reconcile before that would see
+    /// objects as missing and publish a status that says so.
+    pub async fn ready(&self) {
+        let _ = futures::join!(
+            self.clusters.wait_until_ready(),
+            self.capt_clusters.wait_until_ready(),
+            self.control_planes.wait_until_ready(),
+            self.applies.wait_until_ready(),
+            self.templates.wait_until_ready(),
+            self.workspaces.wait_until_ready(),
+        );
+    }
+}
+
+/// The cached object of `namespace`/`name` (`namespace` `None`: cluster-scoped).
+pub fn cached<K: Watched>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+    let key = ObjectRef::new(name);
+    store.get(&match namespace {
+        Some(ns) => key.within(ns),
+        None => key,
+    })
+}
+
+/// The cached object of `name` in `obj`'s namespace.
+pub fn cached_beside<K: Watched, O: Resource>(
+    store: &Store<K>,
+    obj: &O,
+    name: &str,
+) -> Option<Arc<K>> {
+    cached(store, obj.meta().namespace.as_deref(), name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::lifecycle;
+    use serde_json::json;
+
+    fn apply(name: &str, generation: i64, status: &str) -> WorkspaceTemplateApply {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": name, "namespace": "ns", "generation": generation,
+                "managedFields": [{"manager": "m", "operation": "Apply"}],
+                "annotations": {LAST_APPLIED: "{}", "kept": "yes"}},
+            "spec": {"templateRef": {"name": "t"}},
+            "status": {"workspaceName": status},
+        }))
+        .expect("an apply")
+    }
+
+    fn drain<K: Resource<DynamicType = ()> + 'static>(t: &mut Trigger<K>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(r) = t.receiver.try_recv() {
+            out.push(r.name);
+        }
+        out
+    }
+
+    #[test]
+    fn its_own_controller_wakes_on_lifecycle_changes_only() {
+        let mut trigger = Trigger::default();
+        let mut subs = Subscribers::default();
+        subs.wakes_own(&trigger, lifecycle);
+        subs.deliver(&apply("a", 1, ""), Change::Applied);
+        subs.deliver(&apply("a", 1, "ws-1"), Change::Applied); // status: ours, no wake
+        subs.deliver(&apply("b", 1, ""), Change::Applied);
+        subs.deliver(&apply("a", 2, "ws-1"), Change::Applied); // spec: wakes
+        assert_eq!(drain(&mut trigger), ["a", "b", "a"]);
+        // Deleted, then created again under the same name: a new object wakes it.
+        subs.deliver(&apply("b", 1, ""), Change::Deleted);
+        assert!(drain(&mut trigger).is_empty());
+        subs.deliver(&apply("b", 1, ""), Change::Applied);
+        assert_eq!(drain(&mut trigger), ["b"]);
+    }
+
+    #[test]
+    fn other_controllers_wake_on_every_change_and_deletion_through_their_mapper() {
+        let mut trigger = Trigger::<CAPTCluster>::default();
+        let mut subs = Subscribers::<WorkspaceTemplateApply>::default();
+        subs.wakes(&trigger, |a: &WorkspaceTemplateApply| {
+            Some(ObjectRef::new(&format!("owner-of-{}", a.metadata.name.clone()?)).within("ns"))
+        });
+        subs.deliver(&apply("a", 1, ""), Change::Applied);
+        subs.deliver(&apply("a", 1, "ws-1"), Change::Applied);
+        subs.deliver(&apply("a", 1, "ws-1"), Change::Deleted);
+        assert_eq!(drain(&mut trigger), ["owner-of-a"; 3]);
+    }
+
+    #[test]
+    fn the_cache_keeps_neither_managed_fields_nor_the_last_applied_copy() {
+        let mut a = apply("a", 1, "ws-1");
+        strip(&mut a);
+        assert!(a.metadata.managed_fields.is_none());
+        let annotations = a.metadata.annotations.as_ref().expect("annotations");
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        assert_eq!(annotations["kept"], "yes");
+        assert_eq!(a.spec.template_ref.name, "t");
+    }
+}
