@@ -126,7 +126,8 @@ async fn main() -> anyhow::Result<()> {
         namespace: args.namespace,
         wake_on_every_change: args.baseline_full_update,
     };
-    let watches = capt_controller::run::Watches::new(&client, &scope);
+    let templates_elsewhere = !args.allow_template_namespaces.is_empty();
+    let watches = capt_controller::run::Watches::new(&client, &scope, templates_elsewhere);
     let ctx = Arc::new(Context {
         caches: watches.caches(),
         client: client.clone(),

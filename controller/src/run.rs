@@ -27,8 +27,9 @@ use std::sync::Arc;
 /// Which objects the controllers manage.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
-    /// One namespace, or every namespace when `None`. Workspaces are cluster-scoped: with a
-    /// namespace, only those rendered from applies of that namespace are watched.
+    /// One namespace, or every namespace when `None`. Workspaces are cluster-scoped and all
+    /// of them are watched either way: whether a name is taken by another's Workspace must be
+    /// answered from the cache, and another's carries no label of ours to select it by.
     pub namespace: Option<String>,
     /// Wake reconcilers on every change of their own objects, status included: the benchmark
     /// baseline, as upstream CAPT did. Our own status writes then wake us again.
@@ -43,13 +44,6 @@ impl Scope {
         match &self.namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
-        }
-    }
-
-    fn workspaces(&self) -> watcher::Config {
-        match &self.namespace {
-            Some(ns) => watcher::Config::default().labels(&format!("{APPLY_NAMESPACE_LABEL}={ns}")),
-            None => watcher::Config::default(),
         }
     }
 }
@@ -67,16 +61,21 @@ pub struct Watches {
 }
 
 impl Watches {
-    /// The watches of `scope`.
-    pub fn new(client: &kube::Client, scope: &Scope) -> Self {
+    /// The watches of `scope`. WorkspaceTemplates are watched in every namespace when some
+    /// may be used from other namespaces (`--allow-template-namespace`).
+    pub fn new(client: &kube::Client, scope: &Scope, templates_elsewhere: bool) -> Self {
         let wc = watcher::Config::default;
+        let templates = match templates_elsewhere {
+            true => Api::all(client.clone()),
+            false => scope.api(client),
+        };
         Self {
             clusters: Watch::new(scope.api(client), wc()),
             capt_clusters: Watch::new(scope.api(client), wc()),
             control_planes: Watch::new(scope.api(client), wc()),
             applies: Watch::new(scope.api(client), wc()),
-            templates: Watch::new(scope.api(client), wc()),
-            workspaces: Watch::new(Api::all(client.clone()), scope.workspaces()),
+            templates: Watch::new(templates, wc()),
+            workspaces: Watch::new(Api::all(client.clone()), wc()),
         }
     }
 

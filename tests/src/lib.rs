@@ -10,6 +10,7 @@
 
 pub mod applier;
 pub mod audit_log;
+pub mod deletion_order;
 pub mod fake_provider;
 pub mod system;
 

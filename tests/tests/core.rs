@@ -6,6 +6,7 @@
 
 use anyhow::{Context, Result, ensure};
 use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions};
+use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
 use futures::StreamExt;
@@ -14,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
@@ -354,56 +355,31 @@ async fn deleting_the_cluster_goes_through_core_in_order_and_keeps_its_endpoint(
             capt_controller::render::workspace_name(n, "demo-vpc"),
         ),
     ];
+    // Every version of the Cluster, to its last, keeps its endpoint.
+    let endpoint_kept: Check = Box::new(|c: &DynamicObject| {
+        let host = &c.data["spec"]["controlPlaneEndpoint"]["host"];
+        (host != ENDPOINT_HOST).then(|| {
+            format!(
+                "the endpoint of a Cluster going away is never blanked: {host} at resourceVersion {:?}",
+                c.metadata.resource_version
+            )
+        })
+    });
+    let labels: Vec<&str> = objects.iter().map(|(l, ..)| *l).collect();
+    let order = DeletionOrder::watch_checking(objects, vec![("cluster", endpoint_kept)]).await?;
     env().kubectl_ok(
         &["delete", "cluster", "demo", "-n", n, "--wait=false"],
         None,
     )?;
-    let started = Instant::now();
-    let mut deleting: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut gone: BTreeMap<&str, f64> = BTreeMap::new();
-    while gone.len() < objects.len() {
-        ensure!(
-            started.elapsed() < Duration::from_secs(90),
-            "deletion did not finish in 90 s: deleting {deleting:?}, gone {gone:?}"
-        );
-        for (label, api, name) in &objects {
-            if gone.contains_key(label) {
-                continue;
-            }
-            let found = api.get_opt(name).await?;
-            let t = started.elapsed().as_secs_f64();
-            let Some(obj) = found else {
-                gone.insert(label, t);
-                continue;
-            };
-            if obj.metadata.deletion_timestamp.is_some() {
-                deleting.entry(label).or_insert(t);
-            }
-            if *label == "cluster" {
-                assert_eq!(
-                    obj.data["spec"]["controlPlaneEndpoint"]["host"], ENDPOINT_HOST,
-                    "the endpoint of a Cluster going away is never blanked (t={t:.3} s)"
-                );
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    println!("deletion timeline (s since kubectl delete):");
-    for (label, ..) in &objects {
-        println!(
-            "  {label:<17} deleting {:>6}  gone {:>6.3}",
-            deleting
-                .get(label)
-                .map_or("-".into(), |t| format!("{t:.3}")),
-            gone[label]
-        );
-    }
-    let at = |m: &BTreeMap<&str, f64>, k: &str| m.get(k).copied().unwrap_or(f64::INFINITY);
-    assert!(gone["cp-workspace"] <= gone["captcontrolplane"]);
-    assert!(gone["cp-apply"] <= gone["captcontrolplane"]);
-    assert!(gone["captcontrolplane"] <= at(&deleting, "vpc-apply"));
-    assert!(gone["vpc-workspace"] <= gone["captcluster"]);
-    assert!(gone["captcluster"] <= gone["cluster"]);
+    order.wait_gone(&labels, Duration::from_secs(90)).await?;
+    println!("deletion order (resourceVersions): {:?}", order.seen());
+    assert_eq!(order.violations(), Vec::<String>::new());
+    let (gone, deleting) = (|l| order.gone(l), |l| order.deleting(l));
+    assert!(gone("cp-workspace") <= gone("captcontrolplane"));
+    assert!(gone("cp-apply") <= gone("captcontrolplane"));
+    assert!(gone("captcontrolplane") <= deleting("vpc-apply"));
+    assert!(gone("vpc-workspace") <= gone("captcluster"));
+    assert!(gone("captcluster") <= gone("cluster"));
     Ok(())
 }
 

@@ -6,10 +6,10 @@ use anyhow::Result;
 use capt_controller::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
 };
+use capt_tests::deletion_order::DeletionOrder;
 use capt_tests::env;
-use kube::api::{Api, DeleteParams, PropagationPolicy};
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PropagationPolicy};
+use std::time::Duration;
 
 /// How a Cluster is deleted here: in the background, as users delete, when Cluster API core
 /// runs (its finalizer deletes the children in order); without core, in the foreground, so
@@ -25,97 +25,56 @@ fn user_deletion() -> DeleteParams {
     }
 }
 
-/// When each object got its deletion timestamp and when it disappeared.
-#[derive(Default, Debug)]
-struct Timeline(BTreeMap<String, (Option<Instant>, Option<Instant>)>);
-
-impl Timeline {
-    /// Records what one poll saw at `now` (the poll's start: objects polled in one round share
-    /// it, so the order is known to within one round, 25 ms plus the reads).
-    async fn observe(&mut self, now: Instant, name: &str, exists: Option<bool>) {
-        let entry = self.0.entry(name.to_owned()).or_default();
-        match exists {
-            Some(true) => entry.0 = entry.0.or(Some(now)),
-            None => {
-                entry.0 = entry.0.or(Some(now));
-                entry.1 = entry.1.or(Some(now));
-            }
-            Some(false) => {}
-        }
-    }
-    fn deleting(&self, name: &str) -> Instant {
-        self.0[name]
-            .0
-            .unwrap_or_else(|| panic!("{name} was never deleted: {self:?}"))
-    }
-    fn gone(&self, name: &str) -> Instant {
-        self.0[name]
-            .1
-            .unwrap_or_else(|| panic!("{name} never disappeared: {self:?}"))
-    }
-}
-
-/// `Some(deleting)` for an existing object, `None` when gone.
-async fn state<K>(api: &Api<K>, name: &str) -> Result<Option<bool>>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    Ok(api
-        .get_opt(name)
-        .await?
-        .map(|o| o.meta().deletion_timestamp.is_some()))
-}
-
-async fn delete_cluster_and_record(ns: &str, retain_vpc: bool) -> Result<Timeline> {
+/// Deletes the Cluster and waits until everything that should go is gone: the order is the
+/// API server's (resourceVersions, [`DeletionOrder`]), not that of a poll.
+async fn delete_cluster_and_record(ns: &str, retain_vpc: bool) -> Result<DeletionOrder> {
     let client = env().client().await?;
+    let namespaced = |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
+    let workspaces = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::erase::<TerraformWorkspace>(&()),
+    );
+    let apply = || ApiResource::erase::<WorkspaceTemplateApply>(&());
+    let order = DeletionOrder::watch(vec![
+        (
+            "cluster",
+            namespaced(ApiResource::erase::<Cluster>(&())),
+            "demo".into(),
+        ),
+        (
+            "captcontrolplane",
+            namespaced(ApiResource::erase::<CAPTControlPlane>(&())),
+            "demo".into(),
+        ),
+        (
+            "captcluster",
+            namespaced(ApiResource::erase::<CAPTCluster>(&())),
+            "demo".into(),
+        ),
+        ("cp-apply", namespaced(apply()), "demo-controlplane".into()),
+        (
+            "cp-workspace",
+            workspaces.clone(),
+            workspace_name(ns, "demo-controlplane"),
+        ),
+        ("vpc-apply", namespaced(apply()), "demo-vpc".into()),
+        ("vpc-workspace", workspaces, workspace_name(ns, "demo-vpc")),
+    ])
+    .await?;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
-    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), ns);
-    let ccs: Api<CAPTCluster> = Api::namespaced(client.clone(), ns);
-    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), ns);
-    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
     clusters.delete("demo", &user_deletion()).await?;
-    let mut timeline = Timeline::default();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = Instant::now();
-        timeline
-            .observe(now, "cluster", state(&clusters, "demo").await?)
-            .await;
-        timeline
-            .observe(now, "captcontrolplane", state(&cps, "demo").await?)
-            .await;
-        timeline
-            .observe(now, "captcluster", state(&ccs, "demo").await?)
-            .await;
-        timeline
-            .observe(now, "cp-apply", state(&applies, "demo-controlplane").await?)
-            .await;
-        timeline
-            .observe(
-                now,
-                "cp-workspace",
-                state(&workspaces, &workspace_name(ns, "demo-controlplane")).await?,
-            )
-            .await;
-        let vpc_apply = state(&applies, "demo-vpc").await?;
-        let vpc_ws = state(&workspaces, &workspace_name(ns, "demo-vpc")).await?;
-        timeline.observe(now, "vpc-apply", vpc_apply).await;
-        timeline.observe(now, "vpc-workspace", vpc_ws).await;
-        let cluster_gone = timeline.0["cluster"].1.is_some();
-        let vpc_done = if retain_vpc {
-            true
-        } else {
-            vpc_apply.is_none() && vpc_ws.is_none()
-        };
-        if cluster_gone && vpc_done && timeline.0["captcluster"].1.is_some() {
-            return Ok(timeline);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "deletion did not finish within 60 s: {timeline:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let mut wanted = vec![
+        "cluster",
+        "captcontrolplane",
+        "captcluster",
+        "cp-apply",
+        "cp-workspace",
+    ];
+    if !retain_vpc {
+        wanted.extend(["vpc-apply", "vpc-workspace"]);
     }
+    order.wait_gone(&wanted, Duration::from_secs(60)).await?;
+    Ok(order)
 }
 
 #[tokio::test]
@@ -124,16 +83,24 @@ async fn deleting_the_cluster_removes_everything_control_plane_first_with_no_fin
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("e2e-delete", false).await?;
     let t = delete_cluster_and_record(&ns.name, false).await?;
+    let t_seen = t.seen();
+    let t = &t;
     // seed 003: the control plane's Workspace goes, then the control plane, and only then
     // does the VPC apply start deleting; the CAPTCluster goes after its VPC Workspace.
-    assert!(t.gone("cp-workspace") <= t.gone("cp-apply"), "{t:?}");
-    assert!(t.gone("cp-apply") <= t.gone("captcontrolplane"), "{t:?}");
+    assert!(t.gone("cp-workspace") <= t.gone("cp-apply"), "{t_seen:?}");
+    assert!(
+        t.gone("cp-apply") <= t.gone("captcontrolplane"),
+        "{t_seen:?}"
+    );
     assert!(
         t.gone("captcontrolplane") <= t.deleting("vpc-apply"),
-        "{t:?}"
+        "{t_seen:?}"
     );
-    assert!(t.gone("vpc-workspace") <= t.gone("captcluster"), "{t:?}");
-    assert!(t.gone("captcluster") <= t.gone("cluster"), "{t:?}");
+    assert!(
+        t.gone("vpc-workspace") <= t.gone("captcluster"),
+        "{t_seen:?}"
+    );
+    assert!(t.gone("captcluster") <= t.gone("cluster"), "{t_seen:?}");
     let left = env().kubectl_ok(
         &[
             "get",
