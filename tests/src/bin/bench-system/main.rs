@@ -26,7 +26,10 @@
 //!    its Cluster has an endpoint (30 s, else missed); from the benchmark's watches (one per
 //!    kind, each event stamped on receipt): t0 the control plane's Workspace first shows the
 //!    `cluster_endpoint` output, t1 the CAPTControlPlane's `spec.controlPlaneEndpoint.host`
-//!    is set, t2 the Cluster's; and the writes per probe stack by field manager;
+//!    is set, t2 the Cluster's; p50/p99/max of t2 − t0 and of each hop (t1 − t0 ours,
+//!    t2 − t1 core), and, since core copies the endpoint only once the CAPTControlPlane's
+//!    `status.ready` is true, the same split at tr = max(t1, ready first seen); and the
+//!    writes per probe stack by field manager;
 //! 4. output changes: the `cluster_endpoint` output of `--changes` provisioned stacks
 //!    changed, one at a time, where it comes from (each of those stacks has a
 //!    WorkspaceTemplate of its own); the writes per change by field manager, and the time
@@ -35,7 +38,8 @@
 //! 5. peak RSS and CPU seconds of each process;
 //! 6. restart: the pod's processes killed and started again the same way: the time until
 //!    ready, until the controller leads, until its reconcile counter stops moving for 3 s;
-//!    the writes meanwhile (target 0) and each process's LIST, GET and WATCH requests;
+//!    the writes meanwhile (ours: target 0; the provider's polls are counted apart) and
+//!    each process's LIST, GET and WATCH requests (told apart by their tokens' ids);
 //! 7. burst (sidecar only): `--burst` intents for one object sent straight to the applier's
 //!    socket, and the applies they became.
 //!

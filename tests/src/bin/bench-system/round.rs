@@ -62,8 +62,14 @@ pub(crate) struct Probes {
     pub(crate) total_ms: Vec<f64>,
     /// Workspace output → CAPTControlPlane endpoint (t1 − t0): ours.
     pub(crate) ours_ms: Vec<f64>,
-    /// CAPTControlPlane endpoint → Cluster endpoint (t2 − t1): Cluster API core.
+    /// CAPTControlPlane endpoint → Cluster endpoint (t2 − t1): Cluster API core, waiting
+    /// for our `status.ready` too.
     pub(crate) core_ms: Vec<f64>,
+    /// Workspace output → CAPTControlPlane with both endpoint and `status.ready` (tr =
+    /// max(t1, ready), what core needs before it copies): ours.
+    pub(crate) ours_ready_ms: Vec<f64>,
+    /// tr → Cluster endpoint: core alone.
+    pub(crate) core_ready_ms: Vec<f64>,
     pub(crate) made: usize,
     pub(crate) missed: usize,
     pub(crate) delta: Delta,
@@ -288,11 +294,17 @@ async fn probe_stacks(
             .await;
         let t1 = watches.control_planes.first_with(&stack, "host:");
         let t0 = watches.workspaces.first_with(&ws, "output:");
+        let ready = watches.control_planes.first_with(&stack, "ready");
         match (t0, t1, t2) {
             (Some(t0), Some(t1), Some(t2)) => {
                 p.total_ms.push(ms(t0, t2));
                 p.ours_ms.push(ms(t0, t1));
                 p.core_ms.push(ms(t1, t2));
+                if let Some(ready) = ready {
+                    let tr = t1.max(ready);
+                    p.ours_ready_ms.push(ms(t0, tr));
+                    p.core_ready_ms.push(ms(tr, t2));
+                }
             }
             _ => p.missed += 1,
         }

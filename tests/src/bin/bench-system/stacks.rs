@@ -232,7 +232,8 @@ impl Seen {
 }
 
 /// The three watches of a round: Clusters (`phase:…`, `host:…` of
-/// `spec.controlPlaneEndpoint`), CAPTControlPlanes (`host:…`) and the round's Workspaces
+/// `spec.controlPlaneEndpoint`), CAPTControlPlanes (`host:…`, and `ready` while
+/// `status.ready` is true) and the round's Workspaces
 /// (`output:…`, the `cluster_endpoint` output in `status.atProvider`).
 pub(crate) struct Watches {
     pub(crate) clusters: Arc<Seen>,
@@ -274,7 +275,12 @@ impl Watches {
             v
         });
         let (control_planes, p) = Seen::watch(cp_api, watcher::Config::default(), |o| {
-            endpoint_host_of(o).into_iter().collect()
+            let mut v: Vec<String> = endpoint_host_of(o).into_iter().collect();
+            // What core waits for before it copies the endpoint (`status.ready`).
+            if o.data["status"]["ready"] == true {
+                v.push("ready".into());
+            }
+            v
         });
         let (workspaces, w) = Seen::watch(
             ws_api,

@@ -187,6 +187,14 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         "hop: CAPTControlPlane endpoint → Cluster endpoint (core) p50 / p99 / max (ms)",
         &|r| spread(&r.probes.core_ms),
     );
+    row(
+        "hop: Workspace output → CAPTControlPlane endpoint and `status.ready` (ours) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.ours_ready_ms),
+    );
+    row(
+        "hop: CAPTControlPlane endpoint and `status.ready` → Cluster endpoint (core) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.core_ready_ms),
+    );
     for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
         row(&format!("writes per probe stack: `{m}`"), &|r| {
             per(r.probes.delta.writes_of(m), r.probes.made)
@@ -244,9 +252,19 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     row("restart: reconciles", &|r| {
         format!("{:.0}", r.restart.reconciles)
     });
-    row("restart: writes (all managers, round's objects)", &|r| {
-        r.restart.writes.values().sum::<u64>().to_string()
+    row("restart: our writes (capt-* managers)", &|r| {
+        r.restart
+            .writes
+            .iter()
+            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
+            .map(|(_, n)| n)
+            .sum::<u64>()
+            .to_string()
     });
+    row(
+        "restart: writes by anyone (the provider's 10 min polls included)",
+        &|r| r.restart.writes.values().sum::<u64>().to_string(),
+    );
     for (process, verb) in [
         ("capt-controller", "list"),
         ("capt-controller", "get"),
