@@ -252,9 +252,11 @@ cmd_start() {
 	local token
 	token=$(openssl rand -hex 24)
 	echo "$token,admin,admin,system:masters" >"$STATE/certs/tokens.csv"
-	# An audit log of every write (not Events, not Leases): hack/bench.sh counts API writes per
-	# field manager from it. Metadata level: no request or response bodies (Secrets stay out);
-	# never rotated (the benchmark reads it by offset).
+	# An audit log of every write and every read (not Events, not Leases): hack/bench.sh counts
+	# API writes per field manager, and the LIST and GET requests of a restart, from it; the
+	# tests count writes (tests/src/audit_log.rs keeps the write verbs only). Metadata level:
+	# no request or response bodies (Secrets stay out); never rotated (the benchmark reads it
+	# by offset). A watch is recorded when its response starts and when it ends.
 	cat >"$STATE/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -264,6 +266,8 @@ rules:
   resources: [{group: "", resources: [events]}, {group: coordination.k8s.io, resources: [leases]}]
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+  verbs: [get, list, watch]
 - level: None
 EOF
 	local apiserver=("$bin/kube-apiserver" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port"

@@ -1,6 +1,6 @@
-//! The API server's audit log of `hack/testenv.sh` (every write except Events and Leases, at
-//! Metadata level: no bodies) read from an offset: which writes reached the API server, by
-//! whom. Counted by the server itself, so a write by any process, Cluster API core included,
+//! The API server's audit log of `hack/testenv.sh` (every request except those on Events and
+//! Leases, at Metadata level: no bodies) read from an offset: which writes reached the API
+//! server, by whom (reads are in the log too, and left out here). Counted by the server itself, so a write by any process, Cluster API core included,
 //! shows.
 //!
 //! One kind of request is a write only in name: provider-terraform (and its stand-in) sends a
@@ -131,6 +131,9 @@ impl AuditLog {
             let Ok(event) = serde_json::from_str::<Value>(&line?) else {
                 continue; // the line the API server is still writing
             };
+            if !event["verb"].as_str().is_some_and(is_write) {
+                continue;
+            }
             let o = &event["objectRef"];
             let name = o["name"].as_str().unwrap_or("");
             let ours = o["namespace"] == ns || name.starts_with(&format!("{ns}-"));
@@ -154,6 +157,15 @@ impl AuditLog {
         }
         Ok(writes)
     }
+}
+
+/// The verbs that change something: the audit log records reads too (`get`, `list`,
+/// `watch`).
+pub fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
 }
 
 fn manager(event: &Value) -> String {

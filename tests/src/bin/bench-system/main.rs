@@ -1,34 +1,67 @@
 //! Whole-system benchmark: N CAPT stacks (Cluster + CAPTCluster + CAPTControlPlane) against
-//! the real API server, the system running as deployed (status-applier + capt-controller, two
-//! processes), beside the naive baseline (`capt-controller --baseline-full-update`: a full
-//! update on every reconcile, woken by every change, as upstream CAPT did). Prints tables.
+//! the real API server and the real Cluster API core manager (`hack/testenv.sh`), the system
+//! running as `manifests/deploy/deployment.yaml` configures it, beside the naive baseline
+//! (`capt-controller --baseline-full-update`: a full update on every reconcile, woken by
+//! every change, as upstream CAPT did). Prints tables.
 //!
-//! API writes are counted by the API server itself: from the audit log `hack/testenv.sh`
-//! keeps (every create/update/patch/delete, by field manager). Each round, per mode and N:
-//! 1. provisioning: N stacks created at once; the fake provider plays Terraform;
-//! 2. steady state: writes and reconciles over `--steady-seconds` once provisioned;
-//! 3. changes: the provider is stopped and the benchmark plays it: one Workspace output
-//!    (`cluster_endpoint`) change at a time, on `--changes` stacks; the time until the
-//!    Cluster's `spec.controlPlaneEndpoint` follows, and the writes per change per manager;
-//! 4. burst: `--burst` output changes of one Workspace back to back, and (sidecar only)
-//!    `--burst` intents for one object sent straight to the applier's socket;
-//! 5. peak RSS and CPU seconds of each process.
+//! The system as deployed (`deployed`): the Deployment's two containers, `status-applier` and
+//! `manager`, become two processes started with each container's command and environment
+//! read from the YAML at run time (leader election on, the binaries' default log level,
+//! cluster-wide, the allow-lists and watch kinds), changing only what a local run must
+//! (paths under volume mounts, bind addresses, the pod's name, a kubeconfig with a token of
+//! the pod's ServiceAccount: `identity`); metrics are scraped over HTTPS with a token bound
+//! to `capt-controller-metrics-reader`. The baseline is the `manager` container alone, with
+//! its flag added. The fake provider runs with its defaults (provider-terraform's: a 10 min
+//! poll, one Workspace at a time), only its apply time set (`--provider-delay-ms`). Every
+//! difference from production is printed with the tables (`tables::differences`).
+//!
+//! API writes and reads are counted by the API server itself: from the audit log
+//! `hack/testenv.sh` keeps (every request but those on Events and Leases, by field manager
+//! and by the token's id). Each round, per mode and N, on a fresh API server
+//! (`--restart-environment`, which `hack/bench.sh` passes):
+//! 1. provisioning: N stacks created (`round::CREATE_CONCURRENCY` at a time), until their
+//!    Clusters are Provisioned with an endpoint and our managers' writes stop for 3 s;
+//! 2. steady state: writes and reconciles over `--steady-seconds`;
+//! 3. latency: `--changes` new "probe" stacks created one at a time, each waited for until
+//!    its Cluster has an endpoint (30 s, else missed); from the benchmark's watches (one per
+//!    kind, each event stamped on receipt): t0 the control plane's Workspace first shows the
+//!    `cluster_endpoint` output, t1 the CAPTControlPlane's `spec.controlPlaneEndpoint.host`
+//!    is set, t2 the Cluster's; p50/p99/max of t2 − t0 and of each hop (t1 − t0 ours,
+//!    t2 − t1 core), and, since core copies the endpoint only once the CAPTControlPlane's
+//!    `status.ready` is true, the same split at tr = max(t1, ready first seen); and the
+//!    writes per probe stack by field manager;
+//! 4. output changes: the `cluster_endpoint` output of `--changes` provisioned stacks
+//!    changed, one at a time, where it comes from (each of those stacks has a
+//!    WorkspaceTemplate of its own); the writes per change by field manager, and the time
+//!    from the Workspace's new output to the CAPTControlPlane's new endpoint (core never
+//!    changes a Cluster's endpoint once set, so that is where a change ends);
+//! 5. peak RSS and CPU seconds of each process;
+//! 6. restart: the pod's processes killed and started again the same way: the time until
+//!    ready, until the controller leads, until its reconcile counter stops moving for 3 s;
+//!    the writes meanwhile (ours: target 0; the provider's polls are counted apart) and
+//!    each process's LIST, GET and WATCH requests (told apart by their tokens' ids);
+//! 7. burst (sidecar only): `--burst` intents for one object sent straight to the applier's
+//!    socket, and the applies they became.
 //!
 //! `hack/bench.sh` builds in release mode, starts a fresh environment and runs it.
 //!
 //! This file holds the flags and the loop over the rounds; `round` runs one round phase by
-//! phase, `probe` measures it (counters, audited writes, processes), `stacks` creates the
-//! stacks and watches their Clusters, and `tables` prints the results.
+//! phase, `system` starts the processes (from `deployed` and `identity`), `probe` measures
+//! (counters, audited requests, processes), `stacks` creates the stacks and watches them,
+//! and `tables` prints the results.
 
+mod deployed;
+mod identity;
 mod probe;
 mod round;
 mod stacks;
+mod system;
 mod tables;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use round::run_round;
-use tables::tables;
+use tables::{Header, tables};
 
 /// Runs the whole-system benchmark and prints its tables.
 #[derive(Parser)]
@@ -37,24 +70,39 @@ struct Args {
     /// Numbers of CAPT stacks, one round each (per mode).
     #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
     clusters: Vec<usize>,
+    /// The numbers of stacks the baseline runs at (it is skipped at the others).
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+    baseline_clusters: Vec<usize>,
     /// The modes to compare.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Mode::Sidecar, Mode::Baseline])]
     modes: Vec<Mode>,
     /// Length of the steady-state observation.
     #[arg(long, default_value_t = 60)]
     steady_seconds: u64,
-    /// Output changes, one at a time, for the latency and writes-per-change measures.
+    /// Probe stacks (latency), and output changes of provisioned stacks (writes per change).
     #[arg(long, default_value_t = 100)]
     changes: usize,
-    /// Size of the bursts.
+    /// Size of the burst of intents.
     #[arg(long, default_value_t = 100)]
     burst: usize,
-    /// More flags for `status-applier serve` (e.g. `--applier-args=--coalesce-window-ms=0`).
-    #[arg(long, value_delimiter = ' ', allow_hyphen_values = true)]
-    applier_args: Vec<String>,
-    /// The fake provider's apply time while provisioning.
+    /// The fake provider's apply (and destroy) time.
     #[arg(long, default_value_t = 100)]
     provider_delay_ms: u64,
+    /// The fake provider's `--max-reconcile-rate`: Workspaces reconciled at once
+    /// (provider-terraform's default is 1; at thousands of stacks provisioning takes hours
+    /// with it, and the tables say when it was raised).
+    #[arg(long, default_value_t = 1)]
+    provider_max_reconcile_rate: u16,
+    /// How long provisioning may take before the round goes on with what was provisioned
+    /// (default: 120 s plus 2 s per stack).
+    #[arg(long)]
+    provision_timeout_seconds: Option<u64>,
+    /// Restart the test environment (`hack/testenv.sh stop`, `start`, in its
+    /// `CAPT_TESTENV_DIR`) before every round but the first, so that each round has an API
+    /// server of its own: the processes are cluster-wide. `hack/bench.sh` passes it; never
+    /// use it on an environment others share.
+    #[arg(long)]
+    restart_environment: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -72,21 +120,62 @@ impl Mode {
             Mode::Baseline => "naive baseline",
         }
     }
+
+    fn short(self) -> &'static str {
+        match self {
+            Mode::Sidecar => "sidecar",
+            Mode::Baseline => "baseline",
+        }
+    }
+}
+
+/// `hack/testenv.sh stop` then `start`, in the environment's state directory.
+fn restart_environment() -> Result<()> {
+    let dir = capt_tests::env().state_dir().to_owned();
+    for verb in ["stop", "start"] {
+        let out = std::process::Command::new(capt_tests::repo_root().join("hack/testenv.sh"))
+            .arg(verb)
+            .env("CAPT_TESTENV_DIR", &dir)
+            .output()
+            .with_context(|| format!("hack/testenv.sh {verb}"))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "hack/testenv.sh {verb} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    let header = Header::now()?;
+    eprintln!("{}", header.text());
     let mut rounds = Vec::new();
+    let mut pod = None;
     for &n in &args.clusters {
         for &mode in &args.modes {
-            let round = run_round(&args, mode, n).await?;
+            if mode == Mode::Baseline && !args.baseline_clusters.contains(&n) {
+                continue;
+            }
+            if !rounds.is_empty() && args.restart_environment {
+                eprintln!("restarting the test environment for the next round");
+                restart_environment()?;
+            }
+            // Read again each round: what runs is what the file says now.
+            let deployment = deployed::Pod::read()?;
+            let round = run_round(&args, mode, n, &deployment).await?;
+            pod = Some(deployment);
             rounds.push(round);
             // Each round's numbers as soon as it ends (on stderr): a later round that fails
             // does not take them along.
-            eprintln!("{}", tables(&rounds[rounds.len() - 1..], &args));
+            eprintln!(
+                "{}",
+                tables(&rounds[rounds.len() - 1..], &args, &header, pod.as_ref())
+            );
         }
     }
-    print!("{}", tables(&rounds, &args));
+    print!("{}", tables(&rounds, &args, &header, pod.as_ref()));
     Ok(())
 }

@@ -1,11 +1,12 @@
-//! What measures a round: snapshots of the counters, the writes between two of them (from
-//! the API server's audit log), waiting for writes to settle, and the processes' peak RSS
-//! and CPU time.
+//! What measures a round: snapshots of the counters (scraped from the processes' metrics
+//! listeners over HTTPS, as an authorized scraper does), the writes and reads between two of
+//! them (from the API server's audit log), waiting for writes to settle, and the processes'
+//! peak RSS and CPU time.
 
-use crate::Mode;
+use crate::system::BenchSystem;
 use anyhow::{Context, Result, bail};
 use capt_tests::applier::metric_value;
-use capt_tests::system::System;
+use capt_tests::audit_log::is_write;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Seek};
@@ -19,11 +20,14 @@ pub(crate) const STATUS_MANAGERS: [&str; 4] = [
     "capt-workspacetemplateapply",
 ];
 
+/// Where the audit log says who sent a request with a ServiceAccount token.
+const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+
 /// Counters at one moment.
 #[derive(Clone)]
 pub(crate) struct Snapshot {
     pub(crate) at: Instant,
-    audit_offset: u64,
+    pub(crate) audit_offset: u64,
     reconciles: f64,
     intents: f64,
     applies: f64,
@@ -51,79 +55,161 @@ impl Delta {
     pub(crate) fn controller_writes(&self) -> u64 {
         self.writes
             .iter()
-            .filter(|(m, _)| m.starts_with("capt-"))
+            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
             .map(|(_, n)| n)
             .sum()
+    }
+
+    pub(crate) fn all_writes(&self) -> u64 {
+        self.writes.values().sum()
+    }
+
+    pub(crate) fn writes_of(&self, manager: &str) -> u64 {
+        self.writes.get(manager).copied().unwrap_or(0)
     }
 }
 
 /// Peak RSS and CPU time of a process.
+#[derive(Clone, Copy)]
 pub(crate) struct ProcessStats {
     pub(crate) peak_rss_mib: f64,
     pub(crate) cpu_seconds: f64,
 }
 
-/// What measures a round: its namespace (and the Workspaces named after it), its processes
-/// and the audit log.
+/// What measures a round: its namespace (and the Workspaces named after it) and the audit
+/// log.
 pub(crate) struct Probe<'a> {
-    pub(crate) mode: Mode,
     pub(crate) ns: &'a str,
     pub(crate) audit: &'a std::path::Path,
 }
 
 impl Probe<'_> {
-    pub(crate) async fn snapshot(&self, system: &System) -> Result<Snapshot> {
-        let controller = system
-            .controller_metric("capt_reconciles_total", &[])
-            .await?;
-        let (intents, applies) = match self.mode {
-            Mode::Sidecar => {
-                let text = system.applier.client.get("/metrics").await?.body;
-                (
-                    metric_value(&text, "status_applier_intents_total", &[]),
-                    metric_value(&text, "status_applier_api_writes_total", &[]),
-                )
-            }
-            Mode::Baseline => (0.0, 0.0),
+    pub(crate) async fn snapshot(&self, system: &BenchSystem) -> Result<Snapshot> {
+        let audit_offset = self.audit_end()?;
+        let reconciles = metric_value(
+            &system.controller_metrics().await?,
+            "capt_reconciles_total",
+            &[],
+        );
+        let (intents, applies) = match system.applier_metrics().await? {
+            Some(text) => (
+                metric_value(&text, "status_applier_intents_total", &[]),
+                metric_value(&text, "status_applier_api_writes_total", &[]),
+            ),
+            None => (0.0, 0.0),
         };
         Ok(Snapshot {
             at: Instant::now(),
-            audit_offset: std::fs::metadata(self.audit)?.len(),
-            reconciles: controller,
+            audit_offset,
+            reconciles,
             intents,
             applies,
         })
     }
 
-    /// The writes to this round's objects between two snapshots, by field manager.
-    pub(crate) fn delta(&self, from: &Snapshot, to: &Snapshot) -> Result<Delta> {
-        if to.audit_offset < from.audit_offset {
+    /// The end of the audit log's last whole line.
+    pub(crate) fn audit_end(&self) -> Result<u64> {
+        let mut file = std::fs::File::open(self.audit)?;
+        let len = file.metadata()?.len();
+        let back = len.min(1 << 20);
+        file.seek(std::io::SeekFrom::Start(len - back))?;
+        let mut tail = Vec::with_capacity(back as usize);
+        file.take(back).read_to_end(&mut tail)?;
+        Ok(match tail.iter().rposition(|b| *b == b'\n') {
+            Some(i) => len - back + i as u64 + 1,
+            None => len - back,
+        })
+    }
+
+    /// The audit events between two offsets.
+    fn events(&self, from: u64, to: u64) -> Result<Vec<Value>> {
+        if to < from {
             bail!(
                 "the audit log {} was rotated during a phase",
                 self.audit.display()
             );
         }
         let mut file = std::fs::File::open(self.audit)?;
-        file.seek(std::io::SeekFrom::Start(from.audit_offset))?;
-        let reader = std::io::BufReader::new(file.take(to.audit_offset - from.audit_offset));
-        let mut writes = BTreeMap::new();
+        file.seek(std::io::SeekFrom::Start(from))?;
+        let reader = std::io::BufReader::new(file.take(to - from));
+        let mut events = Vec::new();
         for line in reader.lines() {
-            let event: Value = serde_json::from_str(&line?)?;
+            if let Ok(event) = serde_json::from_str(&line?) {
+                events.push(event);
+            }
+        }
+        Ok(events)
+    }
+
+    /// The writes to this round's objects between two audit offsets, by field manager.
+    pub(crate) fn writes(&self, from: u64, to: u64) -> Result<BTreeMap<String, u64>> {
+        let mut writes = BTreeMap::new();
+        for event in self.events(from, to)? {
             if let Some(manager) = self.write_of_round(&event) {
                 *writes.entry(manager).or_default() += 1;
             }
         }
+        Ok(writes)
+    }
+
+    /// The writes between two snapshots, with the counters' differences.
+    pub(crate) fn delta(&self, from: &Snapshot, to: &Snapshot) -> Result<Delta> {
         Ok(Delta {
             seconds: (to.at - from.at).as_secs_f64(),
-            writes,
+            writes: self.writes(from.audit_offset, to.audit_offset)?,
             reconciles: to.reconciles - from.reconciles,
             intents: to.intents - from.intents,
             applies: to.applies - from.applies,
         })
     }
 
+    /// The reads (`get`, `list`, and `watch` as the response starts) each of `who` (name,
+    /// credential id) sent between two offsets, whatever the object: by (name, verb,
+    /// resource).
+    pub(crate) fn reads_by(
+        &self,
+        from: u64,
+        to: u64,
+        who: &[(&str, &str)],
+    ) -> Result<BTreeMap<(String, String, String), u64>> {
+        let mut reads = BTreeMap::new();
+        for event in self.events(from, to)? {
+            let verb = event["verb"].as_str().unwrap_or("");
+            let counted = match verb {
+                "get" | "list" => event["stage"] == "ResponseComplete",
+                "watch" => event["stage"] == "ResponseStarted",
+                _ => false,
+            };
+            if !counted {
+                continue;
+            }
+            let id = event["user"]["extra"][CREDENTIAL_ID][0]
+                .as_str()
+                .unwrap_or("");
+            let Some((name, _)) = who.iter().find(|(_, cid)| *cid == id) else {
+                continue;
+            };
+            let o = &event["objectRef"];
+            let resource = match o["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", o["resource"].as_str().unwrap_or("")),
+                None => o["resource"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .or_else(|| event["requestURI"].as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            };
+            *reads
+                .entry(((*name).to_owned(), verb.to_owned(), resource))
+                .or_default() += 1;
+        }
+        Ok(reads)
+    }
+
     /// The field manager of an audited write to one of this round's objects.
     fn write_of_round(&self, event: &Value) -> Option<String> {
+        if !event["verb"].as_str().is_some_and(is_write) {
+            return None;
+        }
         let object = &event["objectRef"];
         let ours = object["namespace"] == self.ns
             || (object["resource"] == "workspaces"
@@ -143,21 +229,50 @@ impl Probe<'_> {
             })
             .map(str::to_owned)
             .unwrap_or_else(|| {
+                // Without one, the API server names the manager after the user agent's
+                // program (Cluster API core's is `manager`), as managedFields show.
                 let agent = event["userAgent"].as_str().unwrap_or("unknown");
-                format!("(no manager: {})", agent.split('/').next().unwrap_or(agent))
+                agent.split('/').next().unwrap_or(agent).to_owned()
             });
         Some(manager)
+    }
+
+    /// Waits until the round's objects see no write by our managers for `quiet` (read from
+    /// the audit log alone), for at most `limit`. True when they went quiet.
+    pub(crate) async fn quiet(&self, quiet: Duration, limit: Duration) -> Result<bool> {
+        let started = Instant::now();
+        let mut last = self.audit_end()?;
+        loop {
+            tokio::time::sleep(quiet).await;
+            let now = self.audit_end()?;
+            let writes = self.writes(last, now)?;
+            let ours: u64 = writes
+                .iter()
+                .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
+                .map(|(_, n)| n)
+                .sum();
+            if ours == 0 {
+                return Ok(true);
+            }
+            if started.elapsed() > limit {
+                return Ok(false);
+            }
+            last = now;
+        }
     }
 }
 
 pub(crate) fn process_stats(pid: u32) -> Result<ProcessStats> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let hwm_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("VmHWM")?
-        .parse()?;
+    let kib = |field: &str| -> Result<f64> {
+        Ok(status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next())
+            .with_context(|| field.to_owned())?
+            .parse()?)
+    };
+    let hwm_kib = kib("VmHWM:")?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
     let after = stat.rsplit_once(')').context("stat")?.1;
@@ -175,26 +290,4 @@ pub(crate) fn process_stats(pid: u32) -> Result<ProcessStats> {
         peak_rss_mib: hwm_kib / 1024.0,
         cpu_seconds: ticks / hz,
     })
-}
-
-/// Waits until the round's objects see no write for `quiet`, for at most `limit`.
-pub(crate) async fn settle(
-    round: &Probe<'_>,
-    system: &System,
-    quiet: Duration,
-    limit: Duration,
-) -> Result<bool> {
-    let started = Instant::now();
-    let mut last = round.snapshot(system).await?;
-    loop {
-        tokio::time::sleep(quiet).await;
-        let now = round.snapshot(system).await?;
-        if round.delta(&last, &now)?.controller_writes() == 0 {
-            return Ok(true);
-        }
-        if started.elapsed() > limit {
-            return Ok(false);
-        }
-        last = now;
-    }
 }

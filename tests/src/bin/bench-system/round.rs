@@ -1,28 +1,41 @@
 //! One round of the benchmark, for one mode and one number of stacks: the system started
-//! in a namespace of its own, then the phases one after another, each a function.
+//! cluster-wide, its stacks in a namespace of their own, then the phases one after another,
+//! each a function.
 
-use crate::probe::{Delta, Probe, ProcessStats, process_stats, settle};
+use crate::deployed::{Launch, Pod};
+use crate::probe::{Delta, Probe, ProcessStats, process_stats};
 use crate::stacks::{
-    Clusters, change_output, create_stack, create_templates, endpoint_host, resource, stack_name,
+    Watches, change_output, create_stack, create_templates, endpoint_host, own_template,
+    probe_name, resource, stack_name,
 };
+use crate::system::BenchSystem;
 use crate::{Args, Mode};
 use anyhow::{Context, Result};
 use capt_controller::render::workspace_name;
-use capt_tests::fake_provider::workspace_resource;
-use capt_tests::system::System;
-use capt_tests::{TestNamespace, env};
+use capt_tests::applier::metric_value;
+use capt_tests::env;
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use status_applier::intent::{Intent, Subresource, Target};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// How long an output change may take to reach the Cluster before it counts as missed.
-const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The change phase stops after this many misses, or after `CHANGES_BUDGET` (a saturated
-/// baseline would take hours); the table says how many changes were made.
+/// How long a probe stack may take to get its Cluster's endpoint, or a changed output to
+/// reach the CAPTControlPlane, before it counts as missed.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// A phase of one-at-a-time steps stops after this many misses, or after `PHASE_BUDGET` (a
+/// saturated baseline would take hours); the table says how many steps were made.
 const MISSES_BEFORE_GIVING_UP: usize = 10;
-const CHANGES_BUDGET: Duration = Duration::from_secs(300);
+const PHASE_BUDGET: Duration = Duration::from_secs(600);
+/// Stacks created at once (each stack is three creates, one after the other).
+pub(crate) const CREATE_CONCURRENCY: usize = 16;
+/// The restart is over when the controller's reconcile counter has not moved for this long.
+pub(crate) const RESTART_QUIET: Duration = Duration::from_secs(3);
+const RESTART_LIMIT: Duration = Duration::from_secs(300);
+/// Progress lines at least this often.
+const PROGRESS: Duration = Duration::from_secs(30);
 
 /// One round's results.
 pub(crate) struct Round {
@@ -32,43 +45,116 @@ pub(crate) struct Round {
     pub(crate) provisioned_in: f64,
     pub(crate) provisioning: Delta,
     pub(crate) steady: Delta,
-    pub(crate) changes: Delta,
-    pub(crate) latencies_ms: Vec<f64>,
-    pub(crate) missed: usize,
-    pub(crate) burst: Delta,
+    pub(crate) probes: Probes,
+    pub(crate) changes: Changes,
     pub(crate) socket_burst: Option<Delta>,
+    pub(crate) controller: ProcessStats,
+    pub(crate) applier: Option<ProcessStats>,
+    pub(crate) restart: Restart,
+    /// How each process was started.
+    pub(crate) launches: Vec<Launch>,
+}
+
+/// The probe stacks, one at a time: the hops of each, in ms.
+#[derive(Default)]
+pub(crate) struct Probes {
+    /// Workspace output → Cluster endpoint (t2 − t0).
+    pub(crate) total_ms: Vec<f64>,
+    /// Workspace output → CAPTControlPlane endpoint (t1 − t0): ours.
+    pub(crate) ours_ms: Vec<f64>,
+    /// CAPTControlPlane endpoint → Cluster endpoint (t2 − t1): Cluster API core, waiting
+    /// for our `status.ready` too.
+    pub(crate) core_ms: Vec<f64>,
+    /// Workspace output → CAPTControlPlane with both endpoint and `status.ready` (tr =
+    /// max(t1, ready), what core needs before it copies): ours.
+    pub(crate) ours_ready_ms: Vec<f64>,
+    /// tr → Cluster endpoint: core alone.
+    pub(crate) core_ready_ms: Vec<f64>,
+    pub(crate) made: usize,
+    pub(crate) missed: usize,
+    pub(crate) delta: Delta,
+}
+
+/// Output changes of provisioned stacks, one at a time.
+#[derive(Default)]
+pub(crate) struct Changes {
+    /// Workspace output changed → CAPTControlPlane endpoint changed, in ms.
+    pub(crate) ours_ms: Vec<f64>,
+    pub(crate) made: usize,
+    pub(crate) missed: usize,
+    pub(crate) delta: Delta,
+}
+
+/// The restart of the pod's processes (the baseline: its controller).
+pub(crate) struct Restart {
+    /// Kill → every process answers `/readyz` (baseline: `/healthz`).
+    pub(crate) ready_s: f64,
+    /// Kill → the controller logs `Leading`.
+    pub(crate) leading_s: f64,
+    /// Kill → the reconcile counter's last move before `RESTART_QUIET` without one; `None`
+    /// when it never stopped within `RESTART_LIMIT`.
+    pub(crate) quiet_s: Option<f64>,
+    /// Reconciles from restart to quiet.
+    pub(crate) reconciles: f64,
+    /// Writes from kill to quiet + `RESTART_QUIET`, by field manager.
+    pub(crate) writes: BTreeMap<String, u64>,
+    /// Reads by (process, verb, resource).
+    pub(crate) reads: BTreeMap<(String, String, String), u64>,
     pub(crate) controller: ProcessStats,
     pub(crate) applier: Option<ProcessStats>,
 }
 
-pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round> {
+pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> Result<Round> {
     let client = env().client().await?;
-    let audit = audit_log()?;
-    let ns = TestNamespace::create(&client, &format!("bench-{n}")).await?;
-    let mut system = start_system(args, mode, &ns.name).await?;
+    let audit = env().state_dir().join("audit.log");
+    let ns = format!("bench-{n}-{}", mode.short());
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    let dir = std::env::temp_dir().join(capt_tests::unique_name(&ns));
+    std::fs::create_dir_all(&dir)?;
+    let mut system = BenchSystem::start(args, mode, pod, &dir).await?;
     let round = Probe {
-        mode,
-        ns: &ns.name,
+        ns: &ns,
         audit: &audit,
     };
-    let clusters = Clusters::watch(client.clone(), &ns.name);
-    eprintln!("[{} N={n}] namespace {}", mode.name(), ns.name);
+    let watches = Watches::start(&client, &ns);
+    eprintln!(
+        "[{} N={n}] namespace {ns}, processes' logs in {}",
+        mode.name(),
+        dir.display()
+    );
 
-    let (provisioned, provisioned_in, provisioning) =
-        provision(&round, &system, &client, &clusters, n).await?;
+    let own: Vec<String> = (0..args.changes.min(n)).map(stack_name).collect();
+    let provision_timeout =
+        Duration::from_secs(args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64));
+    let (provisioned, provisioned_in, provisioning) = provision(
+        &round,
+        &system,
+        &client,
+        &watches,
+        n,
+        &own,
+        provision_timeout,
+    )
+    .await?;
     let steady = steady_state(&round, &system, args.steady_seconds).await?;
-    // The benchmark plays the provider from here on.
-    system.provider.kill();
-    let workspaces: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
-    let (changes, latencies_ms, missed) =
-        output_changes(&round, &system, &workspaces, &clusters, n, args.changes).await?;
-    let stack = stack_name(0);
-    let burst = output_burst(&round, &system, &workspaces, &clusters, &stack, args.burst).await?;
+    let probes = probe_stacks(&round, &system, &client, &watches, args.changes).await?;
+    let changes = output_changes(&round, &system, &client, &watches, &own).await?;
+    let (controller, applier) = measure_processes(&system)?;
+    let restart = restart(&round, &mut system).await?;
+    // After the restart: the burst's condition stays on the object, and is no part of what
+    // the restart should find up to date.
     let socket_burst = match mode {
-        Mode::Sidecar => Some(socket_burst(&round, &system, &client, &stack, args.burst).await?),
+        Mode::Sidecar => {
+            Some(socket_burst(&round, &system, &client, &stack_name(0), args.burst).await?)
+        }
         Mode::Baseline => None,
     };
-    let (controller, applier) = measure_processes(&system, mode)?;
     Ok(Round {
         mode,
         clusters: n,
@@ -76,96 +162,72 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize) -> Result<Round
         provisioned_in,
         provisioning,
         steady,
+        probes,
         changes,
-        latencies_ms,
-        missed,
-        burst,
         socket_burst,
         controller,
         applier,
+        restart,
+        launches: system.launches.clone(),
     })
 }
 
-/// The API server's audit log: `hack/testenv.sh` keeps it in its state directory, beside
-/// the kubeconfig.
-fn audit_log() -> Result<std::path::PathBuf> {
-    Ok(env()
-        .kubeconfig
-        .parent()
-        .context("state dir")?
-        .join("audit.log"))
-}
-
-/// Starts the fake provider, the controller and the status-applier in namespace `ns`; in
-/// the baseline mode the controller does full updates.
-async fn start_system(args: &Args, mode: Mode, ns: &str) -> Result<System> {
-    let controller_args: &[&str] = match mode {
-        Mode::Sidecar => &["--no-leader-election"],
-        Mode::Baseline => &["--no-leader-election", "--baseline-full-update"],
-    };
-    let applier_args: Vec<&str> = args.applier_args.iter().map(String::as_str).collect();
-    System::start_tuned(
-        ns,
-        args.provider_delay_ms,
-        controller_args,
-        &applier_args,
-        &env().kubeconfig,
-    )
-    .await
-}
-
-/// Phase 1, provisioning: the templates and `n` stacks created at once while the fake
-/// provider plays Terraform, until they are provisioned (or a deadline passes) and the
-/// writes settle. Returns how many were provisioned, in how many seconds, and what happened
-/// meanwhile.
+/// Phase 1, provisioning: the templates and `n` stacks created at once (`own` of them with
+/// a WorkspaceTemplate of their own) while the fake provider plays Terraform, until they are
+/// provisioned (or a deadline passes) and the writes settle. Returns how many were
+/// provisioned, in how many seconds, and what happened meanwhile.
 async fn provision(
     round: &Probe<'_>,
-    system: &System,
+    system: &BenchSystem,
     client: &kube::Client,
-    clusters: &Clusters,
+    watches: &Watches,
     n: usize,
+    own: &[String],
+    timeout: Duration,
 ) -> Result<(usize, f64, Delta)> {
     let start = round.snapshot(system).await?;
-    create_templates(client, round.ns).await?;
-    create_stacks(client, round.ns, n).await?;
-    wait_provisioned(clusters, n).await;
-    let provisioned = clusters.provisioned();
-    let provisioned_at = round.snapshot(system).await?;
-    let provisioned_in = (provisioned_at.at - start.at).as_secs_f64();
+    create_templates(client, round.ns, own).await?;
+    create_stacks(client, round.ns, n, own.len()).await?;
+    eprintln!(
+        "  {n} stacks created in {:.1} s",
+        start.at.elapsed().as_secs_f64()
+    );
+    wait_provisioned(watches, n, timeout).await;
+    let provisioned = watches.provisioned();
+    let provisioned_at = Instant::now();
+    let provisioned_in = (provisioned_at - start.at).as_secs_f64();
     eprintln!("  {provisioned}/{n} provisioned in {provisioned_in:.1} s");
-    let settled = settle(
-        round,
-        system,
-        Duration::from_secs(3),
-        Duration::from_secs(60),
-    )
-    .await?;
-    let provisioning = round.delta(&start, &round.snapshot(system).await?)?;
-    if !settled {
+    if !round
+        .quiet(Duration::from_secs(3), Duration::from_secs(60))
+        .await?
+    {
         eprintln!("  writes had not stopped 60 s after provisioning");
     }
+    let provisioning = round.delta(&start, &round.snapshot(system).await?)?;
     Ok((provisioned, provisioned_in, provisioning))
 }
 
-/// Creates stacks `0..n`, 16 at a time.
-async fn create_stacks(client: &kube::Client, ns: &str, n: usize) -> Result<()> {
-    futures::stream::iter(
-        (0..n).map(|i| create_stack(client.clone(), ns.to_owned(), stack_name(i))),
-    )
-    .buffer_unordered(16)
+/// Creates stacks `0..n`, `CREATE_CONCURRENCY` at a time; the first `own` use a
+/// WorkspaceTemplate of their own.
+async fn create_stacks(client: &kube::Client, ns: &str, n: usize, own: usize) -> Result<()> {
+    futures::stream::iter((0..n).map(|i| {
+        let template = (i < own).then(|| own_template(&stack_name(i)));
+        create_stack(client.clone(), ns.to_owned(), stack_name(i), template)
+    }))
+    .buffer_unordered(CREATE_CONCURRENCY)
     .try_collect::<Vec<()>>()
     .await?;
     Ok(())
 }
 
-/// Waits until `n` Clusters are provisioned, for at most 120 s plus 0.5 s per stack,
-/// reporting progress every 10 s.
-async fn wait_provisioned(clusters: &Clusters, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(120 + n as u64 / 2);
+/// Waits until `n` Clusters are provisioned, for at most `timeout`, reporting progress every
+/// 10 s.
+async fn wait_provisioned(watches: &Watches, n: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
     let mut reported = Instant::now();
-    while clusters.provisioned() < n && Instant::now() < deadline {
+    while watches.provisioned() < n && Instant::now() < deadline {
         if reported.elapsed() > Duration::from_secs(10) {
-            eprintln!("  provisioned {}/{n}", clusters.provisioned());
+            eprintln!("  provisioned {}/{n}", watches.provisioned());
             reported = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -173,118 +235,146 @@ async fn wait_provisioned(clusters: &Clusters, n: usize) {
 }
 
 /// Phase 2, steady state: what happens over `seconds` once provisioned.
-async fn steady_state(round: &Probe<'_>, system: &System, seconds: u64) -> Result<Delta> {
+async fn steady_state(round: &Probe<'_>, system: &BenchSystem, seconds: u64) -> Result<Delta> {
     let before = round.snapshot(system).await?;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let steady = round.delta(&before, &round.snapshot(system).await?)?;
     eprintln!(
-        "  steady state: {} writes, {} reconciles in {:.0} s",
+        "  steady state: {} writes by the controller, {} by anyone, {} reconciles in {:.0} s",
         steady.controller_writes(),
+        steady.all_writes(),
         steady.reconciles,
         steady.seconds
     );
     Ok(steady)
 }
 
-/// Phase 3, output changes one at a time on `changes` of the `n` stacks (at most one each),
-/// the benchmark playing the provider. Returns what happened until the writes settled, the
-/// latency of each change until the Cluster's endpoint followed, and how many were missed.
+fn ms(from: Instant, to: Instant) -> f64 {
+    // Signed: two watches deliver independently, so a later hop may arrive first.
+    if to >= from {
+        (to - from).as_secs_f64() * 1000.0
+    } else {
+        -((from - to).as_secs_f64() * 1000.0)
+    }
+}
+
+/// Phase 3, latency: `count` new stacks created one at a time, each waited for until its
+/// Cluster has an endpoint. For each, from the round's watches: t0 when its control plane's
+/// Workspace first showed the `cluster_endpoint` output, t1 when its CAPTControlPlane first
+/// had `spec.controlPlaneEndpoint.host`, t2 when its Cluster did.
+async fn probe_stacks(
+    round: &Probe<'_>,
+    system: &BenchSystem,
+    client: &kube::Client,
+    watches: &Watches,
+    count: usize,
+) -> Result<Probes> {
+    let mut p = Probes::default();
+    let before = round.snapshot(system).await?;
+    let mut reported = Instant::now();
+    for i in 0..count {
+        if p.missed >= MISSES_BEFORE_GIVING_UP || before.at.elapsed() > PHASE_BUDGET {
+            eprintln!(
+                "  {i} probe stacks made, {} missed: the phase stops here",
+                p.missed
+            );
+            break;
+        }
+        if reported.elapsed() > PROGRESS {
+            eprintln!("  probe stacks: {i}/{count} ({} missed)", p.missed);
+            reported = Instant::now();
+        }
+        let stack = probe_name(i);
+        p.made += 1;
+        create_stack(client.clone(), round.ns.to_owned(), stack.clone(), None).await?;
+        let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
+        let t2 = watches
+            .clusters
+            .wait(TIMEOUT, |s| s.first_with(&stack, "host:"))
+            .await;
+        let t1 = watches.control_planes.first_with(&stack, "host:");
+        let t0 = watches.workspaces.first_with(&ws, "output:");
+        let ready = watches.control_planes.first_with(&stack, "ready");
+        match (t0, t1, t2) {
+            (Some(t0), Some(t1), Some(t2)) => {
+                p.total_ms.push(ms(t0, t2));
+                p.ours_ms.push(ms(t0, t1));
+                p.core_ms.push(ms(t1, t2));
+                if let Some(ready) = ready {
+                    let tr = t1.max(ready);
+                    p.ours_ready_ms.push(ms(t0, tr));
+                    p.core_ready_ms.push(ms(tr, t2));
+                }
+            }
+            _ => p.missed += 1,
+        }
+    }
+    round
+        .quiet(Duration::from_secs(2), Duration::from_secs(30))
+        .await?;
+    p.delta = round.delta(&before, &round.snapshot(system).await?)?;
+    eprintln!("  {} probe stacks ({} missed)", p.made, p.missed);
+    Ok(p)
+}
+
+/// Phase 4, output changes of provisioned stacks, one at a time: the `cluster_endpoint`
+/// output of each stack of `own` changed in its WorkspaceTemplate; the controller renders the
+/// Workspace, the provider applies it and reports the new output. Waits until the
+/// CAPTControlPlane's endpoint follows (Cluster API core leaves the Cluster's endpoint as it
+/// is once set), then until our managers' writes stop for 1 s, before the next.
 async fn output_changes(
     round: &Probe<'_>,
-    system: &System,
-    workspaces: &Api<DynamicObject>,
-    clusters: &Clusters,
-    n: usize,
-    changes: usize,
-) -> Result<(Delta, Vec<f64>, usize)> {
-    let changes = changes.min(n);
-    let mut latencies_ms = Vec::with_capacity(changes);
-    let mut missed = 0;
+    system: &BenchSystem,
+    client: &kube::Client,
+    watches: &Watches,
+    own: &[String],
+) -> Result<Changes> {
+    let mut c = Changes::default();
     let before = round.snapshot(system).await?;
-    for c in 0..changes {
-        if missed >= MISSES_BEFORE_GIVING_UP || before.at.elapsed() > CHANGES_BUDGET {
-            eprintln!("  {c} output changes made, {missed} missed: the phase stops here");
+    let mut reported = Instant::now();
+    for (i, stack) in own.iter().enumerate() {
+        if c.missed >= MISSES_BEFORE_GIVING_UP || before.at.elapsed() > PHASE_BUDGET {
+            eprintln!(
+                "  {i} output changes made, {} missed: the phase stops here",
+                c.missed
+            );
             break;
         }
-        let stack = stack_name(c * n / changes);
-        let host = endpoint_host(&stack, c);
-        let sent = Instant::now();
+        if reported.elapsed() > PROGRESS {
+            eprintln!("  output changes: {i}/{} ({} missed)", own.len(), c.missed);
+            reported = Instant::now();
+        }
+        let host = endpoint_host(stack, 1);
         let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
-        if let Err(e) = change_output(workspaces, &ws, &host).await {
-            eprintln!("  cannot change {ws}: {e:#}");
-            missed += 1;
-            continue;
+        c.made += 1;
+        change_output(client, round.ns, stack, &host).await?;
+        let wanted = format!("host:{host}");
+        let t1 = watches
+            .control_planes
+            .wait(TIMEOUT, |s| s.first(stack, &wanted))
+            .await;
+        let t0 = watches
+            .workspaces
+            .first(&ws, &format!("output:https://{host}"));
+        match (t0, t1) {
+            (Some(t0), Some(t1)) => c.ours_ms.push(ms(t0, t1)),
+            _ => c.missed += 1,
         }
-        match clusters.endpoint_seen(&stack, &host, CHANGE_TIMEOUT).await {
-            Some(at) => latencies_ms.push((at - sent).as_secs_f64() * 1000.0),
-            None => missed += 1,
-        }
+        round
+            .quiet(Duration::from_secs(1), Duration::from_secs(10))
+            .await?;
     }
-    settle(
-        round,
-        system,
-        Duration::from_secs(2),
-        Duration::from_secs(30),
-    )
-    .await?;
-    let changes_delta = round.delta(&before, &round.snapshot(system).await?)?;
-    eprintln!("  {changes} output changes done ({missed} missed)");
-    Ok((changes_delta, latencies_ms, missed))
+    c.delta = round.delta(&before, &round.snapshot(system).await?)?;
+    eprintln!("  {} output changes ({} missed)", c.made, c.missed);
+    Ok(c)
 }
 
-/// Phase 4, a burst of `burst` output changes, back to back, on the control plane's
-/// Workspace of `stack`: what happened until its last endpoint reached the Cluster and the
-/// writes settled.
-async fn output_burst(
-    round: &Probe<'_>,
-    system: &System,
-    workspaces: &Api<DynamicObject>,
-    clusters: &Clusters,
-    stack: &str,
-    burst: usize,
-) -> Result<Delta> {
-    let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
-    let before = round.snapshot(system).await?;
-    for b in 0..burst {
-        if let Err(e) = change_output(workspaces, &ws, &endpoint_host(stack, 100_000 + b)).await {
-            eprintln!("  the burst cannot change {ws}: {e:#}");
-            break;
-        }
-    }
-    let last = endpoint_host(stack, 100_000 + burst - 1);
-    if clusters
-        .endpoint_seen(stack, &last, Duration::from_secs(60))
-        .await
-        .is_none()
-    {
-        eprintln!("  the burst's last endpoint never reached the Cluster");
-    }
-    settle(
-        round,
-        system,
-        Duration::from_secs(2),
-        Duration::from_secs(30),
-    )
-    .await?;
-    round.delta(&before, &round.snapshot(system).await?)
-}
-
-/// Phase 5, the processes: peak RSS and CPU time of the controller and (sidecar only) of
-/// the status-applier.
-fn measure_processes(system: &System, mode: Mode) -> Result<(ProcessStats, Option<ProcessStats>)> {
-    let controller = process_stats(system.controller_pid())?;
-    let applier = match mode {
-        Mode::Sidecar => Some(process_stats(system.applier.pid())?),
-        Mode::Baseline => None,
-    };
-    Ok((controller, applier))
-}
-
-/// `burst` intents for one object under one manager, sent without waiting, then one that
-/// waits: how many applies they became.
+/// Phase 8, `burst` intents for one object under one manager, sent to the applier's socket
+/// without waiting, then one that waits: how many applies they became (the writes of that
+/// manager in the audit log).
 async fn socket_burst(
     round: &Probe<'_>,
-    system: &System,
+    system: &BenchSystem,
     client: &kube::Client,
     stack: &str,
     burst: usize,
@@ -304,18 +394,106 @@ async fn socket_burst(
             uid: uid.clone(),
         },
         subresource: Some(Subresource::Status),
-        field_manager: "bench-burst".into(),
+        // An allowed manager (the Deployment's allow-list), whose own paths it does not touch.
+        field_manager: "capt-captcontrolplane".into(),
         fragment: json!({"status": {"conditions": [{"type": "BenchBurst", "status": "True",
             "reason": "Burst", "message": format!("intent {i}"),
             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
         release: vec![],
     };
-    let applier = &system.applier.client;
+    let applier = system.applier_client()?;
     let before = round.snapshot(system).await?;
     for i in 0..burst - 1 {
         applier.submit(&intent(i), false).await?;
     }
-    applier.submit(&intent(burst - 1), true).await?;
+    let last = applier.submit(&intent(burst - 1), true).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    round.delta(&before, &round.snapshot(system).await?)
+    let delta = round.delta(&before, &round.snapshot(system).await?)?;
+    eprintln!(
+        "  burst of {burst} intents: answer {}, {} applies",
+        last.status,
+        delta.writes_of("capt-captcontrolplane")
+    );
+    Ok(delta)
+}
+
+/// Phase 6, the processes: peak RSS and CPU time of the controller and (sidecar only) of
+/// the status-applier, before the restart.
+fn measure_processes(system: &BenchSystem) -> Result<(ProcessStats, Option<ProcessStats>)> {
+    let controller = process_stats(system.controller.pid())?;
+    let applier = match &system.applier {
+        Some(a) => Some(process_stats(a.pid())?),
+        None => None,
+    };
+    Ok((controller, applier))
+}
+
+async fn reconciles(system: &BenchSystem) -> Option<f64> {
+    let text = system.controller_metrics().await.ok()?;
+    Some(metric_value(&text, "capt_reconciles_total", &[]))
+}
+
+/// Phase 7, restart: the pod's processes killed (SIGKILL) and started again the same way
+/// over the provisioned stacks. The controller has worked through its initial queue when
+/// its reconcile counter, having moved, stays still for `RESTART_QUIET` (scraped every
+/// 250 ms); if it never moves, 30 s after it leads.
+async fn restart(round: &Probe<'_>, system: &mut BenchSystem) -> Result<Restart> {
+    let from = round.audit_end()?;
+    let killed = Instant::now();
+    system.restart()?;
+    let (ready, leading) = system.wait_ready(Duration::from_secs(120)).await?;
+    let mut last = reconciles(system).await.unwrap_or(0.0);
+    let mut moved_at = Instant::now();
+    let mut moved = last > 0.0;
+    let mut reported = Instant::now();
+    let quiet_s = loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = Instant::now();
+        if let Some(r) = reconciles(system).await
+            && r != last
+        {
+            last = r;
+            moved_at = now;
+            moved = true;
+        }
+        let still = now - moved_at;
+        if (moved && still >= RESTART_QUIET) || (!moved && now - leading >= Duration::from_secs(30))
+        {
+            break Some((moved_at - killed).as_secs_f64());
+        }
+        if now - killed > RESTART_LIMIT {
+            break None;
+        }
+        if reported.elapsed() > PROGRESS {
+            eprintln!("  restart: {last} reconciles so far");
+            reported = Instant::now();
+        }
+    };
+    let to = round.audit_end()?;
+    let who: Vec<(&str, &str)> = system
+        .identities
+        .iter()
+        .map(|(n, id)| (n.as_str(), id.as_str()))
+        .collect();
+    let restart = Restart {
+        ready_s: (ready - killed).as_secs_f64(),
+        leading_s: (leading - killed).as_secs_f64(),
+        quiet_s,
+        reconciles: last,
+        writes: round.writes(from, to)?,
+        reads: round.reads_by(from, to, &who)?,
+        controller: process_stats(system.controller.pid())?,
+        applier: match &system.applier {
+            Some(a) => Some(process_stats(a.pid())?),
+            None => None,
+        },
+    };
+    eprintln!(
+        "  restart: ready {:.1} s, leading {:.1} s, quiet {}, {} writes",
+        restart.ready_s,
+        restart.leading_s,
+        quiet_s.map_or("never".into(), |q| format!("{q:.1} s")),
+        restart.writes.values().sum::<u64>()
+    );
+    Ok(restart)
 }

@@ -1,9 +1,11 @@
-//! The benchmark's CAPT stacks: the sample templates and stacks it creates, the Clusters it
-//! watches (phase, endpoint), and an output change made as provider-terraform would.
+//! The benchmark's CAPT stacks: the sample templates and stacks it creates, what it watches
+//! of them (one watch per kind, each value stamped when it first arrives), and an output
+//! change made where outputs come from (the stack's own WorkspaceTemplate).
 
-use anyhow::{Context, Result, bail};
-use capt_tests::fake_provider;
+use anyhow::{Context, Result};
+use capt_tests::fake_provider::{OUTPUTS_ANNOTATION, workspace_resource};
 use capt_tests::repo_root;
+use capt_tests::system::APPLY_NAMESPACE_LABEL;
 use futures::StreamExt;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -30,6 +32,17 @@ pub(crate) fn stack_name(i: usize) -> String {
     format!("c{i:04}")
 }
 
+/// The stacks created one at a time after the others, for the latency.
+pub(crate) fn probe_name(i: usize) -> String {
+    format!("p{i:04}")
+}
+
+/// The WorkspaceTemplate of its own a stack whose output the benchmark changes uses: a copy
+/// of the sample's `eks`.
+pub(crate) fn own_template(stack: &str) -> String {
+    format!("eks-{stack}")
+}
+
 /// The Cluster endpoint each output change should produce.
 pub(crate) fn endpoint_host(stack: &str, change: usize) -> String {
     format!("{stack}-r{change}.bench.example.com")
@@ -44,26 +57,82 @@ fn stack_docs(name: &str) -> Result<Vec<Value>> {
         .collect()
 }
 
-pub(crate) async fn create_templates(client: &kube::Client, ns: &str) -> Result<()> {
-    let text = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
-    let api: Api<DynamicObject> = Api::namespaced_with(
+fn templates(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
         client.clone(),
         ns,
         &resource("infrastructure.cluster.x-k8s.io", "WorkspaceTemplate"),
-    );
+    )
+}
+
+/// The sample templates (`vpc`, `eks`), and a copy of `eks` for each of `own` stacks
+/// ([`own_template`]).
+pub(crate) async fn create_templates(
+    client: &kube::Client,
+    ns: &str,
+    own: &[String],
+) -> Result<()> {
+    let text = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
+    let api = templates(client, ns);
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc)?;
         v["metadata"]["namespace"] = json!(ns);
+        if v["metadata"]["name"] == "eks" {
+            for stack in own {
+                let mut copy = v.clone();
+                copy["metadata"]["name"] = json!(own_template(stack));
+                api.create(&bench_creates(), &serde_json::from_value(copy)?)
+                    .await?;
+            }
+        }
         api.create(&bench_creates(), &serde_json::from_value(v)?)
             .await?;
     }
     Ok(())
 }
 
-/// Creates one stack; Cluster API core adopts its CAPT objects (their cluster-name label
-/// names the Cluster where core does not run).
-pub(crate) async fn create_stack(client: kube::Client, ns: String, name: String) -> Result<()> {
+/// Changes the `cluster_endpoint` output of `stack`'s control plane where it comes from: its
+/// own WorkspaceTemplate, whose outputs the controller renders into the Workspace and the
+/// provider applies (as a new Terraform configuration would), as
+/// `System::set_endpoint_output` does for the sample.
+pub(crate) async fn change_output(
+    client: &kube::Client,
+    ns: &str,
+    stack: &str,
+    host: &str,
+) -> Result<()> {
+    let outputs = json!({"cluster_endpoint": format!("https://{host}"),
+        "cluster_name": "${CLUSTER_NAME}"});
+    let patch = json!({"spec": {"template": {"metadata": {"annotations":
+        {OUTPUTS_ANNOTATION: outputs.to_string()}}}}});
+    templates(client, ns)
+        .patch(
+            &own_template(stack),
+            &PatchParams {
+                field_manager: Some("capt-bench".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Creates one stack (its control plane using the WorkspaceTemplate `template`, the
+/// sample's `eks` when `None`); Cluster API core adopts its CAPT objects (their cluster-name
+/// label names the Cluster where core does not run).
+pub(crate) async fn create_stack(
+    client: kube::Client,
+    ns: String,
+    name: String,
+    template: Option<String>,
+) -> Result<()> {
     for mut doc in stack_docs(&name)? {
+        if let Some(t) = &template
+            && doc["kind"] == "CAPTControlPlane"
+        {
+            doc["spec"]["workspaceTemplateRef"]["name"] = json!(t);
+        }
         let kind = doc["kind"].as_str().context("kind")?.to_owned();
         let group = doc["apiVersion"]
             .as_str()
@@ -81,94 +150,168 @@ pub(crate) async fn create_stack(client: kube::Client, ns: String, name: String)
     Ok(())
 }
 
-/// What the benchmark sees of each Cluster: phase and endpoint host, and when it saw them.
+/// What the benchmark sees of one kind: for each object, its values now (as the extractor
+/// names them, `host:…`, `phase:…`), and when each value was first received.
 #[derive(Default)]
-pub(crate) struct Clusters {
-    seen: Mutex<HashMap<String, (String, String, Instant)>>,
+pub(crate) struct Seen {
+    now: Mutex<HashMap<String, Vec<String>>>,
+    first: Mutex<HashMap<(String, String), Instant>>,
     changed: tokio::sync::Notify,
 }
 
-impl Clusters {
-    pub(crate) fn watch(client: kube::Client, ns: &str) -> Arc<Self> {
+type Extract = fn(&DynamicObject) -> Vec<String>;
+
+impl Seen {
+    fn watch(
+        api: Api<DynamicObject>,
+        config: watcher::Config,
+        extract: Extract,
+    ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
         let me = Arc::new(Self::default());
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client, ns, &resource("cluster.x-k8s.io", "Cluster"));
         let watching = me.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default())
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, config)
                 .default_backoff()
                 .applied_objects()
                 .boxed();
-            while let Some(Ok(c)) = events.next().await {
-                let phase = c.data["status"]["phase"].as_str().unwrap_or("").to_owned();
-                let host = c.data["spec"]["controlPlaneEndpoint"]["host"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned();
-                let name = c.metadata.name.clone().unwrap_or_default();
-                watching
-                    .seen
-                    .lock()
-                    .expect("lock")
-                    .insert(name, (phase, host, Instant::now()));
+            while let Some(event) = events.next().await {
+                let Ok(o) = event else { continue };
+                let at = Instant::now();
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let values = extract(&o);
+                {
+                    let mut first = watching.first.lock().expect("lock");
+                    for v in &values {
+                        first.entry((name.clone(), v.clone())).or_insert(at);
+                    }
+                }
+                watching.now.lock().expect("lock").insert(name, values);
                 watching.changed.notify_waiters();
             }
         });
-        me
+        (me, task)
     }
 
-    pub(crate) fn provisioned(&self) -> usize {
-        self.seen
+    /// When `name` was first seen with `value`.
+    pub(crate) fn first(&self, name: &str, value: &str) -> Option<Instant> {
+        self.first
             .lock()
             .expect("lock")
-            .values()
-            .filter(|(phase, host, _)| phase == "Provisioned" && !host.is_empty())
-            .count()
+            .get(&(name.to_owned(), value.to_owned()))
+            .copied()
     }
 
-    /// When the Cluster `name` was first seen with endpoint `host`, waiting up to `timeout`.
-    pub(crate) async fn endpoint_seen(
+    /// When `name` was first seen with any value starting with `prefix`.
+    pub(crate) fn first_with(&self, name: &str, prefix: &str) -> Option<Instant> {
+        self.first
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|((n, v), _)| n == name && v.starts_with(prefix))
+            .map(|(_, at)| *at)
+            .min()
+    }
+
+    /// Waits up to `timeout` for `check` to find a time.
+    pub(crate) async fn wait(
         &self,
-        name: &str,
-        host: &str,
         timeout: Duration,
+        check: impl Fn(&Self) -> Option<Instant>,
     ) -> Option<Instant> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let changed = self.changed.notified();
-            if let Some((_, h, at)) = self.seen.lock().expect("lock").get(name)
-                && h == host
-            {
-                return Some(*at);
+            if let Some(at) = check(self) {
+                return Some(at);
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return None;
+                return check(self);
             }
         }
     }
 }
 
-/// Plays provider-terraform for one Workspace: its outputs now say `host`.
-pub(crate) async fn change_output(
-    workspaces: &Api<DynamicObject>,
-    name: &str,
-    host: &str,
-) -> Result<()> {
-    let ws = workspaces.get_status(name).await?;
-    let mut status = ws.data["status"].clone();
-    if !status["atProvider"].is_object() {
-        bail!("Workspace {name} has no atProvider yet");
+/// The three watches of a round: Clusters (`phase:…`, `host:…` of
+/// `spec.controlPlaneEndpoint`), CAPTControlPlanes (`host:…`, and `ready` while
+/// `status.ready` is true) and the round's Workspaces
+/// (`output:…`, the `cluster_endpoint` output in `status.atProvider`).
+pub(crate) struct Watches {
+    pub(crate) clusters: Arc<Seen>,
+    pub(crate) control_planes: Arc<Seen>,
+    pub(crate) workspaces: Arc<Seen>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
     }
-    status["atProvider"]["outputs"]["cluster_endpoint"] = json!(format!("https://{host}"));
-    status["atProvider"]["checksum"] = json!(format!("bench-{host}"));
-    let body = json!({"apiVersion": fake_provider::API_VERSION, "kind": fake_provider::KIND,
-        "metadata": {"name": name}, "status": status});
-    workspaces
-        .patch_status(
-            name,
-            &PatchParams::apply(fake_provider::FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-    Ok(())
+}
+
+fn endpoint_host_of(o: &DynamicObject) -> Option<String> {
+    o.data["spec"]["controlPlaneEndpoint"]["host"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("host:{h}"))
+}
+
+impl Watches {
+    pub(crate) fn start(client: &kube::Client, ns: &str) -> Self {
+        let cluster_api =
+            Api::namespaced_with(client.clone(), ns, &resource("cluster.x-k8s.io", "Cluster"));
+        let cp_api = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &resource("controlplane.cluster.x-k8s.io", "CAPTControlPlane"),
+        );
+        let ws_api = Api::all_with(client.clone(), &workspace_resource());
+        let (clusters, c) = Seen::watch(cluster_api, watcher::Config::default(), |o| {
+            let mut v: Vec<String> = endpoint_host_of(o).into_iter().collect();
+            if let Some(p) = o.data["status"]["phase"].as_str() {
+                v.push(format!("phase:{p}"));
+            }
+            v
+        });
+        let (control_planes, p) = Seen::watch(cp_api, watcher::Config::default(), |o| {
+            let mut v: Vec<String> = endpoint_host_of(o).into_iter().collect();
+            // What core waits for before it copies the endpoint (`status.ready`).
+            if o.data["status"]["ready"] == true {
+                v.push("ready".into());
+            }
+            v
+        });
+        let (workspaces, w) = Seen::watch(
+            ws_api,
+            watcher::Config::default().labels(&format!("{APPLY_NAMESPACE_LABEL}={ns}")),
+            |o| {
+                o.data["status"]["atProvider"]["outputs"]["cluster_endpoint"]
+                    .as_str()
+                    .map(|e| format!("output:{e}"))
+                    .into_iter()
+                    .collect()
+            },
+        );
+        Self {
+            clusters,
+            control_planes,
+            workspaces,
+            tasks: vec![c, p, w],
+        }
+    }
+
+    /// Clusters Provisioned with an endpoint.
+    pub(crate) fn provisioned(&self) -> usize {
+        self.clusters
+            .now
+            .lock()
+            .expect("lock")
+            .values()
+            .filter(|vs| {
+                vs.iter().any(|v| v == "phase:Provisioned")
+                    && vs.iter().any(|v| v.starts_with("host:"))
+            })
+            .count()
+    }
 }

@@ -1,10 +1,79 @@
-//! The results as Markdown tables, one per number of stacks with a column per mode, and
-//! the writes by field manager in each phase.
+//! The results as Markdown: what reproduces them (commit, machine, command), the
+//! differences from production, one table per number of stacks with a column per mode, the
+//! writes by field manager in each phase, the reads after the restart, and the scaling of
+//! memory with the number of stacks.
 
 use crate::Args;
-use crate::Mode;
+use crate::deployed::{DEPLOYMENT, Pod, env_summary};
 use crate::probe::STATUS_MANAGERS;
-use crate::round::Round;
+use crate::round::{CREATE_CONCURRENCY, RESTART_QUIET, Round};
+use anyhow::Result;
+use std::fmt::Write;
+
+/// What reproduces a run: the commit, the machine, the command.
+pub(crate) struct Header {
+    commit: String,
+    machine: String,
+    command: String,
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(capt_tests::repo_root())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl Header {
+    pub(crate) fn now() -> Result<Self> {
+        let dirty = !run("git", &["status", "--porcelain"]).is_empty();
+        let commit = format!(
+            "{}{}",
+            run("git", &["rev-parse", "--short", "HEAD"]),
+            if dirty { "-dirty" } else { "" }
+        );
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, m)| m.trim().to_owned())
+            .unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_gib = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let machine = format!(
+            "{cores} cores ({model}), {mem_gib:.0} GiB, {}; {}",
+            std::env::consts::ARCH,
+            run("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+        );
+        // hack/bench.sh says how it was called; run directly, the arguments say it.
+        let command = std::env::var("CAPT_BENCH_COMMAND").unwrap_or_else(|_| {
+            std::env::args()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        Ok(Self {
+            commit,
+            machine,
+            command,
+        })
+    }
+
+    pub(crate) fn text(&self) -> String {
+        format!(
+            "commit {}; machine: {}; command: `{}`",
+            self.commit, self.machine, self.command
+        )
+    }
+}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -13,157 +82,433 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-pub(crate) fn tables(rounds: &[Round], args: &Args) -> String {
-    use std::fmt::Write;
-    let out = std::cell::RefCell::new(String::new());
+/// p50 / p99 / max of `v`, in ms.
+fn spread(v: &[f64]) -> String {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    format!(
+        "{:.1} / {:.1} / {:.1}",
+        percentile(&sorted, 0.5),
+        percentile(&sorted, 0.99),
+        sorted.last().copied().unwrap_or(f64::NAN)
+    )
+}
+
+fn per(n: u64, d: usize) -> String {
+    if d == 0 {
+        return "n/a".into();
+    }
+    format!("{:.2}", n as f64 / d as f64)
+}
+
+pub(crate) fn tables(rounds: &[Round], args: &Args, header: &Header, pod: Option<&Pod>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n{}\n", header.text());
     let mut sizes: Vec<usize> = rounds.iter().map(|r| r.clusters).collect();
     sizes.dedup();
     for n in sizes {
         let rs: Vec<&Round> = rounds.iter().filter(|r| r.clusters == n).collect();
-        let _ = writeln!(out.borrow_mut(), "\n### {n} clusters\n");
-        out.borrow_mut().push_str("| measure |");
-        for r in &rs {
-            let _ = write!(out.borrow_mut(), " {} |", r.mode.name());
+        table(&mut out, &rs, n, args, header);
+    }
+    scaling(&mut out, rounds, header);
+    if let Some(pod) = pod {
+        differences(&mut out, rounds, pod, args);
+    }
+    out
+}
+
+fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header) {
+    let _ = writeln!(out, "\n### {n} clusters\n");
+    let _ = writeln!(out, "{}\n", header.text());
+    out.push_str("| measure |");
+    for r in rs {
+        let _ = write!(out, " {} |", r.mode.name());
+    }
+    out.push_str("\n| --- |");
+    for _ in rs {
+        out.push_str(" ---: |");
+    }
+    out.push('\n');
+    let mut row = |label: &str, cell: &dyn Fn(&Round) -> String| {
+        let _ = write!(out, "| {label} |");
+        for r in rs {
+            let _ = write!(out, " {} |", cell(r));
         }
-        out.borrow_mut().push('\n');
-        out.borrow_mut().push_str("| --- |");
-        for _ in &rs {
-            out.borrow_mut().push_str(" ---: |");
+        out.push('\n');
+    };
+    row("provisioned in (s)", &|r| {
+        if r.provisioned == r.clusters {
+            format!("{:.1}", r.provisioned_in)
+        } else {
+            format!("only {} after {:.0}", r.provisioned, r.provisioned_in)
         }
-        out.borrow_mut().push('\n');
-        let row = |label: &str, cell: &dyn Fn(&Round) -> String| {
-            let _ = write!(out.borrow_mut(), "| {label} |");
-            for r in &rs {
-                let _ = write!(out.borrow_mut(), " {} |", cell(r));
-            }
-            out.borrow_mut().push('\n');
-        };
-        let per = |n: u64, d: usize| format!("{:.2}", n as f64 / d.max(1) as f64);
-        row("provisioned in (s)", &|r| {
-            if r.provisioned == r.clusters {
-                format!("{:.1}", r.provisioned_in)
-            } else {
-                format!("only {} after {:.0}", r.provisioned, r.provisioned_in)
-            }
+    });
+    row("provisioning: status writes (all status managers)", &|r| {
+        r.provisioning.status_writes().to_string()
+    });
+    row("provisioning: reconciles", &|r| {
+        format!("{:.0}", r.provisioning.reconciles)
+    });
+    row("provisioning: intents/s (sent to the applier)", &|r| {
+        rate(r, r.provisioning.intents)
+    });
+    row(
+        "provisioning: applies/s (the applier's PATCH requests)",
+        &|r| rate(r, r.provisioning.applies),
+    );
+    row("provisioning: status writes/s", &|r| {
+        format!(
+            "{:.1}",
+            r.provisioning.status_writes() as f64 / r.provisioning.seconds
+        )
+    });
+    let s = args.steady_seconds;
+    row(&format!("steady state {s} s: our writes"), &|r| {
+        r.steady.controller_writes().to_string()
+    });
+    row(&format!("steady state {s} s: writes by anyone"), &|r| {
+        r.steady.all_writes().to_string()
+    });
+    row(&format!("steady state {s} s: reconciles"), &|r| {
+        format!("{:.0}", r.steady.reconciles)
+    });
+    row("probe stacks made / missed (30 s)", &|r| {
+        format!("{} / {}", r.probes.made, r.probes.missed)
+    });
+    row(
+        "**Workspace output → Cluster endpoint** p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.total_ms),
+    );
+    row(
+        "hop: Workspace output → CAPTControlPlane endpoint (ours) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.ours_ms),
+    );
+    row(
+        "hop: CAPTControlPlane endpoint → Cluster endpoint (core) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.core_ms),
+    );
+    row(
+        "hop: Workspace output → CAPTControlPlane endpoint and `status.ready` (ours) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.ours_ready_ms),
+    );
+    row(
+        "hop: CAPTControlPlane endpoint and `status.ready` → Cluster endpoint (core) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.core_ready_ms),
+    );
+    for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
+        row(&format!("writes per probe stack: `{m}`"), &|r| {
+            per(r.probes.delta.writes_of(m), r.probes.made)
         });
-        row("provisioning: status writes (all managers)", &|r| {
-            r.provisioning.status_writes().to_string()
+    }
+    row("output changes made / missed (30 s)", &|r| {
+        format!("{} / {}", r.changes.made, r.changes.missed)
+    });
+    for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
+        row(&format!("writes per output change: `{m}`"), &|r| {
+            per(r.changes.delta.writes_of(m), r.changes.made)
         });
-        row("provisioning: reconciles", &|r| {
-            format!("{:.0}", r.provisioning.reconciles)
-        });
-        row("provisioning: intents/s (sent to the applier)", &|r| {
-            rate(r, r.provisioning.intents)
-        });
-        row(
-            "provisioning: applies/s (the applier's PATCH requests)",
-            &|r| rate(r, r.provisioning.applies),
-        );
-        row("provisioning: status writes/s", &|r| {
-            format!(
-                "{:.1}",
-                r.provisioning.status_writes() as f64 / r.provisioning.seconds
-            )
-        });
-        row(
-            &format!("steady state {} s: controller writes", args.steady_seconds),
-            &|r| r.steady.controller_writes().to_string(),
-        );
-        row(
-            &format!("steady state {} s: reconciles", args.steady_seconds),
-            &|r| format!("{:.0}", r.steady.reconciles),
-        );
-        for m in STATUS_MANAGERS {
-            row(&format!("writes per output change: `{m}`"), &|r| {
-                per(
-                    r.changes.writes.get(m).copied().unwrap_or(0),
-                    r.latencies_ms.len() + r.missed,
-                )
-            });
+    }
+    row("reconciles per output change", &|r| {
+        if r.changes.made == 0 {
+            return "n/a".into();
         }
-        row("writes per output change: reconciles", &|r| {
-            format!(
-                "{:.2}",
-                r.changes.reconciles / (r.latencies_ms.len() + r.missed).max(1) as f64
-            )
-        });
-        row("output → Cluster endpoint p50 (ms)", &|r| latency(r, 0.5));
-        row("output → Cluster endpoint p99 (ms)", &|r| {
-            latency(r, 0.99)
-        });
-        row("output changes made / missed (10 s)", &|r| {
-            format!("{} / {}", r.latencies_ms.len() + r.missed, r.missed)
-        });
+        format!("{:.2}", r.changes.delta.reconciles / r.changes.made as f64)
+    });
+    row(
+        "output change: Workspace output → CAPTControlPlane endpoint p50 / p99 / max (ms)",
+        &|r| spread(&r.changes.ours_ms),
+    );
+    row("controller peak RSS (MiB)", &|r| {
+        format!("{:.1}", r.controller.peak_rss_mib)
+    });
+    row("controller CPU (s)", &|r| {
+        format!("{:.1}", r.controller.cpu_seconds)
+    });
+    row("status-applier peak RSS (MiB)", &|r| match &r.applier {
+        Some(a) => format!("{:.1}", a.peak_rss_mib),
+        None => "n/a".into(),
+    });
+    row("status-applier CPU (s)", &|r| match &r.applier {
+        Some(a) => format!("{:.1}", a.cpu_seconds),
+        None => "n/a".into(),
+    });
+    row("restart: kill → ready (s)", &|r| {
+        format!("{:.2}", r.restart.ready_s)
+    });
+    row("restart: kill → controller leads (s)", &|r| {
+        format!("{:.2}", r.restart.leading_s)
+    });
+    row(
+        &format!(
+            "restart: kill → initial queue done (reconciles still for {} s) (s)",
+            RESTART_QUIET.as_secs()
+        ),
+        &|r| {
+            r.restart
+                .quiet_s
+                .map_or("never".into(), |q| format!("{q:.1}"))
+        },
+    );
+    row("restart: reconciles", &|r| {
+        format!("{:.0}", r.restart.reconciles)
+    });
+    row("restart: our writes (capt-* managers)", &|r| {
+        r.restart
+            .writes
+            .iter()
+            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
+            .map(|(_, n)| n)
+            .sum::<u64>()
+            .to_string()
+    });
+    row(
+        "restart: writes by anyone (the provider's 10 min polls included)",
+        &|r| r.restart.writes.values().sum::<u64>().to_string(),
+    );
+    for (process, verb) in [
+        ("capt-controller", "list"),
+        ("capt-controller", "get"),
+        ("capt-controller", "watch"),
+        ("status-applier", "list"),
+        ("status-applier", "get"),
+        ("status-applier", "watch"),
+    ] {
         row(
-            &format!("burst of {} output changes: status writes", args.burst),
-            &|r| r.burst.status_writes().to_string(),
-        );
-        row(
-            &format!("burst of {} output changes: coalescing ratio", args.burst),
+            &format!("restart: {} requests by {process}", verb.to_uppercase()),
             &|r| {
-                format!(
-                    "{:.1}",
-                    args.burst as f64 / r.burst.status_writes().max(1) as f64
-                )
+                if process == "status-applier" && r.applier.is_none() {
+                    return "n/a".into();
+                }
+                r.restart
+                    .reads
+                    .iter()
+                    .filter(|((p, v, _), _)| p == process && v == verb)
+                    .map(|(_, n)| n)
+                    .sum::<u64>()
+                    .to_string()
             },
         );
-        row(
-            &format!("burst of {} intents on one object: applies", args.burst),
-            &|r| match &r.socket_burst {
-                Some(d) => d
-                    .writes
-                    .get("bench-burst")
-                    .copied()
-                    .unwrap_or(0)
-                    .to_string(),
-                None => "n/a".into(),
-            },
-        );
-        row("controller peak RSS (MiB)", &|r| {
-            format!("{:.1}", r.controller.peak_rss_mib)
-        });
-        row("controller CPU (s)", &|r| {
-            format!("{:.1}", r.controller.cpu_seconds)
-        });
-        row("status-applier peak RSS (MiB)", &|r| match &r.applier {
-            Some(a) => format!("{:.1}", a.peak_rss_mib),
+    }
+    row("after the restart: controller peak RSS (MiB)", &|r| {
+        format!("{:.1}", r.restart.controller.peak_rss_mib)
+    });
+    row("after the restart: status-applier peak RSS (MiB)", &|r| {
+        r.restart
+            .applier
+            .map_or("n/a".into(), |a| format!("{:.1}", a.peak_rss_mib))
+    });
+    row(
+        &format!("burst of {} intents on one object: applies", args.burst),
+        &|r| match &r.socket_burst {
+            Some(d) => format!(
+                "{} (the applier's count: {:.0})",
+                d.writes_of("capt-captcontrolplane"),
+                d.applies
+            ),
             None => "n/a".into(),
-        });
-        row("status-applier CPU (s)", &|r| match &r.applier {
-            Some(a) => format!("{:.1}", a.cpu_seconds),
-            None => "n/a".into(),
-        });
-        out.borrow_mut()
-            .push_str("\nWrites by field manager in each phase (API server audit log):\n\n");
-        for r in &rs {
-            for (phase, d) in [
-                ("provisioning", &r.provisioning),
-                ("steady", &r.steady),
-                ("changes", &r.changes),
-                ("burst", &r.burst),
-            ] {
-                let list: Vec<String> = d.writes.iter().map(|(m, n)| format!("{m} {n}")).collect();
-                let _ = writeln!(
-                    out.borrow_mut(),
-                    "- {} / {phase}: {}",
-                    r.mode.name(),
+        },
+    );
+    out.push_str("\nWrites by field manager in each phase (API server audit log):\n\n");
+    for r in rs {
+        let phases = [
+            ("provisioning", Some(&r.provisioning.writes)),
+            ("steady", Some(&r.steady.writes)),
+            ("probe stacks", Some(&r.probes.delta.writes)),
+            ("output changes", Some(&r.changes.delta.writes)),
+            ("restart", Some(&r.restart.writes)),
+            ("burst", r.socket_burst.as_ref().map(|d| &d.writes)),
+        ];
+        for (phase, writes) in phases {
+            let Some(writes) = writes else { continue };
+            let list: Vec<String> = writes.iter().map(|(m, n)| format!("{m} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "- {} / {phase}: {}",
+                r.mode.name(),
+                if list.is_empty() {
+                    "none".to_owned()
+                } else {
                     list.join(", ")
-                );
-            }
+                }
+            );
         }
     }
-    out.into_inner()
+    out.push_str(
+        "\nReads from the kill to the end of the restart phase, by process (the token's id in \
+         the audit log), verb and resource:\n\n",
+    );
+    for r in rs {
+        let list: Vec<String> = r
+            .restart
+            .reads
+            .iter()
+            .map(|((p, v, res), n)| format!("{p} {} {res} {n}", v.to_uppercase()))
+            .collect();
+        let _ = writeln!(out, "- {}: {}", r.mode.name(), list.join(", "));
+    }
 }
 
 fn rate(r: &Round, count: f64) -> String {
-    match r.mode {
-        Mode::Sidecar => format!("{:.1}", count / r.provisioning.seconds),
-        Mode::Baseline => "n/a".into(),
+    match r.applier {
+        Some(_) => format!("{:.1}", count / r.provisioning.seconds),
+        None => "n/a".into(),
     }
 }
 
-fn latency(r: &Round, p: f64) -> String {
-    let mut sorted = r.latencies_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    format!("{:.1}", percentile(&sorted, p))
+/// Peak RSS per N, and the slope per cluster between consecutive N, per mode and process.
+fn scaling(out: &mut String, rounds: &[Round], header: &Header) {
+    let mut modes: Vec<_> = rounds.iter().map(|r| r.mode).collect();
+    modes.dedup();
+    let _ = writeln!(
+        out,
+        "\n### Memory against the number of clusters\n\n{}\n",
+        header.text()
+    );
+    out.push_str(
+        "| mode | clusters | controller peak RSS (MiB) | slope (KiB per cluster) | \
+         status-applier peak RSS (MiB) | slope (KiB per cluster) |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for mode in modes {
+        let rs: Vec<&Round> = rounds.iter().filter(|r| r.mode == mode).collect();
+        for (i, r) in rs.iter().enumerate() {
+            let slope = |now: f64, before: Option<f64>| match (i, before) {
+                (0, _) | (_, None) => "—".to_owned(),
+                (_, Some(b)) => format!(
+                    "{:.1}",
+                    (now - b) * 1024.0 / (r.clusters as f64 - rs[i - 1].clusters as f64)
+                ),
+            };
+            let prev = i.checked_sub(1).map(|j| rs[j]);
+            let applier = r.applier.map(|a| a.peak_rss_mib);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} | {} | {} | {} |",
+                mode.name(),
+                r.clusters,
+                r.controller.peak_rss_mib,
+                slope(
+                    r.controller.peak_rss_mib,
+                    prev.map(|p| p.controller.peak_rss_mib)
+                ),
+                applier.map_or("n/a".into(), |a| format!("{a:.1}")),
+                match applier {
+                    Some(a) => slope(a, prev.and_then(|p| p.applier.map(|x| x.peak_rss_mib))),
+                    None => "n/a".into(),
+                },
+            );
+        }
+    }
+}
+
+/// Every known difference between these rounds and the system in production.
+fn differences(out: &mut String, rounds: &[Round], pod: &Pod, args: &Args) {
+    out.push_str("\n### Differences from production\n\n");
+    let mut lines = vec![
+        format!(
+            "The pod's containers run as processes on this machine, with the command and environment of \
+             `{DEPLOYMENT}` (read at run time), the release binaries instead of the image, and no \
+             container: no cgroup limits (the Deployment asks `status-applier` {} and `manager` {}), \
+             not user 65532, no read-only root filesystem, no seccomp profile.",
+            pod.resources(crate::deployed::APPLIER).unwrap_or_default(),
+            pod.resources(crate::deployed::MANAGER).unwrap_or_default()
+        ),
+        format!(
+            "One replica instead of {}: leader election is on (the `capt-controller` Lease in {}), \
+             with one candidate. A restart keeps the pod's name (a container restarted in its pod).",
+            pod.replicas, pod.namespace
+        ),
+        "Both processes reach the API server (on 127.0.0.1: no network) with a kubeconfig holding a \
+         token of the pod's ServiceAccount from the TokenRequest API (one token per process, so that \
+         the audit log tells them apart), instead of the projected token and the in-cluster config; \
+         the rights are the shipped RBAC's (`manifests/deploy/rbac.yaml`)."
+            .into(),
+        "Metrics are scraped over HTTPS with a ServiceAccount token bound to \
+         `capt-controller-metrics-reader` (TokenReview + SubjectAccessReview per scrape), as \
+         deployed; the scrapes are more frequent than a Prometheus's while phases wait."
+            .into(),
+        "The naive baseline runs as a ServiceAccount bound to `cluster-admin` (it PUTs whole \
+         statuses, which the shipped RBAC does not allow), with the `manager` container's command \
+         and environment plus `--baseline-full-update`."
+            .into(),
+        "The API server (`hack/testenv.sh`): etcd runs with `--unsafe-no-fsync` (one member, no \
+         fsync: writes are cheaper than on a real etcd); API Priority and Fairness is off \
+         (`--enable-priority-and-fairness=false`: no per-flow queueing or limits); the \
+         ServiceAccount admission plugin is off; every request but those on Events and Leases is \
+         audited at Metadata level (the API server writes a log line per request, reads included); \
+         kube-controller-manager runs only its garbage collector and namespace controllers. Each \
+         round runs on a fresh API server."
+            .into(),
+        "Cluster API core v1.10 runs as one manager process with `--leader-elect=false`, plain-HTTP \
+         diagnostics, its webhooks on 127.0.0.1."
+            .into(),
+        format!(
+            "provider-terraform is the fake provider of `tests/src/fake_provider/`, which plays \
+             v0.18.0's reconciler with its defaults (a 10 min poll, backoff from 1 s){}, each \
+             apply taking {} ms instead of a Terraform run; it runs as the environment's \
+             administrator.",
+            match args.provider_max_reconcile_rate {
+                1 => " and `--max-reconcile-rate 1` (one Workspace at a time)".to_owned(),
+                r => format!(
+                    " but `--max-reconcile-rate {r}` ({r} Workspaces at a time; the default is 1)"
+                ),
+            },
+            args.provider_delay_ms
+        ),
+        format!(
+            "The API server, etcd, core, the provider, the benchmark and both processes share the \
+             machine's cores (with other engineers' builds). Stacks are created {CREATE_CONCURRENCY} \
+             at a time."
+        ),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    for r in rounds {
+        for l in &r.launches {
+            for c in &l.changes {
+                if seen.insert(c.clone()) {
+                    lines.push(c.clone());
+                }
+            }
+            let mut command = vec![
+                l.program
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ];
+            command.extend(l.args.iter().map(|a| {
+                if a.starts_with('/') {
+                    "<local path>".to_owned()
+                } else {
+                    a.clone()
+                }
+            }));
+            let env = format!(
+                "`{}` runs `{}` with only this environment: {}",
+                l.container,
+                command.join(" "),
+                redact(&env_summary(l))
+            );
+            if seen.insert(env.clone()) {
+                lines.push(env);
+            }
+        }
+    }
+    for l in lines {
+        let _ = writeln!(out, "- {l}");
+    }
+}
+
+/// Local paths and ports left out, so that rounds say the same thing.
+fn redact(env: &str) -> String {
+    env.split(' ')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if v.starts_with('/') => format!("{k}=<local path>"),
+            Some((k, v)) if v.starts_with("127.0.0.1:") => format!("{k}=127.0.0.1:<free port>"),
+            Some((k, v)) if k == "POD_NAME" => {
+                format!("{k}={}", v.trim_end_matches(char::is_numeric))
+            }
+            _ => kv.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
