@@ -80,6 +80,27 @@ impl Pod {
             .with_context(|| format!("no container {name} in {DEPLOYMENT}"))
     }
 
+    /// The memory limit of container `name`, in MiB (`256Mi`, `1Gi`, or bytes).
+    pub(crate) fn memory_limit_mib(&self, name: &str) -> Result<f64> {
+        let text = self.container(name)?["resources"]["limits"]["memory"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("container {name} has no memory limit in {DEPLOYMENT}"))?;
+        let (number, unit) =
+            text.split_at(text.find(|c: char| c.is_alphabetic()).unwrap_or(text.len()));
+        let value: f64 = number
+            .parse()
+            .with_context(|| format!("memory limit of {name}: {text:?}"))?;
+        let factor = match unit {
+            "Ki" => 1.0 / 1024.0,
+            "Mi" => 1.0,
+            "Gi" => 1024.0,
+            "" => 1.0 / (1024.0 * 1024.0),
+            other => anyhow::bail!("memory limit of {name}: unit {other:?} not understood"),
+        };
+        Ok(value * factor)
+    }
+
     /// The resources (requests and limits) a container has in the Deployment, as text.
     pub(crate) fn resources(&self, name: &str) -> Result<String> {
         Ok(self.container(name)?["resources"].to_string())

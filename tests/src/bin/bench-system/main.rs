@@ -97,6 +97,10 @@ struct Args {
     /// (default: 120 s plus 2 s per stack).
     #[arg(long)]
     provision_timeout_seconds: Option<u64>,
+    /// How long the baseline's provisioning may take (it provisions nothing beside Cluster API
+    /// core, whose Cluster writes its full updates fight: the tables say how many it did).
+    #[arg(long, default_value_t = 300)]
+    baseline_provision_timeout_seconds: u64,
     /// Restart the test environment (`hack/testenv.sh stop`, `start`, in its
     /// `CAPT_TESTENV_DIR`) before every round but the first, so that each round has an API
     /// server of its own: the processes are cluster-wide. `hack/bench.sh` passes it; never
@@ -177,5 +181,55 @@ async fn main() -> Result<()> {
         }
     }
     print!("{}", tables(&rounds, &args, &header, pod.as_ref()));
+    match pod {
+        Some(pod) => limits_hold(&rounds, &pod),
+        None => Ok(()),
+    }
+}
+
+/// The check of the Deployment's memory limits: every peak RSS measured as deployed at up to
+/// 1,000 stacks (before and after the restart) must be below its container's limit. Prints
+/// each comparison; fails the run when one is not.
+fn limits_hold(rounds: &[round::Round], pod: &deployed::Pod) -> Result<()> {
+    let limit = |container: &str| -> Result<f64> { pod.memory_limit_mib(container) };
+    let (manager, applier) = (limit("manager")?, limit("status-applier")?);
+    let mut over = Vec::new();
+    println!("\nMemory limits of manifests/deploy/deployment.yaml against the peaks (N <= 1000):");
+    for r in rounds
+        .iter()
+        .filter(|r| r.mode == Mode::Sidecar && r.clusters <= 1000)
+    {
+        let peaks = [
+            ("manager", manager, Some(&r.controller)),
+            (
+                "manager after restart",
+                manager,
+                Some(&r.restart.controller),
+            ),
+            ("status-applier", applier, r.applier.as_ref()),
+            (
+                "status-applier after restart",
+                applier,
+                r.restart.applier.as_ref(),
+            ),
+        ];
+        for (what, limit, stats) in peaks {
+            let Some(stats) = stats else { continue };
+            let ok = stats.peak_rss_mib < limit;
+            println!(
+                "- N={}: {what} {:.1} MiB, limit {limit:.0} MiB: {}",
+                r.clusters,
+                stats.peak_rss_mib,
+                if ok { "ok" } else { "OVER THE LIMIT" }
+            );
+            if !ok {
+                over.push(format!("N={} {what}", r.clusters));
+            }
+        }
+    }
+    anyhow::ensure!(
+        over.is_empty(),
+        "peak RSS over the Deployment's memory limit: {over:?}"
+    );
     Ok(())
 }

@@ -70,6 +70,11 @@ pub(crate) struct Probes {
     pub(crate) ours_ready_ms: Vec<f64>,
     /// tr → Cluster endpoint: core alone.
     pub(crate) core_ready_ms: Vec<f64>,
+    /// Workspace Ready=True with its output (t0r, the provider's second pass: what the
+    /// control plane's readiness follows) → Cluster endpoint: the headline, our hops and core's.
+    pub(crate) ready_total_ms: Vec<f64>,
+    /// t0r → CAPTControlPlane endpoint and `status.ready` (tr): ours.
+    pub(crate) ready_ours_ms: Vec<f64>,
     pub(crate) made: usize,
     pub(crate) missed: usize,
     pub(crate) delta: Delta,
@@ -130,8 +135,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     );
 
     let own: Vec<String> = (0..args.changes.min(n)).map(stack_name).collect();
-    let provision_timeout =
-        Duration::from_secs(args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64));
+    let provision_timeout = Duration::from_secs(match mode {
+        Mode::Baseline => args.baseline_provision_timeout_seconds,
+        Mode::Sidecar => args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64),
+    });
     let (provisioned, provisioned_in, provisioning) = provision(
         &round,
         &system,
@@ -295,6 +302,7 @@ async fn probe_stacks(
         let t1 = watches.control_planes.first_with(&stack, "host:");
         let t0 = watches.workspaces.first_with(&ws, "output:");
         let ready = watches.control_planes.first_with(&stack, "ready");
+        let t0r = watches.workspaces.first_with(&ws, "ready-output");
         match (t0, t1, t2) {
             (Some(t0), Some(t1), Some(t2)) => {
                 p.total_ms.push(ms(t0, t2));
@@ -304,6 +312,10 @@ async fn probe_stacks(
                     let tr = t1.max(ready);
                     p.ours_ready_ms.push(ms(t0, tr));
                     p.core_ready_ms.push(ms(tr, t2));
+                    if let Some(t0r) = t0r {
+                        p.ready_total_ms.push(ms(t0r, t2));
+                        p.ready_ours_ms.push(ms(t0r, tr));
+                    }
                 }
             }
             _ => p.missed += 1,

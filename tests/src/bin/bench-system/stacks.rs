@@ -234,7 +234,8 @@ impl Seen {
 /// The three watches of a round: Clusters (`phase:…`, `host:…` of
 /// `spec.controlPlaneEndpoint`), CAPTControlPlanes (`host:…`, and `ready` while
 /// `status.ready` is true) and the round's Workspaces
-/// (`output:…`, the `cluster_endpoint` output in `status.atProvider`).
+/// (`output:…`, the `cluster_endpoint` output in `status.atProvider`, and `ready-output` once
+/// the Workspace is also Ready=True).
 pub(crate) struct Watches {
     pub(crate) clusters: Arc<Seen>,
     pub(crate) control_planes: Arc<Seen>,
@@ -286,11 +287,18 @@ impl Watches {
             ws_api,
             watcher::Config::default().labels(&format!("{APPLY_NAMESPACE_LABEL}={ns}")),
             |o| {
-                o.data["status"]["atProvider"]["outputs"]["cluster_endpoint"]
+                let output = o.data["status"]["atProvider"]["outputs"]["cluster_endpoint"]
                     .as_str()
-                    .map(|e| format!("output:{e}"))
+                    .map(|e| format!("output:{e}"));
+                // Ready=True with the output: from here the control plane is ready (its
+                // `status.ready` follows the Workspace's Ready, and core waits for it).
+                let ready = o.data["status"]["conditions"]
+                    .as_array()
                     .into_iter()
-                    .collect()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                let ready_output = (ready && output.is_some()).then(|| "ready-output".to_owned());
+                output.into_iter().chain(ready_output).collect()
             },
         );
         Self {

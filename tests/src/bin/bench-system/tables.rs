@@ -176,7 +176,15 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         format!("{} / {}", r.probes.made, r.probes.missed)
     });
     row(
-        "**Workspace output → Cluster endpoint** p50 / p99 / max (ms)",
+        "**Workspace Ready with its output → Cluster endpoint** p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.ready_total_ms),
+    );
+    row(
+        "hop: Workspace Ready with its output → CAPTControlPlane endpoint and `status.ready` (ours) p50 / p99 / max (ms)",
+        &|r| spread(&r.probes.ready_ours_ms),
+    );
+    row(
+        "Workspace output (first seen, before Ready) → Cluster endpoint p50 / p99 / max (ms)",
         &|r| spread(&r.probes.total_ms),
     );
     row(
