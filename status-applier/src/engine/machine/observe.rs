@@ -9,19 +9,24 @@ use crate::engine::events::Effect;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef};
 use crate::metrics::Action;
-use kube::api::DynamicObject;
+use crate::view::View;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
 
 impl Machine {
-    /// Keeps `view` if it is newer than the one held; answers whether it was.
-    pub(super) fn take_view(&mut self, object: &ObjectRef, view: Arc<DynamicObject>) -> bool {
+    /// Keeps `view` if it is newer than the one held, or of the same version and keeps more
+    /// of it (a read that keeps what a cut-down view lacked); answers whether it was newer.
+    pub(super) fn take_view(&mut self, object: &ObjectRef, view: Arc<View>) -> bool {
         let Some(held) = self.objects.get_mut(object) else {
             return false;
         };
         let newer = held.view.as_ref().is_none_or(|v| is_newer(&view, v));
-        if newer {
+        let wider = held
+            .view
+            .as_ref()
+            .is_some_and(|v| !is_newer(v, &view) && view.keeps_more_than(v));
+        if newer || wider {
             held.view = Some(view);
         }
         newer
@@ -30,7 +35,7 @@ impl Machine {
     pub(super) fn observed(
         &mut self,
         object: &ObjectRef,
-        view: Arc<DynamicObject>,
+        view: Arc<View>,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
@@ -57,6 +62,10 @@ impl Machine {
         for key in keys {
             let entry = self.entries.get_mut(&key).expect("a key");
             if !entry.from_intent {
+                if !view.keeps(&key.field_manager) {
+                    // Cut down before its manager was kept: what it owns is not in this view.
+                    continue;
+                }
                 // A remembered document follows the object.
                 entry.document = owned_document(&view, &key);
                 entry.object_uid = view.metadata.uid.clone();
@@ -89,7 +98,7 @@ impl Machine {
 
     /// Rebuilds the documents of the allowed managers that have applied to `object` and have
     /// none in memory (after a restart).
-    pub(super) fn rebuild(&mut self, object: &ObjectRef, view: &Arc<DynamicObject>) {
+    pub(super) fn rebuild(&mut self, object: &ObjectRef, view: &Arc<View>) {
         for (manager, subresource) in our_apply_entries(view, &self.policy.allowed_managers) {
             let key = DesiredKey {
                 object: object.clone(),
