@@ -69,7 +69,7 @@ impl Kind {
 
 /// The resourceVersion as a number: etcd revisions only grow, so for one object a larger
 /// number is newer. An unparseable version counts as newest.
-fn version(obj: &DynamicObject) -> u64 {
+fn version(obj: &View) -> u64 {
     obj.metadata
         .resource_version
         .as_deref()
@@ -205,9 +205,7 @@ async fn watch(
     keeps: Arc<Keeps>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
     let mut listed: HashSet<ObjectName> = HashSet::new();
     info!(kind = %kind.resource.kind, "Watching");
     while let Some(event) = events.next().await {

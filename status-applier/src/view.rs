@@ -50,25 +50,66 @@ impl Keep {
 }
 
 /// An object as the applier holds it: cut down to a [`Keep`], or whole.
+///
+/// Held as JSON text, and parsed when an apply is planned on it ([`View::object`]): a
+/// `serde_json::Value` costs about ten times its text (every map is a B-tree node), and the
+/// applier holds one view of every object it watches. Its identity is at hand (`Deref`).
 #[derive(Debug, Clone)]
 pub struct View {
-    object: DynamicObject,
+    identity: Identity,
+    /// The object (cut down) as JSON.
+    text: Box<str>,
     /// What was kept; `None` for a whole object.
     kept: Option<Arc<Keep>>,
 }
 
-impl Deref for View {
-    type Target = DynamicObject;
+/// The identity of a viewed object: `name`, `namespace`, `uid` and `resourceVersion` only.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// Its metadata, less everything else.
+    pub metadata: ObjectMeta,
+}
 
-    fn deref(&self) -> &DynamicObject {
-        &self.object
+impl Deref for View {
+    type Target = Identity;
+
+    fn deref(&self) -> &Identity {
+        &self.identity
     }
 }
 
 impl View {
     /// The whole object, uncut (tests, and callers that need everything).
     pub fn whole(object: DynamicObject) -> Self {
-        Self { object, kept: None }
+        Self::new(object, None)
+    }
+
+    fn new(object: DynamicObject, kept: Option<Arc<Keep>>) -> Self {
+        let metadata = ObjectMeta {
+            name: object.metadata.name.clone(),
+            namespace: object.metadata.namespace.clone(),
+            uid: object.metadata.uid.clone(),
+            resource_version: object.metadata.resource_version.clone(),
+            ..ObjectMeta::default()
+        };
+        let text = serde_json::to_string(&object)
+            .expect("an object read as JSON writes as JSON")
+            .into_boxed_str();
+        Self {
+            identity: Identity { metadata },
+            text,
+            kept,
+        }
+    }
+
+    /// The object, as kept.
+    pub fn object(&self) -> DynamicObject {
+        serde_json::from_str(&self.text).expect("written by View::new")
+    }
+
+    /// Its `managedFields`, as kept.
+    fn managed_fields(&self) -> Vec<ManagedFieldsEntry> {
+        self.object().metadata.managed_fields.unwrap_or_default()
     }
 
     /// `object` cut down to what `keep` names (see the module documentation).
@@ -116,14 +157,14 @@ impl View {
             managed_fields: (!managed_fields.is_empty()).then_some(managed_fields),
             ..ObjectMeta::default()
         };
-        Self {
-            object: DynamicObject {
+        Self::new(
+            DynamicObject {
                 types,
                 metadata,
                 data,
             },
-            kept: Some(keep),
-        }
+            Some(keep),
+        )
     }
 
     /// True when this view keeps everything `other` keeps, and more.
@@ -164,7 +205,7 @@ impl View {
         if !keep.managers.contains(manager) {
             return false;
         }
-        let entries = self.metadata.managed_fields.as_deref().unwrap_or_default();
+        let entries = self.managed_fields();
         let mut region = region(
             &Keep::default(),
             entries
@@ -295,10 +336,8 @@ mod tests {
     }
 
     fn managers(view: &View) -> Vec<(String, String, Value)> {
-        view.metadata
-            .managed_fields
+        view.managed_fields()
             .iter()
-            .flatten()
             .map(|e| {
                 (
                     e.manager.clone().unwrap_or_default(),
@@ -312,7 +351,7 @@ mod tests {
     #[test]
     fn an_object_no_kept_manager_touched_keeps_its_identity_alone() {
         let view = View::strip(control_plane(), keep(&["someone-else"], json!({})));
-        let mut kept = serde_json::to_value(&*view).unwrap();
+        let mut kept = serde_json::to_value(view.object()).unwrap();
         // Of each manager, where its fields are: enough to know what nobody owns.
         assert_eq!(
             kept["metadata"]
@@ -356,12 +395,13 @@ mod tests {
         let view = View::strip(control_plane(), keep(&["ours-status"], json!({})));
         assert_eq!(view.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(view.metadata.resource_version.as_deref(), Some("7"));
-        assert!(view.metadata.labels.is_none() && view.metadata.annotations.is_none());
-        assert!(view.metadata.owner_references.is_none() && view.metadata.finalizers.is_none());
+        let object = view.object();
+        assert!(object.metadata.labels.is_none() && object.metadata.annotations.is_none());
+        assert!(object.metadata.owner_references.is_none() && object.metadata.finalizers.is_none());
         // The values of what ours owns, and the kind of every value on the way; core's key in
         // the outputs, its own condition, the phase, v1beta2 and the spec are gone.
         assert_eq!(
-            view.data,
+            object.data,
             json!({"status": {"ready": true, "outputs": {"a": "1"},
                    "conditions": [{"type": "Ours", "status": "True"}]}})
         );
@@ -402,8 +442,9 @@ mod tests {
         let claimed =
             json!({"f:status": {"f:phase": {}}, "f:spec": {"f:endpoint": {"f:host": {}}}});
         let view = View::strip(control_plane(), keep(&["ours-status"], claimed.clone()));
-        assert_eq!(view.data["status"]["phase"], json!("Provisioning"));
-        assert_eq!(view.data["spec"], json!({"endpoint": {"host": "h"}}));
+        let object = view.object();
+        assert_eq!(object.data["status"]["phase"], json!("Provisioning"));
+        assert_eq!(object.data["spec"], json!({"endpoint": {"host": "h"}}));
         let entries = managers(&view);
         let kubectl = entries.iter().find(|(m, _, _)| m == "kubectl").unwrap();
         assert_eq!(
@@ -448,13 +489,13 @@ mod tests {
             );
             assert!(stripped.covers("ours-status", &claimed));
             let a = plan(&Policy::default(), &key, &document, &whole);
-            let b = plan(&Policy::default(), &key, &document, &stripped);
+            let b = plan(&Policy::default(), &key, &document, &stripped.object());
             assert_eq!(a.body, b.body, "{document}");
             assert_eq!(a.unchanged, b.unchanged, "{document}");
             assert_eq!(a.conflicts, b.conflicts, "{document}");
             assert_eq!(
                 owned_document(&whole, &key),
-                owned_document(&stripped, &key)
+                owned_document(&stripped.object(), &key)
             );
         }
     }

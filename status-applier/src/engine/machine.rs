@@ -28,7 +28,6 @@ use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::metrics::Action;
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
-use kube::api::DynamicObject;
 use managed_fields::FieldSet;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -339,7 +338,8 @@ impl Machine {
             self.finish(key, outcome, false, now, out);
             return;
         }
-        let document = apply::pinned_document(&entry.document, &entry.pinned, key, &view);
+        let object = view.object();
+        let document = apply::pinned_document(&entry.document, &entry.pinned, key, &object);
         // The view keeps only what planning this document needs (`crate::view`); when it
         // lacks some, ask the driver to keep it from now on and read the object again.
         let claimed = claimed_fields(&without_empty_objects(&document));
@@ -362,7 +362,7 @@ impl Machine {
                 keep: held.keep(),
             });
         }
-        let plan = apply::plan(&self.policy, key, &document, &view);
+        let plan = apply::plan(&self.policy, key, &document, &object);
         entry.object_uid = view.metadata.uid.clone();
         if plan.unchanged {
             let action = if plan.conflicts.is_empty() {
@@ -577,8 +577,8 @@ fn error_action(error: &ApplyError) -> Action {
 /// True when `a` is a later view than `b`: another incarnation (uid), or a larger
 /// resourceVersion. etcd revisions only grow, so for one object a larger number is newer;
 /// an unparseable version counts as newest.
-fn is_newer(a: &DynamicObject, b: &DynamicObject) -> bool {
-    let version = |o: &DynamicObject| {
+fn is_newer(a: &View, b: &View) -> bool {
+    let version = |o: &View| {
         o.metadata
             .resource_version
             .as_deref()

@@ -1056,10 +1056,7 @@ fn an_intent_that_rides_a_queued_check_is_still_told_what_it_kept() {
 
 /// `view` cut down as the driver's cache would with `keep`.
 fn stripped(view: &Arc<View>, keep: &crate::view::Keep) -> Arc<View> {
-    Arc::new(View::strip(
-        kube::api::DynamicObject::clone(view),
-        Arc::new(keep.clone()),
-    ))
+    Arc::new(View::strip(view.object(), Arc::new(keep.clone())))
 }
 
 /// The one `Keep` among `effects`, and where it is among them.
@@ -1108,7 +1105,7 @@ fn a_document_claiming_beyond_the_view_is_planned_only_on_a_read_that_keeps_its_
     // Core owns the phase; the view kept nothing of it (ours owns nothing yet).
     let whole = core_owns_the_phase(6);
     let cut = stripped(&whole, &ours);
-    assert!(cut.data.get("status").is_none(), "{:?}", cut.data);
+    assert!(cut.object().data.get("status").is_none());
     h.observe(cut);
     let (ticket, _) = h.submit(
         intent(

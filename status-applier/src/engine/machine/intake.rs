@@ -185,7 +185,7 @@ impl Machine {
         let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
         let mut fresh = match view {
             Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
-                Entry::new(owned_document(&v, key), v.metadata.uid.clone())
+                Entry::new(owned_document(&v.object(), key), v.metadata.uid.clone())
             }
             _ => Entry::new(Value::Object(Default::default()), None),
         };

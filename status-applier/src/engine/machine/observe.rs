@@ -58,6 +58,7 @@ impl Machine {
             return;
         }
         let view = self.objects[object].view.clone().expect("just taken");
+        let whole = view.object();
         let keys: Vec<DesiredKey> = self.objects[object].keys.iter().cloned().collect();
         for key in keys {
             let entry = self.entries.get_mut(&key).expect("a key");
@@ -67,7 +68,7 @@ impl Machine {
                     continue;
                 }
                 // A remembered document follows the object.
-                entry.document = owned_document(&view, &key);
+                entry.document = owned_document(&whole, &key);
                 entry.object_uid = view.metadata.uid.clone();
             } else if entry.phase.is_idle() {
                 // Re-check: restores drifted fields and retries conflicts; sends nothing
@@ -99,7 +100,8 @@ impl Machine {
     /// Rebuilds the documents of the allowed managers that have applied to `object` and have
     /// none in memory (after a restart).
     pub(super) fn rebuild(&mut self, object: &ObjectRef, view: &Arc<View>) {
-        for (manager, subresource) in our_apply_entries(view, &self.policy.allowed_managers) {
+        let whole = view.object();
+        for (manager, subresource) in our_apply_entries(&whole, &self.policy.allowed_managers) {
             let key = DesiredKey {
                 object: object.clone(),
                 subresource,
@@ -109,7 +111,7 @@ impl Machine {
                 continue;
             }
             info!(subject = %key.object, manager = key.field_manager, "Rebuilt desired document from managedFields");
-            let mut entry = Entry::new(owned_document(view, &key), view.metadata.uid.clone());
+            let mut entry = Entry::new(owned_document(&whole, &key), view.metadata.uid.clone());
             entry.last = Some(
                 crate::outcome::for_key(&key, Action::unchanged)
                     .with_message("rebuilt from managedFields"),
