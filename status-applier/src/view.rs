@@ -167,14 +167,14 @@ impl View {
         )
     }
 
-    /// True when this view keeps everything `other` keeps, and more.
-    pub fn keeps_more_than(&self, other: &View) -> bool {
+    /// True when this view was cut down to something else than `other`: of two views of the
+    /// same version, the one that arrived last was cut to what the engine asked last (a read
+    /// is, always), so it is the one to plan on.
+    pub fn kept_otherwise_than(&self, other: &View) -> bool {
         match (&self.kept, &other.kept) {
-            (None, None) | (Some(_), None) => false,
-            (None, Some(_)) => true,
-            (Some(a), Some(b)) => {
-                a != b && a.managers.is_superset(&b.managers) && a.claimed.region_covers(&b.claimed)
-            }
+            (None, None) => false,
+            (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && a != b,
+            _ => true,
         }
     }
 

@@ -345,6 +345,8 @@ impl Machine {
         let claimed = claimed_fields(&without_empty_objects(&document));
         let held = self.objects.get_mut(&key.object).expect("an object");
         if !view.covers(&key.field_manager, &claimed) {
+            tracing::trace!(subject = %key.object, manager = key.field_manager, claimed = %claimed.to_fields_v1(),
+                kept = ?view, "The view lacks what the document claims; reading the object");
             held.keep_managers.insert(key.field_manager.clone());
             held.claims.insert(key.clone(), claimed);
             out.push(Effect::Keep {

@@ -1147,3 +1147,27 @@ fn a_document_claiming_beyond_the_view_is_planned_only_on_a_read_that_keeps_its_
     assert_eq!(outcome.action, Action::conflict);
     assert_eq!(outcome.conflicts[0].owner, "core");
 }
+
+#[test]
+fn a_read_of_the_same_version_cut_to_what_was_asked_last_is_planned_on() {
+    let mut h = Harness::default();
+    // Held: the widget cut to ours and `status.x` (what an earlier document claimed).
+    let whole = core_owns_the_phase(6);
+    let earlier = crate::view::Keep {
+        managers: [OURS.to_string()].into(),
+        claimed: managed_fields::FieldSet::from_fields_v1(&json!({"f:status": {"f:x": {}}}))
+            .unwrap(),
+    };
+    h.observe(stripped(&whole, &earlier));
+    h.submit(
+        intent(&status_key(), json!({"status": {"phase": "Ready"}})),
+        false,
+    );
+    let effects = h.at(10).timer(&status_key());
+    let (_, asked) = the_keep(&effects);
+    assert_eq!(reads(&effects), 1);
+    // The read finds the same version, cut to what was asked now (not a superset of before).
+    let effects = h.at(11).observe(stripped(&whole, &asked));
+    assert_eq!(reads(&effects), 0, "no second read: {effects:#?}");
+    assert_eq!(attempts(&effects), vec![Action::conflict], "{effects:#?}");
+}

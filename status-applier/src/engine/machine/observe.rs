@@ -15,18 +15,19 @@ use std::time::Instant;
 use tracing::info;
 
 impl Machine {
-    /// Keeps `view` if it is newer than the one held, or of the same version and keeps more
-    /// of it (a read that keeps what a cut-down view lacked); answers whether it was newer.
+    /// Keeps `view` if it is newer than the one held, or of the same version and cut down to
+    /// something else (a read that keeps what the engine asked last); answers whether it was
+    /// newer.
     pub(super) fn take_view(&mut self, object: &ObjectRef, view: Arc<View>) -> bool {
         let Some(held) = self.objects.get_mut(object) else {
             return false;
         };
         let newer = held.view.as_ref().is_none_or(|v| is_newer(&view, v));
-        let wider = held
+        let recut = held
             .view
             .as_ref()
-            .is_some_and(|v| !is_newer(v, &view) && view.keeps_more_than(v));
-        if newer || wider {
+            .is_some_and(|v| !is_newer(v, &view) && view.kept_otherwise_than(v));
+        if newer || recut {
             held.view = Some(view);
         }
         newer
