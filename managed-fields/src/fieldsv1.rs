@@ -409,6 +409,164 @@ impl FieldSet {
         intersect(self, other).unwrap_or_default()
     }
 
+    // -- the set as a region of an object: what a stripped copy of the object keeps -------
+    //
+    // Taken as a region, a leaf without children stands for its whole subtree, and any other
+    // node for its listed children only (whether it is owned itself does not matter). The
+    // status-applier keeps, of each object it watches, the values and the other managers'
+    // fields inside one region: see `status_applier::view`.
+
+    /// Widens this region by `other`: a leaf on either side covers its whole subtree.
+    pub fn union_region(&mut self, other: &FieldSet) {
+        if self.is_leaf() || other.is_empty() {
+            return;
+        }
+        if other.is_leaf() {
+            *self = FieldSet::leaf();
+            return;
+        }
+        for (key, child) in &other.children {
+            match self.children.entry(key.clone()) {
+                Entry::Vacant(slot) => {
+                    slot.insert(child.clone());
+                }
+                Entry::Occupied(mut slot) => slot.get_mut().set.union_region(&child.set),
+            }
+        }
+    }
+
+    /// True when every path `set` owns, and every node on the way to it, lies in this region.
+    pub fn region_covers(&self, set: &FieldSet) -> bool {
+        if self.is_leaf() || set.is_empty() {
+            return true;
+        }
+        if set.is_leaf() {
+            return false;
+        }
+        set.children.iter().all(|(key, child)| {
+            self.children
+                .get(key)
+                .is_some_and(|mine| mine.set.region_covers(&child.set))
+        })
+    }
+
+    /// `live` cut down to this region: a leaf keeps its whole value; any other node keeps its
+    /// value's kind (an object, a list, a scalar as it is) with only the children of the region
+    /// inside, so that the kind of every value on the way to a kept one stays known. A list
+    /// keeps the elements the region selects (`k:` elements with their key fields), or all of
+    /// them when the region names one by index. `None` when `live` holds nothing of the region
+    /// (or the region is empty).
+    pub fn project_region(&self, live: &Value) -> Option<Value> {
+        if self.is_leaf() {
+            return Some(live.clone());
+        }
+        if self.children.is_empty() {
+            return None;
+        }
+        Some(match live {
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for child in self.children.values() {
+                    if let PathElement::Field(name) = &child.element
+                        && let Some(value) = map.get(name).and_then(|v| child.set.project_region(v))
+                    {
+                        out.insert(name.clone(), value);
+                    }
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => {
+                if self
+                    .children
+                    .values()
+                    .any(|c| matches!(c.element, PathElement::Index(_)))
+                {
+                    return Some(live.clone());
+                }
+                let kept = items
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, item)| {
+                        let child = self
+                            .children
+                            .values()
+                            .find(|c| c.element.selects(index, item))?;
+                        let mut projected = child.set.project_region(item)?;
+                        if let (PathElement::Key(keys), Value::Object(fields)) =
+                            (&child.element, &mut projected)
+                        {
+                            for (name, value) in keys {
+                                fields.insert(name.clone(), value.clone());
+                            }
+                        }
+                        Some(projected)
+                    })
+                    .collect();
+                Value::Array(kept)
+            }
+            other => other.clone(),
+        })
+    }
+
+    /// This set as seen from inside `region`: exactly this set within the region; a child that
+    /// leaves the region is kept as a bare leaf, so that every node inside keeps whether it has
+    /// children (a node owned itself and without children would own its whole subtree), and
+    /// where the set leaves the region stays known (see [`FieldSet::region_answers`]).
+    pub fn within_region(&self, region: &FieldSet) -> FieldSet {
+        if region.is_leaf() {
+            return self.clone();
+        }
+        let children = self
+            .children
+            .iter()
+            .map(|(key, child)| {
+                let set = match region.children.get(key) {
+                    Some(r) => child.set.within_region(&r.set),
+                    None => FieldSet::leaf(),
+                };
+                (
+                    key.clone(),
+                    Child {
+                        element: child.element.clone(),
+                        set,
+                    },
+                )
+            })
+            .collect();
+        FieldSet {
+            self_owned: self.self_owned,
+            children,
+        }
+    }
+
+    /// True when an object cut down to this region, with every manager's set `within_region`
+    /// (`owners`), tells all that planning an apply claiming `claimed` reads: every claimed
+    /// path lies in the region, or leaves it where none of `owners` owns anything (nobody
+    /// holds it, whatever its value: no conflict, nothing to compare).
+    pub fn region_answers(&self, claimed: &FieldSet, owners: &[&FieldSet]) -> bool {
+        if self.is_leaf() || claimed.is_empty() {
+            return true;
+        }
+        if owners.iter().any(|o| o.is_leaf()) {
+            // An owner of the whole subtree: every claimed value in it is compared.
+            return self.region_covers(claimed);
+        }
+        if claimed.is_leaf() {
+            // A claim of the whole subtree: every owner's value in it is compared.
+            return owners.iter().all(|o| self.region_covers(o));
+        }
+        claimed.children.iter().all(|(key, child)| {
+            let below: Vec<&FieldSet> = owners
+                .iter()
+                .filter_map(|o| o.children.get(key).map(|c| &c.set))
+                .collect();
+            match self.children.get(key) {
+                Some(region) => region.set.region_answers(&child.set, &below),
+                None => below.is_empty(),
+            }
+        })
+    }
+
     /// True when the set owns nothing.
     pub fn is_empty(&self) -> bool {
         !self.self_owned && self.children.is_empty()

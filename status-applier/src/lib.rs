@@ -27,6 +27,7 @@ pub mod ownership;
 pub mod policy;
 pub mod server;
 pub mod telemetry;
+pub mod view;
 
 /// The client of the intent API, from the API crate.
 pub use status_applier_api::client;

@@ -676,3 +676,134 @@ fn field_paths_with_empty_segments_are_rejected() {
         "invalid field path `status..phase`: segment 2 is empty"
     );
 }
+
+// -- the set as a region -------------------------------------------------------------------
+
+#[test]
+fn a_region_union_takes_a_leaf_whole_and_merges_the_rest() {
+    let mut region = decode(&json!({"f:status": {"f:phase": {}, "f:outputs": {"f:a": {}}}}));
+    region.union_region(&decode(
+        &json!({"f:status": {"f:outputs": {}, "f:ready": {}}}),
+    ));
+    assert_eq!(
+        region.to_fields_v1(),
+        json!({"f:status": {"f:phase": {}, "f:outputs": {}, "f:ready": {}}})
+    );
+    // A `.` with children is no leaf: it stands for its children only.
+    let mut region = decode(&json!({"f:spec": {}}));
+    region.union_region(&decode(&json!({"f:spec": {".": {}, "f:a": {}}})));
+    assert!(region.is_leaf_at(&path("spec")));
+}
+
+#[test]
+fn a_region_covers_what_lies_inside_it_only() {
+    let region = decode(&controller_status_fields());
+    let inside = decode(&json!({"f:status": {"f:phase": {},
+        "f:workspaceStatus": {"f:atProvider": {"f:outputs": {"f:cluster_endpoint": {"f:value": {}}}}}}}));
+    assert!(region.region_covers(&inside));
+    assert!(region.region_covers(&FieldSet::default()));
+    // A sibling the region does not name, or a leaf where the region names children only.
+    assert!(!region.region_covers(&decode(&json!({"f:status": {"f:ready": {}}}))));
+    assert!(!region.region_covers(&decode(&json!({"f:status": {"f:workspaceStatus": {}}}))));
+}
+
+#[test]
+fn projecting_a_region_keeps_values_inside_and_the_kind_of_every_value_on_the_way() {
+    let region = decode(&json!({"f:spec": {"f:version": {}},
+        "f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {"f:status": {}}},
+                     "f:workspaceStatus": {"f:atProvider": {"f:missing": {}}},
+                     "f:phase": {"f:below-a-scalar": {}}}}));
+    let projected = region.project_region(&live_object()).unwrap();
+    assert_eq!(
+        projected,
+        json!({"spec": {"version": "1.31"},
+               "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                          "workspaceStatus": {"atProvider": {}},
+                          "phase": "Ready"}})
+    );
+    // A list the region names an element of by index is kept whole: indices must not move.
+    let by_index = decode(&json!({"f:status": {"f:conditions": {"i:1": {}}}}));
+    assert_eq!(
+        by_index.project_region(&live_object()).unwrap()["status"]["conditions"],
+        live_object()["status"]["conditions"]
+    );
+    assert_eq!(FieldSet::default().project_region(&live_object()), None);
+}
+
+#[test]
+fn a_set_within_a_region_answers_every_question_about_the_region_as_before() {
+    let region = decode(&json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {
+        "f:checksum": {}, "f:outputs": {}}}}}));
+    // Another manager: owns atProvider as a map and a key in outputs, and much elsewhere.
+    let other = decode(&json!({"f:metadata": {"f:labels": {"f:a": {}}},
+        "f:status": {".": {}, "f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}, "f:status": {}}},
+            "f:workspaceStatus": {"f:atProvider": {".": {}, "f:outputs": {"f:f": {"f:deep": {}}}, "f:state": {"f:x": {}}}}}}));
+    let within = other.within_region(&region);
+    for p in [
+        "status",
+        "status.workspaceStatus",
+        "status.workspaceStatus.atProvider",
+        "status.workspaceStatus.atProvider.checksum",
+        "status.workspaceStatus.atProvider.outputs",
+        "status.workspaceStatus.atProvider.outputs.f",
+        "status.workspaceStatus.atProvider.outputs.f.deep",
+        "status.workspaceStatus.atProvider.outputs.g",
+    ] {
+        let p = path(p);
+        assert_eq!(within.owns(&p), other.owns(&p), "owns {p:?}");
+        assert_eq!(within.touches(&p), other.touches(&p), "touches {p:?}");
+        assert_eq!(
+            within.is_leaf_at(&p),
+            other.is_leaf_at(&p),
+            "is_leaf_at {p:?}"
+        );
+        assert_eq!(
+            within.covering_leaf(&p),
+            other.covering_leaf(&p),
+            "covering_leaf {p:?}"
+        );
+    }
+    let claimed = decode(&json!({"f:status": {"f:workspaceStatus": {"f:atProvider": {
+        "f:checksum": {}, "f:outputs": {"f:f": {}, "f:a": {}}}}}}));
+    assert_eq!(claimed.intersection(&within), claimed.intersection(&other));
+    // Outside the region only a bare leaf is left of each child leaving it.
+    assert_eq!(
+        within.to_fields_v1()["f:status"]["f:conditions"],
+        json!({}),
+        "{}",
+        within.to_fields_v1()
+    );
+    assert_eq!(within.to_fields_v1()["f:metadata"], json!({}));
+    // Outside any region, where the set is is all that is left.
+    assert_eq!(
+        other.within_region(&FieldSet::default()).to_fields_v1(),
+        json!({"f:metadata": {}, "f:status": {}})
+    );
+}
+
+#[test]
+fn a_region_answers_for_claims_that_leave_it_where_nobody_owns_anything() {
+    let region = decode(&json!({"f:status": {"f:ready": {}}}));
+    let core = decode(&json!({"f:metadata": {"f:finalizers": {}}, "f:status": {"f:phase": {}}}))
+        .within_region(&region);
+    let kubectl = decode(&json!({"f:spec": {"f:size": {}}})).within_region(&region);
+    let owners = [&core, &kubectl];
+    let claims = |v: Value| region.region_answers(&decode(&v), &owners);
+    // Inside the region, or where nobody owns anything: no value outside is read.
+    assert!(claims(json!({"f:status": {"f:ready": {}}})));
+    assert!(claims(
+        json!({"f:status": {"f:ready": {}, "f:outputs": {"f:a": {}}}})
+    ));
+    assert!(claims(json!({"f:other": {"f:x": {}}})));
+    // Where someone owns something the region did not keep: read it first.
+    assert!(!claims(json!({"f:status": {"f:phase": {}}})));
+    assert!(!claims(json!({"f:spec": {"f:replicas": {}}})));
+    assert!(
+        !claims(json!({"f:status": {}})),
+        "a leaf claims the phase too"
+    );
+    // An owner of a whole subtree the region holds part of.
+    let whole = decode(&json!({"f:status": {}})).within_region(&region);
+    assert!(region.region_answers(&decode(&json!({"f:status": {"f:ready": {}}})), &[&whole]));
+    assert!(!region.region_answers(&decode(&json!({"f:status": {"f:x": {}}})), &[&whole]));
+}

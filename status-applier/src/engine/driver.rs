@@ -11,7 +11,8 @@ use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};
 use crate::live::{Change, Live};
 use crate::metrics::{Action, CodeLabel, ManagerAction, ManagerLabel, Metrics};
 use crate::outcome::Outcome;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use crate::view::View;
+use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +67,7 @@ impl Engine {
             kube::runtime::events::Recorder::new(client.clone(), reporter)
         });
         let policy = Arc::new(policy);
+        let live = Live::new(client, changes, &policy.allowed_managers);
         let engine = Arc::new(Self {
             machine: Mutex::new(Machine::new(
                 policy.clone(),
@@ -74,7 +76,7 @@ impl Engine {
             )),
             policy,
             settings,
-            live: Live::new(client, changes),
+            live,
             metrics,
             tickets: Mutex::default(),
             next_ticket: AtomicU64::new(1),
@@ -137,10 +139,7 @@ impl Engine {
     /// The object as the cache holds it (the machine reads it itself when nobody has it), or
     /// as the API server holds it when the intent names a uid the cache has not seen (a
     /// recreation the watch has not delivered yet).
-    async fn view_for(
-        &self,
-        intent: &ValidIntent,
-    ) -> Result<Option<Arc<DynamicObject>>, ApplyError> {
+    async fn view_for(&self, intent: &ValidIntent) -> Result<Option<Arc<View>>, ApplyError> {
         let object = &intent.key.object;
         let kind = self.live.kind(&object.api_version, &object.kind).await?;
         let cached = self.live.cached(&kind, object);
@@ -208,6 +207,7 @@ impl Engine {
                 object_uid,
             } => self.report(key, conflicts, local, object_uid),
             Effect::Counted(count) => self.count(count),
+            Effect::Keep { object, keep } => self.live.keep(object, &keep),
         }
     }
 
@@ -262,7 +262,7 @@ impl Engine {
         key: &DesiredKey,
         body: serde_json::Value,
         force: bool,
-    ) -> Result<Arc<DynamicObject>, ApplyError> {
+    ) -> Result<Arc<View>, ApplyError> {
         let kind = self
             .live
             .kind(&key.object.api_version, &key.object.kind)

@@ -6,7 +6,7 @@ use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::metrics::Action;
 use crate::outcome::Outcome;
-use kube::api::DynamicObject;
+use crate::view::{Keep, View};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -26,14 +26,14 @@ pub enum Event {
         /// Whether the submitter waits for the apply.
         wait: bool,
         /// The object as the driver last saw it.
-        view: Option<Arc<DynamicObject>>,
+        view: Option<Arc<View>>,
     },
     /// The object as the API server showed it (watch or read).
     Observed {
         /// The object.
         object: ObjectRef,
         /// What it looked like.
-        view: Arc<DynamicObject>,
+        view: Arc<View>,
     },
     /// The object does not exist (watch deletion, or a read found nothing).
     Gone(ObjectRef),
@@ -49,7 +49,7 @@ pub enum Event {
         /// The document applied.
         key: DesiredKey,
         /// The object as the API server answered it, or why not.
-        result: Result<Arc<DynamicObject>, ApplyError>,
+        result: Result<Arc<View>, ApplyError>,
     },
     /// A time asked for by [`Effect::WakeAt`] came.
     Timer(DesiredKey),
@@ -91,6 +91,15 @@ pub enum Effect {
     },
     /// Something to count.
     Counted(Count),
+    /// From now on keep, of this object, what `keep` names (besides the allowed managers'
+    /// applies, always kept): the views of it are cut down to that ([`crate::view`]). Comes
+    /// before the [`Effect::Read`] that needs it.
+    Keep {
+        /// The object.
+        object: ObjectRef,
+        /// What to keep of it.
+        keep: Keep,
+    },
 }
 
 /// What the metrics count.

@@ -22,13 +22,15 @@ use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
 use crate::apply;
 use crate::config::{FieldPath, Policy};
 use crate::conflict::Conflict;
+use crate::document::{claimed_fields, without_empty_objects};
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::metrics::Action;
 use crate::outcome::Outcome;
-use kube::api::DynamicObject;
+use crate::view::{Keep, View};
+use managed_fields::FieldSet;
 use serde_json::Value;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -123,13 +125,32 @@ impl Entry {
 #[derive(Default)]
 struct Object {
     /// The newest view the machine has seen.
-    view: Option<Arc<DynamicObject>>,
+    view: Option<Arc<View>>,
     keys: BTreeSet<DesiredKey>,
     /// The key whose read or apply is in flight.
     busy: Option<DesiredKey>,
     /// Intents for documents not loaded yet, waiting for the one read of the object that
     /// tells what their managers own (in arrival order).
     parked: Vec<Parked>,
+    /// Managers whose applies the views of the object must keep (their documents are here).
+    keep_managers: BTreeSet<String>,
+    /// Per key, what its document claims beyond what its managers own: the views must keep
+    /// the values and the other owners there until the manager owns it (see [`View::covers`]).
+    claims: BTreeMap<DesiredKey, FieldSet>,
+}
+
+impl Object {
+    /// What the views of the object must keep.
+    fn keep(&self) -> Keep {
+        let mut claimed = FieldSet::default();
+        for set in self.claims.values() {
+            claimed.union_region(set);
+        }
+        Keep {
+            managers: self.keep_managers.clone(),
+            claimed,
+        }
+    }
 }
 
 /// An intent waiting for its object to be read.
@@ -226,7 +247,7 @@ impl Machine {
     }
 
     /// The newest view of `object` the machine holds (only objects it has documents for).
-    pub fn view(&self, object: &ObjectRef) -> Option<Arc<DynamicObject>> {
+    pub fn view(&self, object: &ObjectRef) -> Option<Arc<View>> {
         self.objects.get(object)?.view.clone()
     }
 
@@ -317,8 +338,33 @@ impl Machine {
             self.finish(key, outcome, false, now, out);
             return;
         }
-        let document = apply::pinned_document(&entry.document, &entry.pinned, key, &view);
-        let plan = apply::plan(&self.policy, key, &document, &view);
+        let object = view.object();
+        let document = apply::pinned_document(&entry.document, &entry.pinned, key, &object);
+        // The view keeps only what planning this document needs (`crate::view`); when it
+        // lacks some, ask the driver to keep it from now on and read the object again.
+        let claimed = claimed_fields(&without_empty_objects(&document));
+        let held = self.objects.get_mut(&key.object).expect("an object");
+        if !view.covers(&key.field_manager, &claimed) {
+            tracing::trace!(subject = %key.object, manager = key.field_manager, claimed = %claimed.to_fields_v1(),
+                kept = ?view, "The view lacks what the document claims; reading the object");
+            held.keep_managers.insert(key.field_manager.clone());
+            held.claims.insert(key.clone(), claimed);
+            out.push(Effect::Keep {
+                object: key.object.clone(),
+                keep: held.keep(),
+            });
+            entry.phase = Phase::Reading { stale };
+            out.push(Effect::Read(key.object.clone()));
+            return;
+        }
+        if view.owned_covers(&key.field_manager, &claimed) && held.claims.remove(key).is_some() {
+            // The manager owns it all now: what it owns is kept anyway.
+            out.push(Effect::Keep {
+                object: key.object.clone(),
+                keep: held.keep(),
+            });
+        }
+        let plan = apply::plan(&self.policy, key, &document, &object);
         entry.object_uid = view.metadata.uid.clone();
         if plan.unchanged {
             let action = if plan.conflicts.is_empty() {
@@ -354,7 +400,7 @@ impl Machine {
     fn applied(
         &mut self,
         key: &DesiredKey,
-        result: Result<Arc<DynamicObject>, ApplyError>,
+        result: Result<Arc<View>, ApplyError>,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
@@ -533,8 +579,8 @@ fn error_action(error: &ApplyError) -> Action {
 /// True when `a` is a later view than `b`: another incarnation (uid), or a larger
 /// resourceVersion. etcd revisions only grow, so for one object a larger number is newer;
 /// an unparseable version counts as newest.
-fn is_newer(a: &DynamicObject, b: &DynamicObject) -> bool {
-    let version = |o: &DynamicObject| {
+fn is_newer(a: &View, b: &View) -> bool {
+    let version = |o: &View| {
         o.metadata
             .resource_version
             .as_deref()

@@ -11,7 +11,7 @@ use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};
 use crate::metrics::Action;
 use crate::outcome::Outcome;
-use kube::api::DynamicObject;
+use crate::view::View;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,12 +48,7 @@ fn main_key() -> DesiredKey {
 type Managed = (&'static str, &'static str, &'static str, Value);
 
 /// The object at `resource_version` with `fields` (spec, status, ...) and `managed`.
-fn mk_widget(
-    resource_version: u64,
-    uid: &str,
-    fields: Value,
-    managed: &[Managed],
-) -> Arc<DynamicObject> {
+fn mk_widget(resource_version: u64, uid: &str, fields: Value, managed: &[Managed]) -> Arc<View> {
     let managed: Vec<Value> = managed
         .iter()
         .map(|(manager, operation, subresource, fields)| {
@@ -73,7 +68,9 @@ fn mk_widget(
     if let (Value::Object(o), Value::Object(f)) = (&mut object, fields) {
         o.extend(f);
     }
-    Arc::new(serde_json::from_value(object).expect("a widget"))
+    Arc::new(View::whole(
+        serde_json::from_value(object).expect("a widget"),
+    ))
 }
 
 fn intent(key: &DesiredKey, fragment: Value) -> ValidIntent {
@@ -92,7 +89,7 @@ struct Harness {
     now: Instant,
     next_ticket: Ticket,
     /// The newest object the watch delivered: the driver passes it with each intent.
-    cached: Option<Arc<DynamicObject>>,
+    cached: Option<Arc<View>>,
 }
 
 impl Harness {
@@ -155,7 +152,7 @@ impl Harness {
     }
 
     /// The watch delivers `view`.
-    fn observe(&mut self, view: Arc<DynamicObject>) -> Vec<Effect> {
+    fn observe(&mut self, view: Arc<View>) -> Vec<Effect> {
         self.cached = Some(view.clone());
         self.feed(Event::Observed {
             object: object(),
@@ -167,11 +164,7 @@ impl Harness {
         self.feed(Event::Timer(key.clone()))
     }
 
-    fn applied(
-        &mut self,
-        key: &DesiredKey,
-        result: Result<Arc<DynamicObject>, ApplyError>,
-    ) -> Vec<Effect> {
+    fn applied(&mut self, key: &DesiredKey, result: Result<Arc<View>, ApplyError>) -> Vec<Effect> {
         self.feed(Event::Applied {
             key: key.clone(),
             result,
@@ -241,7 +234,7 @@ fn attempts(effects: &[Effect]) -> Vec<Action> {
 }
 
 /// The widget as it is before any intent: rv 5, created by a user.
-fn fresh_widget() -> Arc<DynamicObject> {
+fn fresh_widget() -> Arc<View> {
     mk_widget(
         5,
         UID,
@@ -251,7 +244,7 @@ fn fresh_widget() -> Arc<DynamicObject> {
 }
 
 /// The widget at `resource_version` with `phase: Creating`, owned by core's update.
-fn core_owns_the_phase(resource_version: u64) -> Arc<DynamicObject> {
+fn core_owns_the_phase(resource_version: u64) -> Arc<View> {
     mk_widget(
         resource_version,
         UID,
@@ -266,7 +259,7 @@ fn core_owns_the_phase(resource_version: u64) -> Arc<DynamicObject> {
 }
 
 /// The widget after our manager applied `status`.
-fn widget_with_ours(resource_version: u64, status: Value, fields: Value) -> Arc<DynamicObject> {
+fn widget_with_ours(resource_version: u64, status: Value, fields: Value) -> Arc<View> {
     mk_widget(
         resource_version,
         UID,
@@ -1057,4 +1050,124 @@ fn an_intent_that_rides_a_queued_check_is_still_told_what_it_kept() {
         (outcome.action, outcome.kept.clone()),
         (Action::unchanged, vec!["status.a".to_owned()])
     );
+}
+
+// -- views cut down to what planning reads (`crate::view`) ----------------------------------
+
+/// `view` cut down as the driver's cache would with `keep`.
+fn stripped(view: &Arc<View>, keep: &crate::view::Keep) -> Arc<View> {
+    Arc::new(View::strip(view.object(), Arc::new(keep.clone())))
+}
+
+/// The one `Keep` among `effects`, and where it is among them.
+fn the_keep(effects: &[Effect]) -> (usize, crate::view::Keep) {
+    let found: Vec<(usize, &crate::view::Keep)> = effects
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Effect::Keep { keep, .. } => Some((i, keep)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one keep expected: {effects:#?}");
+    (found[0].0, found[0].1.clone())
+}
+
+#[test]
+fn a_first_intent_on_a_view_cut_without_its_manager_waits_for_a_read_that_keeps_it() {
+    let mut h = Harness::default();
+    // The watch cut the widget before anyone asked for our manager: its identity alone.
+    let whole = widget_with_ours(6, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
+    h.observe(stripped(&whole, &crate::view::Keep::default()));
+    let (ticket, effects) = h.submit(intent(&status_key(), json!({"status": {"b": "2"}})), true);
+    let (at, keep) = the_keep(&effects);
+    assert_eq!(keep.managers, [OURS.to_string()].into());
+    let read = effects
+        .iter()
+        .position(|e| matches!(e, Effect::Read(_)))
+        .expect("a read");
+    assert!(at < read, "the keep comes before the read that needs it");
+    assert!(answer(&effects, ticket).is_none(), "nothing merged yet");
+    // The read, cut down as asked: `a` stays in the document.
+    h.at(2).observe(stripped(&whole, &keep));
+    let effects = h.at(12).timer(&status_key());
+    assert_eq!(
+        the_apply(&effects)["status"],
+        json!({"a": "1", "b": "2"}),
+        "no field of ours lost"
+    );
+}
+
+#[test]
+fn a_document_claiming_beyond_the_view_is_planned_only_on_a_read_that_keeps_its_paths() {
+    let mut h = Harness::default();
+    let ours = crate::view::Keep::managers([OURS.to_string()]);
+    // Core owns the phase; the view kept nothing of it (ours owns nothing yet).
+    let whole = core_owns_the_phase(6);
+    let cut = stripped(&whole, &ours);
+    assert!(cut.object().data.get("status").is_none());
+    h.observe(cut);
+    let (ticket, _) = h.submit(
+        intent(
+            &status_key(),
+            json!({"status": {"phase": "Ready", "a": "1"}}),
+        ),
+        true,
+    );
+    let effects = h.at(10).timer(&status_key());
+    assert!(applies(&effects).is_empty(), "not planned blind");
+    assert_eq!(reads(&effects), 1);
+    let (_, keep) = the_keep(&effects);
+    assert!(keep.managers.contains(OURS));
+    // The read keeps the phase and its owner: the conflict is predicted, `a` applied.
+    let effects = h.at(11).observe(stripped(&whole, &keep));
+    let body = the_apply(&effects);
+    assert_eq!(body["status"], json!({"a": "1"}));
+    let answered = h.at(12).applied(
+        &status_key(),
+        Ok(stripped(
+            &mk_widget(
+                7,
+                UID,
+                json!({"status": {"phase": "Creating", "a": "1"}}),
+                &[
+                    (
+                        "core",
+                        "Update",
+                        "status",
+                        json!({"f:status": {"f:phase": {}}}),
+                    ),
+                    (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
+                ],
+            ),
+            &keep,
+        )),
+    );
+    let outcome = answer(&answered, ticket).expect("answered");
+    assert_eq!(outcome.action, Action::conflict);
+    assert_eq!(outcome.conflicts[0].owner, "core");
+}
+
+#[test]
+fn a_read_of_the_same_version_cut_to_what_was_asked_last_is_planned_on() {
+    let mut h = Harness::default();
+    // Held: the widget cut to ours and `status.x` (what an earlier document claimed).
+    let whole = core_owns_the_phase(6);
+    let earlier = crate::view::Keep {
+        managers: [OURS.to_string()].into(),
+        claimed: managed_fields::FieldSet::from_fields_v1(&json!({"f:status": {"f:x": {}}}))
+            .unwrap(),
+    };
+    h.observe(stripped(&whole, &earlier));
+    h.submit(
+        intent(&status_key(), json!({"status": {"phase": "Ready"}})),
+        false,
+    );
+    let effects = h.at(10).timer(&status_key());
+    let (_, asked) = the_keep(&effects);
+    assert_eq!(reads(&effects), 1);
+    // The read finds the same version, cut to what was asked now (not a superset of before).
+    let effects = h.at(11).observe(stripped(&whole, &asked));
+    assert_eq!(reads(&effects), 0, "no second read: {effects:#?}");
+    assert_eq!(attempts(&effects), vec![Action::conflict], "{effects:#?}");
 }

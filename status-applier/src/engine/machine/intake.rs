@@ -10,7 +10,7 @@ use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::merge::merge_fragment;
 use crate::metrics::Action;
-use kube::api::DynamicObject;
+use crate::view::View;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +21,7 @@ impl Machine {
         intent: ValidIntent,
         ticket: Ticket,
         wait: bool,
-        view: Option<Arc<DynamicObject>>,
+        view: Option<Arc<View>>,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
@@ -31,10 +31,21 @@ impl Machine {
             self.take_view(&key.object, view);
         }
         let object = self.objects.get_mut(&key.object).expect("just made");
-        if !self.entries.contains_key(&key) && object.view.is_none() {
-            // What the manager owns on the object is unknown: merged into nothing, a partial
-            // intent would drop it. Wait for one read of the object, shared by every intent
-            // that arrives meanwhile.
+        if !self.entries.contains_key(&key)
+            && object
+                .view
+                .as_ref()
+                .is_none_or(|v| !v.keeps(&key.field_manager))
+        {
+            // What the manager owns on the object is unknown (no view, or one cut down without
+            // its applies): merged into nothing, a partial intent would drop it. Wait for one
+            // read of the object, shared by every intent that arrives meanwhile, that keeps it.
+            if object.keep_managers.insert(key.field_manager.clone()) {
+                out.push(Effect::Keep {
+                    object: key.object.clone(),
+                    keep: object.keep(),
+                });
+            }
             if object.parked.is_empty() {
                 out.push(Effect::Read(key.object.clone()));
             }
@@ -174,7 +185,7 @@ impl Machine {
         let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
         let mut fresh = match view {
             Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
-                Entry::new(owned_document(&v, key), v.metadata.uid.clone())
+                Entry::new(owned_document(&v.object(), key), v.metadata.uid.clone())
             }
             _ => Entry::new(Value::Object(Default::default()), None),
         };

@@ -9,19 +9,25 @@ use crate::engine::events::Effect;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef};
 use crate::metrics::Action;
-use kube::api::DynamicObject;
+use crate::view::View;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::info;
 
 impl Machine {
-    /// Keeps `view` if it is newer than the one held; answers whether it was.
-    pub(super) fn take_view(&mut self, object: &ObjectRef, view: Arc<DynamicObject>) -> bool {
+    /// Keeps `view` if it is newer than the one held, or of the same version and cut down to
+    /// something else (a read that keeps what the engine asked last); answers whether it was
+    /// newer.
+    pub(super) fn take_view(&mut self, object: &ObjectRef, view: Arc<View>) -> bool {
         let Some(held) = self.objects.get_mut(object) else {
             return false;
         };
         let newer = held.view.as_ref().is_none_or(|v| is_newer(&view, v));
-        if newer {
+        let recut = held
+            .view
+            .as_ref()
+            .is_some_and(|v| !is_newer(v, &view) && view.kept_otherwise_than(v));
+        if newer || recut {
             held.view = Some(view);
         }
         newer
@@ -30,7 +36,7 @@ impl Machine {
     pub(super) fn observed(
         &mut self,
         object: &ObjectRef,
-        view: Arc<DynamicObject>,
+        view: Arc<View>,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
@@ -53,12 +59,17 @@ impl Machine {
             return;
         }
         let view = self.objects[object].view.clone().expect("just taken");
+        let whole = view.object();
         let keys: Vec<DesiredKey> = self.objects[object].keys.iter().cloned().collect();
         for key in keys {
             let entry = self.entries.get_mut(&key).expect("a key");
             if !entry.from_intent {
+                if !view.keeps(&key.field_manager) {
+                    // Cut down before its manager was kept: what it owns is not in this view.
+                    continue;
+                }
                 // A remembered document follows the object.
-                entry.document = owned_document(&view, &key);
+                entry.document = owned_document(&whole, &key);
                 entry.object_uid = view.metadata.uid.clone();
             } else if entry.phase.is_idle() {
                 // Re-check: restores drifted fields and retries conflicts; sends nothing
@@ -89,8 +100,9 @@ impl Machine {
 
     /// Rebuilds the documents of the allowed managers that have applied to `object` and have
     /// none in memory (after a restart).
-    pub(super) fn rebuild(&mut self, object: &ObjectRef, view: &Arc<DynamicObject>) {
-        for (manager, subresource) in our_apply_entries(view, &self.policy.allowed_managers) {
+    pub(super) fn rebuild(&mut self, object: &ObjectRef, view: &Arc<View>) {
+        let whole = view.object();
+        for (manager, subresource) in our_apply_entries(&whole, &self.policy.allowed_managers) {
             let key = DesiredKey {
                 object: object.clone(),
                 subresource,
@@ -100,7 +112,7 @@ impl Machine {
                 continue;
             }
             info!(subject = %key.object, manager = key.field_manager, "Rebuilt desired document from managedFields");
-            let mut entry = Entry::new(owned_document(view, &key), view.metadata.uid.clone());
+            let mut entry = Entry::new(owned_document(&whole, &key), view.metadata.uid.clone());
             entry.last = Some(
                 crate::outcome::for_key(&key, Action::unchanged)
                     .with_message("rebuilt from managedFields"),
