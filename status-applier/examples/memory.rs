@@ -221,6 +221,15 @@ fn intents(i: usize, wave: usize) -> Vec<Intent> {
     ]
 }
 
+/// Intents in flight at once: `MEMORY_BENCH_CONCURRENCY`, 512 by default (every cluster
+/// provisioning at once).
+fn concurrency() -> usize {
+    std::env::var("MEMORY_BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(512)
+}
+
 fn memory(pid: u32) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let get = |key: &str| {
@@ -341,7 +350,7 @@ async fn wave(applier: &Applier, clusters: usize, wave: usize, pid: u32) -> Resu
                 Err(e) => format!("refused: {e}"),
             }
         })
-        .buffer_unordered(512)
+        .buffer_unordered(concurrency())
         .collect()
         .await;
     let mut tally = std::collections::BTreeMap::<String, usize>::new();
@@ -356,7 +365,8 @@ async fn wave(applier: &Applier, clusters: usize, wave: usize, pid: u32) -> Resu
         *tally.entry(o).or_default() += 1;
     }
     println!(
-        "wave {wave}: {total} intents in {:.1?}: {tally:?}",
+        "wave {wave}: {total} intents, {} at once, in {:.1?}: {tally:?}",
+        concurrency(),
         started.elapsed()
     );
     println!("after wave {wave}: {}", memory(pid));
