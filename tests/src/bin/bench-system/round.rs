@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// A phase of one-at-a-time steps stops after this many misses, or after `PHASE_BUDGET` (a
 /// saturated baseline would take hours); the table says how many steps were made.
-const MISSES_BEFORE_GIVING_UP: usize = 10;
+const MISSES_BEFORE_GIVING_UP: usize = 3;
 const PHASE_BUDGET: Duration = Duration::from_secs(600);
 /// Stacks created at once (each stack is three creates, one after the other).
 pub(crate) const CREATE_CONCURRENCY: usize = 16;
