@@ -101,31 +101,49 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
     let cc_t = Trigger::<CAPTCluster>::default();
     let cluster_t = Trigger::<Cluster>::default();
 
-    w.applies.wakes_own(&apply_t, wakes(every_change));
-    w.workspaces.wakes(&apply_t, |ws| {
+    w.applies
+        .subscribers
+        .wakes_own(&apply_t, wakes(every_change));
+    w.workspaces.subscribers.wakes(&apply_t, |ws| {
         labelled_ref(ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
     });
     // Pausing and unpausing a Cluster holds and releases its applies.
     let applies = w.applies.store();
-    w.clusters.wakes(&apply_t, move |c| of_cluster(&applies, c));
+    w.clusters
+        .subscribers
+        .wakes(&apply_t, move |c| of_cluster(&applies, c));
     let applies = w.applies.store();
-    w.templates.wakes(&apply_t, move |t| users_of(&applies, t));
+    w.templates
+        .subscribers
+        .wakes(&apply_t, move |t| users_of(&applies, t));
 
-    w.control_planes.wakes_own(&cp_t, wakes(every_change));
+    w.control_planes
+        .subscribers
+        .wakes_own(&cp_t, wakes(every_change));
     let control_planes = w.control_planes.store();
     w.capt_clusters
+        .subscribers
         .wakes(&cp_t, move |peer| same_cluster(&control_planes, peer));
     owner_wakes(&cp_t, &mut w, |c| &c.spec.control_plane_ref);
 
-    w.capt_clusters.wakes_own(&cc_t, wakes(every_change));
+    w.capt_clusters
+        .subscribers
+        .wakes_own(&cc_t, wakes(every_change));
     let capt_clusters = w.capt_clusters.store();
     w.control_planes
+        .subscribers
         .wakes(&cc_t, move |peer| same_cluster(&capt_clusters, peer));
     owner_wakes(&cc_t, &mut w, |c| &c.spec.infrastructure_ref);
 
-    w.clusters.wakes_own(&cluster_t, wakes(every_change));
-    w.capt_clusters.wakes(&cluster_t, owning_cluster_ref);
-    w.control_planes.wakes(&cluster_t, owning_cluster_ref);
+    w.clusters
+        .subscribers
+        .wakes_own(&cluster_t, wakes(every_change));
+    w.capt_clusters
+        .subscribers
+        .wakes(&cluster_t, owning_cluster_ref);
+    w.control_planes
+        .subscribers
+        .wakes(&cluster_t, owning_cluster_ref);
 
     let caches = w.caches();
     w.clusters.spawn();
@@ -178,9 +196,14 @@ fn owner_wakes<O: Watched>(
     w: &mut Watches,
     reference: fn(&Cluster) -> &Option<k8s_openapi::api::core::v1::ObjectReference>,
 ) {
-    w.applies.wakes(trigger, |a| owner_of::<O, _>(a));
-    w.workspaces.wakes(trigger, |ws| owner_of::<O, _>(ws));
+    w.applies
+        .subscribers
+        .wakes(trigger, |a| owner_of::<O, _>(a));
+    w.workspaces
+        .subscribers
+        .wakes(trigger, |ws| owner_of::<O, _>(ws));
     w.clusters
+        .subscribers
         .wakes(trigger, move |c| referenced(c, reference(c)));
 }
 

@@ -180,23 +180,6 @@ impl<K: Watched> Watch<K> {
         self.store.clone()
     }
 
-    /// See [`Subscribers::wakes_own`].
-    pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
-        self.subscribers.wakes_own(trigger, lifecycle);
-    }
-
-    /// See [`Subscribers::wakes`].
-    pub fn wakes<P, I>(
-        &mut self,
-        trigger: &Trigger<P>,
-        map: impl Fn(&K) -> I + Send + Sync + 'static,
-    ) where
-        P: Resource<DynamicType = ()> + 'static,
-        I: IntoIterator<Item = ObjectRef<P>>,
-    {
-        self.subscribers.wakes(trigger, map);
-    }
-
     /// Lists and watches until the process ends, keeping the cache and waking subscribers.
     pub fn spawn(self) {
         let Self {
