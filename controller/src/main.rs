@@ -34,6 +34,11 @@ struct Args {
     /// Report a deletion as stuck (DeletionFailed) after this many seconds.
     #[arg(long, env = "CAPT_STUCK_DELETION_SECONDS", default_value_t = DEFAULT_STUCK_AFTER.as_secs())]
     stuck_deletion_seconds: u64,
+    /// Reconciles each of the four controllers runs at once: bounds what is in flight at the
+    /// status-applier, and so both processes' memory, when thousands of objects change at
+    /// once.
+    #[arg(long, env = "CAPT_MAX_CONCURRENT_RECONCILES", default_value_t = 8)]
+    max_concurrent_reconciles: u16,
     /// How often to look again while waiting for something not watched.
     #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = DEFAULT_POLL_INTERVAL.as_secs())]
     poll_interval_seconds: u64,
@@ -125,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
     let scope = capt_controller::run::Scope {
         namespace: args.namespace,
         wake_on_every_change: args.baseline_full_update,
+        concurrency: args.max_concurrent_reconciles.max(1),
     };
     let templates_elsewhere = !args.allow_template_namespaces.is_empty();
     let watches = capt_controller::run::Watches::new(&client, &scope, templates_elsewhere);

@@ -34,6 +34,10 @@ pub struct Scope {
     /// Wake reconcilers on every change of their own objects, status included: the benchmark
     /// baseline, as upstream CAPT did. Our own status writes then wake us again.
     pub wake_on_every_change: bool,
+    /// Reconciles each controller runs at once. Each holds its intents in flight at the
+    /// status-applier until they are applied: unbounded, 1,000 stacks created at once were
+    /// thousands of reconciles in flight, and both processes' memory followed.
+    pub concurrency: u16,
 }
 
 impl Scope {
@@ -155,16 +159,17 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
     caches.ready().await;
     tracing::info!("Caches synced; controllers started");
 
-    let apply_loop = controller(caches.applies.clone(), apply_t)
+    let c = scope.concurrency;
+    let apply_loop = controller(caches.applies.clone(), apply_t, c)
         .run(apply::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
-    let cp_loop = controller(caches.control_planes.clone(), cp_t)
+    let cp_loop = controller(caches.control_planes.clone(), cp_t, c)
         .run(control_plane::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
-    let cc_loop = controller(caches.capt_clusters.clone(), cc_t)
+    let cc_loop = controller(caches.capt_clusters.clone(), cc_t, c)
         .run(capt_cluster::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
-    let cluster_loop = controller(caches.clusters.clone(), cluster_t)
+    let cluster_loop = controller(caches.clusters.clone(), cluster_t, c)
         .run(cluster::reconcile, error_policy, ctx.clone())
         .for_each(|_| std::future::ready(()));
     futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
@@ -179,9 +184,11 @@ fn wakes<K: Resource>(every_change: bool) -> fn(&K) -> Option<u64> {
     }
 }
 
-/// A controller of `K` reading `store`, woken by `trigger` only.
-fn controller<K: Watched>(store: Store<K>, trigger: Trigger<K>) -> Controller<K> {
+/// A controller of `K` reading `store`, woken by `trigger` only, `concurrency` reconciles at
+/// once.
+fn controller<K: Watched>(store: Store<K>, trigger: Trigger<K>, concurrency: u16) -> Controller<K> {
     Controller::for_stream(futures::stream::empty(), store)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(trigger.into_stream())
         .shutdown_on_signal()
 }
