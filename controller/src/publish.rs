@@ -133,8 +133,17 @@ struct Key {
     manager: &'static str,
 }
 
-/// What was delivered: the uid precondition, the fragment and the releases.
-type Delivered = (Option<String>, Value, Vec<String>);
+/// What was delivered: a digest of the uid precondition, the fragment and the releases. Kept
+/// for every object the controller publishes for: the fragments themselves (a status is
+/// kilobytes, parsed many times that) were most of the controller's memory at 1,000 clusters.
+type Delivered = [u8; 32];
+
+/// The digest a delivery is remembered by (SHA-256 of its JSON).
+fn digest(uid: &Option<String>, fragment: &Value, release: &[String]) -> Delivered {
+    use sha2::Digest;
+    let text = serde_json::to_vec(&(uid, fragment, release)).expect("JSON values serialize");
+    sha2::Sha256::digest(&text).into()
+}
 
 /// Where publications go.
 enum Sink {
@@ -195,7 +204,7 @@ impl Publisher {
             subresource: p.subresource,
             manager: p.field_manager,
         };
-        let remembered = (p.target.uid.clone(), p.fragment.clone(), p.release.clone());
+        let remembered = digest(&p.target.uid, &p.fragment, &p.release);
         if self.delivered.lock().expect("lock").get(&key) == Some(&remembered) {
             return Ok(Published::Repeat);
         }

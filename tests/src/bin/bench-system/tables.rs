@@ -447,9 +447,17 @@ fn differences(out: &mut String, rounds: &[Round], pod: &Pod, args: &Args) {
          kube-controller-manager runs only its garbage collector and namespace controllers. Each \
          round runs on a fresh API server."
             .into(),
-        "Cluster API core v1.10 runs as one manager process with `--leader-elect=false`, plain-HTTP \
-         diagnostics, its webhooks on 127.0.0.1."
-            .into(),
+        format!(
+            "Cluster API core v1.10 runs as one manager process with `--leader-elect=false`, \
+             plain-HTTP diagnostics, its webhooks on 127.0.0.1{}.",
+            match std::env::var("CAPT_TESTENV_CORE_QPS") {
+                Ok(qps) => format!(
+                    ", and its client rate limit raised to {qps} requests/s (its default is 20, \
+                     bursts of 30: provisioning 1,000 stacks at once would wait on core alone)"
+                ),
+                Err(_) => String::new(),
+            }
+        ),
         format!(
             "provider-terraform is the fake provider of `tests/src/fake_provider/`, which plays \
              v0.18.0's reconciler with its defaults (a 10 min poll, backoff from 1 s){}, each \
