@@ -50,6 +50,7 @@
 //! (counters, audited requests, processes), `stacks` creates the stacks and watches them,
 //! and `tables` prints the results.
 
+mod census;
 mod deployed;
 mod identity;
 mod probe;

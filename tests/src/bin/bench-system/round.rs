@@ -2,6 +2,7 @@
 //! cluster-wide, its stacks in a namespace of their own, then the phases one after another,
 //! each a function.
 
+use crate::census::{self, StatusCensus};
 use crate::deployed::{Launch, Pod};
 use crate::probe::{Delta, Probe, ProcessStats, process_stats};
 use crate::stacks::{
@@ -47,7 +48,9 @@ pub(crate) struct Round {
     pub(crate) steady: Delta,
     pub(crate) probes: Probes,
     pub(crate) changes: Changes,
-    pub(crate) socket_burst: Option<Delta>,
+    pub(crate) socket_burst: Option<Burst>,
+    /// CAPTCluster status changes by what changed, in provisioning and in the probe stacks.
+    pub(crate) captcluster_changes: Vec<(&'static str, census::Changes)>,
     pub(crate) controller: ProcessStats,
     pub(crate) applier: Option<ProcessStats>,
     pub(crate) restart: Restart,
@@ -128,6 +131,11 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         audit: &audit,
     };
     let watches = Watches::start(&client, &ns);
+    let (captclusters, census_task) = StatusCensus::watch(Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &resource("infrastructure.cluster.x-k8s.io", "CAPTCluster"),
+    ));
     eprintln!(
         "[{} N={n}] namespace {ns}, processes' logs in {}",
         mode.name(),
@@ -149,8 +157,18 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         provision_timeout,
     )
     .await?;
+    let provisioned_census = captclusters.changes();
     let steady = steady_state(&round, &system, args.steady_seconds).await?;
+    let before_probes = captclusters.changes();
     let probes = probe_stacks(&round, &system, &client, &watches, args.changes).await?;
+    let captcluster_changes = vec![
+        ("provisioning", provisioned_census),
+        (
+            "probe stacks",
+            census::since(&before_probes, &captclusters.changes()),
+        ),
+    ];
+    census_task.abort();
     let changes = output_changes(&round, &system, &client, &watches, &own).await?;
     let (controller, applier) = measure_processes(&system)?;
     let restart = restart(&round, &mut system).await?;
@@ -172,6 +190,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         probes,
         changes,
         socket_burst,
+        captcluster_changes,
         controller,
         applier,
         restart,
@@ -381,19 +400,31 @@ async fn output_changes(
     Ok(c)
 }
 
+/// The burst of intents: how many applies it became, and how it reached the applier.
+pub(crate) struct Burst {
+    pub(crate) delta: Delta,
+    /// From the first answer to the last one, in ms.
+    pub(crate) spread_ms: f64,
+    /// The longest time between two answers in a row, in ms. The applier answers an intent
+    /// that does not wait as soon as it has merged it, so this is (to the scheduling of this
+    /// process) the longest quiet time the applier saw inside the burst: longer than the
+    /// coalescing window, and the burst was two bursts to it.
+    pub(crate) largest_gap_ms: f64,
+}
+
 /// Phase 8, `burst` intents for one object under one manager, sent to the applier's socket
 /// together (all in flight at once, as the reconcilers of a busy controller send them), the
 /// last one waiting for its apply: how many applies they became (the writes of that manager in
-/// the audit log). Sent one after another instead, each waiting for its answer, they are a
-/// burst only while no answer takes longer than the coalescing window (10 ms); on this
-/// machine under load some did, and 100 such intents became 2 applies.
+/// the audit log), and when they were answered. Sent one after another instead, each waiting
+/// for its answer, they are a burst only while no answer takes longer than the coalescing
+/// window (10 ms); on this machine under load some did, and 100 such intents became 2 applies.
 async fn socket_burst(
     round: &Probe<'_>,
     system: &BenchSystem,
     client: &kube::Client,
     stack: &str,
     burst: usize,
-) -> Result<Delta> {
+) -> Result<Burst> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         round.ns,
@@ -422,18 +453,36 @@ async fn socket_burst(
     let (sent, last) = futures::join!(
         futures::future::join_all((0..burst - 1).map(|i| {
             let (applier, intent) = (applier.clone(), intent(i));
-            async move { applier.submit(&intent, false).await }
+            async move {
+                let answer = applier.submit(&intent, false).await;
+                (answer, Instant::now())
+            }
         })),
         async {
             let intent = intent(burst - 1);
             applier.submit(&intent, true).await
         }
     );
-    for answer in sent {
+    let mut answered = Vec::with_capacity(sent.len());
+    for (answer, at) in sent {
         answer?;
+        answered.push(at);
     }
     let last = last?;
-    eprintln!("  burst of {burst} intents sent in {:?}", started.elapsed());
+    answered.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let spread_ms = match (answered.first(), answered.last()) {
+        (Some(first), Some(last)) => ms(*last - *first),
+        _ => 0.0,
+    };
+    let largest_gap_ms = answered
+        .windows(2)
+        .map(|w| ms(w[1] - w[0]))
+        .fold(0.0, f64::max);
+    eprintln!(
+        "  burst of {burst} intents sent in {:?}; answered over {spread_ms:.1} ms, largest gap {largest_gap_ms:.1} ms",
+        started.elapsed()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let delta = round.delta(&before, &round.snapshot(system).await?)?;
     eprintln!(
@@ -441,7 +490,11 @@ async fn socket_burst(
         last.status,
         delta.writes_of("capt-captcontrolplane")
     );
-    Ok(delta)
+    Ok(Burst {
+        delta,
+        spread_ms,
+        largest_gap_ms,
+    })
 }
 
 /// Phase 6, the processes: peak RSS and CPU time of the controller and (sidecar only) of

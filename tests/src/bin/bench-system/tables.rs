@@ -308,10 +308,12 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     row(
         &format!("burst of {} intents on one object: applies", args.burst),
         &|r| match &r.socket_burst {
-            Some(d) => format!(
-                "{} (the applier's count: {:.0})",
-                d.writes_of("capt-captcontrolplane"),
-                d.applies
+            Some(b) => format!(
+                "{} (the applier's count: {:.0}; answered over {:.1} ms, largest gap {:.1} ms)",
+                b.delta.writes_of("capt-captcontrolplane"),
+                b.delta.applies,
+                b.spread_ms,
+                b.largest_gap_ms
             ),
             None => "n/a".into(),
         },
@@ -324,7 +326,7 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             ("probe stacks", Some(&r.probes.delta.writes)),
             ("output changes", Some(&r.changes.delta.writes)),
             ("restart", Some(&r.restart.writes)),
-            ("burst", r.socket_burst.as_ref().map(|d| &d.writes)),
+            ("burst", r.socket_burst.as_ref().map(|b| &b.delta.writes)),
         ];
         for (phase, writes) in phases {
             let Some(writes) = writes else { continue };
@@ -337,6 +339,31 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
                     "none".to_owned()
                 } else {
                     list.join(", ")
+                }
+            );
+        }
+    }
+    out.push_str(
+        "\nCAPTCluster status changes by what changed (a watch of the round's CAPTClusters; a \
+         write that changes nothing makes no new version, so it shows in the writes and not \
+         here):\n\n",
+    );
+    for r in rs {
+        for (phase, changes) in &r.captcluster_changes {
+            let writes = match *phase {
+                "provisioning" => r.provisioning.writes_of("capt-captcluster"),
+                _ => r.probes.delta.writes_of("capt-captcluster"),
+            };
+            let list: Vec<String> = changes.iter().map(|(w, n)| format!("{n}× {w}")).collect();
+            let _ = writeln!(
+                out,
+                "- {} / {phase}: {} changes, {writes} `capt-captcluster` writes: {}",
+                r.mode.name(),
+                changes.values().sum::<u64>(),
+                if list.is_empty() {
+                    "none".to_owned()
+                } else {
+                    list.join("; ")
                 }
             );
         }
