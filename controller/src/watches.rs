@@ -33,17 +33,22 @@ pub trait Watched:
     + Sync
     + 'static
 {
+    /// Drops what of this kind no reconciler reads, before it is cached (after [`strip`]).
+    fn trim(&mut self) {}
 }
 
-impl<K> Watched for K where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
+impl Watched for CAPTCluster {}
+impl Watched for CAPTControlPlane {}
+impl Watched for WorkspaceTemplateApply {}
+impl Watched for WorkspaceTemplate {}
+impl Watched for TerraformWorkspace {}
+
+/// A Cluster's status is core's (or, without core, what `capt-cluster` computes from our
+/// objects): no reconciler reads it, and core's conditions are most of a Cluster's size.
+impl Watched for Cluster {
+    fn trim(&mut self) {
+        self.status = None;
+    }
 }
 
 /// What the cache keeps of an object: everything but its managedFields (the reconcilers read
@@ -192,7 +197,10 @@ impl<K: Watched> Watch<K> {
         let kind = K::kind(&()).into_owned();
         let mut events = watcher(api, config)
             .default_backoff()
-            .modify(strip)
+            .modify(|o| {
+                strip(o);
+                o.trim();
+            })
             .reflect(writer)
             .boxed();
         tokio::spawn(async move {
@@ -328,5 +336,41 @@ mod tests {
         assert!(!annotations.contains_key(LAST_APPLIED));
         assert_eq!(annotations["kept"], "yes");
         assert_eq!(a.spec.template_ref.name, "t");
+    }
+
+    #[test]
+    fn a_cached_cluster_keeps_its_spec_and_not_cores_status() {
+        let mut cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "ns", "finalizers": ["cluster.cluster.x-k8s.io"]},
+            "spec": {"paused": false, "controlPlaneEndpoint": {"host": "h", "port": 443},
+                "controlPlaneRef": {"kind": "CAPTControlPlane", "name": "cp"}},
+            "status": {"phase": "Provisioned", "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("a cluster");
+        strip(&mut cluster);
+        cluster.trim();
+        assert!(cluster.status.is_none());
+        assert_eq!(
+            cluster
+                .spec
+                .control_plane_ref
+                .as_ref()
+                .and_then(|r| r.name.as_deref()),
+            Some("cp")
+        );
+        assert_eq!(
+            cluster
+                .spec
+                .control_plane_endpoint
+                .as_ref()
+                .map(|e| e.host.as_str()),
+            Some("h")
+        );
+        assert_eq!(
+            cluster.metadata.finalizers.as_deref(),
+            Some(&["cluster.cluster.x-k8s.io".to_owned()][..])
+        );
     }
 }
