@@ -2,7 +2,7 @@
 //! object, or replaced for a new incarnation), conflicts between managers of this applier,
 //! and where the key goes next (queued, coalesced, or answered at once).
 
-use super::{Entry, Machine, Parked, Phase};
+use super::{Entry, Machine, Parked, Phase, StoredDocument};
 use crate::apply::owned_document;
 use crate::conflict::{self, Conflict};
 use crate::engine::events::{Count, Effect, Ticket};
@@ -61,7 +61,12 @@ impl Machine {
         let rules = self.policy.rules_for(&key.object.group_kind());
         let merged = {
             let entry = &self.entries[&key];
-            merge_fragment(&entry.document, &intent.fragment, &rules, &intent.release)
+            merge_fragment(
+                &entry.document.value(),
+                &intent.fragment,
+                &rules,
+                &intent.release,
+            )
         };
         let mut outcome = crate::outcome::for_key(&key, Action::queued);
         outcome.kept = merged.kept.iter().map(ToString::to_string).collect();
@@ -86,7 +91,8 @@ impl Machine {
         let entry = self.entries.get_mut(&key).expect("loaded");
         let after_quiet = entry.last_intent.is_none_or(|at| now - at >= window);
         entry.last_intent = Some(now);
-        let changed = merged.document != entry.document
+        let document = StoredDocument::new(&merged.document);
+        let changed = document != entry.document
             || (intent.uid.is_some() && intent.uid != entry.precondition);
         if !changed
             && entry.phase.is_idle()
@@ -109,7 +115,7 @@ impl Machine {
         }
         entry.from_intent = true;
         if changed {
-            entry.document = merged.document;
+            entry.document = document;
             entry.precondition = intent.uid.or(entry.precondition.take());
             entry.version += 1;
             entry.failures = 0;
@@ -185,9 +191,9 @@ impl Machine {
         let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
         let mut fresh = match view {
             Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
-                Entry::new(owned_document(&v.object(), key), v.metadata.uid.clone())
+                Entry::new(&owned_document(&v.object(), key), v.metadata.uid.clone())
             }
-            _ => Entry::new(Value::Object(Default::default()), None),
+            _ => Entry::new(&Value::Object(Default::default()), None),
         };
         if let Some(mut old) = self.entries.remove(key) {
             // The key keeps its place in the cycle and its version count, so that it is
@@ -213,12 +219,18 @@ impl Machine {
     /// Paths where another manager of this applier, on the same object and subresource,
     /// wants other values than `document`.
     pub(super) fn local_conflicts(&self, key: &DesiredKey, document: &Value) -> Vec<Conflict> {
-        let others: Vec<(&str, &Value)> = self.objects[&key.object]
+        let others: Vec<(&str, Value)> = self.objects[&key.object]
             .keys
             .iter()
             .filter(|k| *k != key && k.subresource == key.subresource)
-            .filter_map(|k| Some((k.field_manager.as_str(), &self.entries.get(k)?.document)))
+            .filter_map(|k| {
+                Some((
+                    k.field_manager.as_str(),
+                    self.entries.get(k)?.document.value(),
+                ))
+            })
             .collect();
+        let others: Vec<(&str, &Value)> = others.iter().map(|(m, d)| (*m, d)).collect();
         conflict::local(document, &others)
     }
 
@@ -240,7 +252,7 @@ impl Machine {
             if !found && !self.entries.contains_key(&key) {
                 self.entries.insert(
                     key.clone(),
-                    Entry::new(Value::Object(Default::default()), None),
+                    Entry::new(&Value::Object(Default::default()), None),
                 );
             }
             self.intent(parked.intent, parked.ticket, parked.wait, None, now, out);
