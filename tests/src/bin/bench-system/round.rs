@@ -415,9 +415,9 @@ pub(crate) struct Burst {
 /// Phase 8, `burst` intents for one object under one manager, sent to the applier's socket
 /// together (all in flight at once, as the reconcilers of a busy controller send them), the
 /// last one waiting for its apply: how many applies they became (the writes of that manager in
-/// the audit log), and when they were answered. Sent one after another instead, each waiting
+/// the audit log), and when they were answered. (Sent one after another instead, each waiting
 /// for its answer, they are a burst only while no answer takes longer than the coalescing
-/// window (10 ms); on this machine under load some did, and 100 such intents became 2 applies.
+/// window, 10 ms.)
 async fn socket_burst(
     round: &Probe<'_>,
     system: &BenchSystem,
@@ -430,7 +430,19 @@ async fn socket_burst(
         round.ns,
         &resource("controlplane.cluster.x-k8s.io", "CAPTControlPlane"),
     );
-    let uid = api.get(stack).await?.metadata.uid;
+    let live = api.get(stack).await?;
+    let uid = live.metadata.uid;
+    // A fragment replaces a list whole, and the controller sends this manager's conditions:
+    // each intent carries them as they are, plus its own, so that the burst adds one
+    // condition and takes none of the controller's away (which the controller would then
+    // write back, a second apply that is no part of the burst).
+    let conditions: Vec<serde_json::Value> = live.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] != "BenchBurst")
+        .cloned()
+        .collect();
     let intent = |i: usize| Intent {
         target: Target {
             api_version: "controlplane.cluster.x-k8s.io/v1beta1".into(),
@@ -440,11 +452,12 @@ async fn socket_burst(
             uid: uid.clone(),
         },
         subresource: Some(Subresource::Status),
-        // An allowed manager (the Deployment's allow-list), whose own paths it does not touch.
+        // An allowed manager (the Deployment's allow-list): the controller's own.
         field_manager: "capt-captcontrolplane".into(),
-        fragment: json!({"status": {"conditions": [{"type": "BenchBurst", "status": "True",
-            "reason": "Burst", "message": format!("intent {i}"),
-            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        fragment: json!({"status": {"conditions": conditions.iter().cloned().chain([json!({
+            "type": "BenchBurst", "status": "True", "reason": "Burst",
+            "message": format!("intent {i}"), "lastTransitionTime": "2026-01-01T00:00:00Z"})])
+            .collect::<Vec<_>>()}}),
         release: vec![],
     };
     let applier = system.applier_client()?;
