@@ -25,10 +25,19 @@ pub struct Write {
     pub object: String,
     /// The object's name.
     pub name: String,
+    /// The API server's answer (`responseStatus.code`); 0 when the log has none.
+    pub code: u16,
 }
 
 impl Write {
     /// A status Update of a Workspace by the provider: what a poll sends.
+    /// Refused for a stale `resourceVersion` precondition (409): nothing was written. The
+    /// status-applier's applies carry one, and are refused when the object changed since the
+    /// view they were planned on; it then reads the object and applies again.
+    pub fn is_refused_as_stale(&self) -> bool {
+        self.code == 409
+    }
+
     fn is_provider_poll(&self) -> bool {
         self.manager == crate::fake_provider::FIELD_MANAGER
             && self.verb == "update"
@@ -153,6 +162,10 @@ impl AuditLog {
                     o["namespace"].as_str().unwrap_or(""),
                 ),
                 name: name.to_owned(),
+                code: event["responseStatus"]["code"]
+                    .as_u64()
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
             });
         }
         Ok(writes)
