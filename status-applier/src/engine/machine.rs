@@ -103,8 +103,9 @@ struct Entry {
 
 /// A manager's desired document as the machine keeps it, one per object and manager: compact
 /// JSON text, parsed where it is read. A `serde_json::Value` costs several times its text, and
-/// these documents were most of the applier's memory at 1,000 clusters. Keys are written
-/// sorted (`serde_json`'s map is ordered), so equal documents have equal texts.
+/// as values these documents were the largest part of the applier's heap at 1,000 clusters.
+/// Keys are written sorted (`serde_json`'s map is ordered), so equal documents have equal
+/// texts.
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct StoredDocument(Box<str>);
 
