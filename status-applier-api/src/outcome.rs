@@ -99,6 +99,10 @@ pub struct Outcome {
     /// The object's resourceVersion after the apply (or the one checked, when unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// The object's `metadata.generation` after the apply (or the one checked): a publisher
+    /// whose own write made a new generation learns it here before its watch shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// Paths another owner wants with other values; left out of the apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<Conflict>,
@@ -122,6 +126,7 @@ impl Outcome {
             action,
             message: None,
             resource_version: None,
+            generation: None,
             conflicts: Vec::new(),
             kept: Vec::new(),
         }

@@ -14,7 +14,7 @@
 //! leave the region (see [`FieldSet::within_region`]). The kept managers are the allowed ones
 //! (`--allow-manager`) and those with documents for the object; `claimed` is what their
 //! documents claim beyond what they own yet. An object of a watched kind that none of them
-//! has touched keeps its identity alone.
+//! has touched keeps its identity (and generation) alone.
 //!
 //! A view knows what it kept, and [`View::covers`] tells whether it holds what one document
 //! needs: the engine plans only on a view that does, and otherwise asks for more
@@ -63,7 +63,8 @@ pub struct View {
     kept: Option<Arc<Keep>>,
 }
 
-/// The identity of a viewed object: `name`, `namespace`, `uid` and `resourceVersion` only.
+/// The identity of a viewed object: `name`, `namespace`, `uid`, `resourceVersion` and
+/// `generation` only.
 #[derive(Debug, Clone)]
 pub struct Identity {
     /// Its metadata, less everything else.
@@ -90,6 +91,7 @@ impl View {
             namespace: object.metadata.namespace.clone(),
             uid: object.metadata.uid.clone(),
             resource_version: object.metadata.resource_version.clone(),
+            generation: object.metadata.generation,
             ..ObjectMeta::default()
         };
         let text = serde_json::to_string(&object)
@@ -154,6 +156,7 @@ impl View {
             namespace: metadata.namespace,
             uid: metadata.uid,
             resource_version: metadata.resource_version,
+            generation: metadata.generation,
             managed_fields: (!managed_fields.is_empty()).then_some(managed_fields),
             ..ObjectMeta::default()
         };
@@ -349,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn an_object_no_kept_manager_touched_keeps_its_identity_alone() {
+    fn an_object_no_kept_manager_touched_keeps_its_identity_and_generation_alone() {
         let view = View::strip(control_plane(), keep(&["someone-else"], json!({})));
         let mut kept = serde_json::to_value(view.object()).unwrap();
         // Of each manager, where its fields are: enough to know what nobody owns.
@@ -373,7 +376,8 @@ mod tests {
         assert_eq!(
             kept,
             json!({"apiVersion": "example.com/v1", "kind": "Widget",
-                   "metadata": {"name": "w1", "namespace": "team-a", "uid": "u1", "resourceVersion": "7"}})
+                   "metadata": {"name": "w1", "namespace": "team-a", "uid": "u1", "resourceVersion": "7",
+                                "generation": 3}})
         );
         assert!(view.keeps("someone-else"));
         assert!(

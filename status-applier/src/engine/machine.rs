@@ -397,6 +397,7 @@ impl Machine {
             let mut outcome = crate::outcome::for_key(key, action);
             outcome.conflicts = plan.conflicts;
             outcome.resource_version = view.metadata.resource_version.clone();
+            outcome.generation = view.metadata.generation;
             note_pins(&mut outcome, &entry.pinned);
             self.finish(key, outcome, false, now, out);
             return;
@@ -454,6 +455,7 @@ impl Machine {
                 };
                 let mut outcome = crate::outcome::for_key(key, action);
                 outcome.resource_version = view.metadata.resource_version.clone();
+                outcome.generation = view.metadata.generation;
                 note_pins(&mut outcome, &entry.pinned);
                 // What was left out may be free on the object as the apply left it; the watch
                 // never shows our own write as news, so plan once more on the answer.

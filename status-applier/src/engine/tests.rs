@@ -1171,3 +1171,62 @@ fn a_read_of_the_same_version_cut_to_what_was_asked_last_is_planned_on() {
     assert_eq!(reads(&effects), 0, "no second read: {effects:#?}");
     assert_eq!(attempts(&effects), vec![Action::conflict], "{effects:#?}");
 }
+
+#[test]
+fn an_answer_tells_the_generation_the_apply_left_the_object_at() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let (ticket, _) = h.submit(
+        intent(&main_key(), json!({"spec": {"colour": "red"}})),
+        true,
+    );
+    h.at(10).timer(&main_key());
+    // A spec write makes a new generation: the publisher learns it from the answer, before
+    // its own watch shows the object again.
+    let after: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "team-a", "uid": UID, "resourceVersion": "6",
+            "generation": 2,
+            "managedFields": [{"manager": "widget-spec", "operation": "Apply",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:colour": {}}}}]},
+        "spec": {"size": 1, "colour": "red"},
+    }))
+    .expect("a widget");
+    let effects = h
+        .at(12)
+        .applied(&main_key(), Ok(Arc::new(View::whole(after))));
+    let outcome = answer(&effects, ticket).expect("answered");
+    assert_eq!(outcome.action, Action::applied);
+    assert_eq!(outcome.resource_version.as_deref(), Some("6"));
+    assert_eq!(outcome.generation, Some(2));
+
+    // Nothing left to change: the answer tells the generation it checked.
+    let (ticket, mut effects) = h.at(30).submit(
+        intent(&main_key(), json!({"spec": {"colour": "blue"}})),
+        true,
+    );
+    effects.extend(h.at(40).timer(&main_key()));
+    let after: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "team-a", "uid": UID, "resourceVersion": "7",
+            "generation": 3,
+            "managedFields": [{"manager": "widget-spec", "operation": "Apply",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:colour": {}}}}]},
+        "spec": {"size": 1, "colour": "blue"},
+    }))
+    .expect("a widget");
+    assert_eq!(applies(&effects).len(), 1);
+    let effects = h
+        .at(42)
+        .applied(&main_key(), Ok(Arc::new(View::whole(after))));
+    assert_eq!(answer(&effects, ticket).and_then(|o| o.generation), Some(3));
+    let (ticket, mut effects) = h.at(60).submit(
+        intent(&main_key(), json!({"spec": {"colour": "blue"}})),
+        true,
+    );
+    effects.extend(h.at(70).timer(&main_key()));
+    assert!(applies(&effects).is_empty());
+    let outcome = answer(&effects, ticket).expect("answered without an apply");
+    assert_eq!(outcome.action, Action::unchanged);
+    assert_eq!(outcome.generation, Some(3));
+}
