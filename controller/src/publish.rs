@@ -133,13 +133,21 @@ struct Key {
     manager: &'static str,
 }
 
-/// What was delivered: a digest of the uid precondition, the fragment and the releases. Kept
-/// for every object the controller publishes for: the fragments themselves (a status is
-/// kilobytes, parsed many times that) were most of the controller's memory at 1,000 clusters.
-type Delivered = [u8; 32];
+/// What was delivered: a digest of the uid precondition, the fragment and the releases, and
+/// the object's generation its outcome told. Kept for every object the controller publishes
+/// for: the fragments themselves (a status is kilobytes, parsed many times that) were the
+/// largest part of the controller's memory at 1,000 clusters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Delivered {
+    digest: Digest,
+    generation: Option<i64>,
+}
 
-/// The digest a delivery is remembered by (SHA-256 of its JSON).
-fn digest(uid: &Option<String>, fragment: &Value, release: &[String]) -> Delivered {
+/// SHA-256 of a delivery's JSON.
+type Digest = [u8; 32];
+
+/// The digest a delivery is remembered by.
+fn digest(uid: &Option<String>, fragment: &Value, release: &[String]) -> Digest {
     use sha2::Digest;
     let text = serde_json::to_vec(&(uid, fragment, release)).expect("JSON values serialize");
     sha2::Sha256::digest(&text).into()
@@ -157,9 +165,32 @@ enum Sink {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Published {
     /// Not sent: the same fragment was delivered last time.
-    Repeat,
+    Repeat {
+        /// The object's generation the last delivery's outcome told, if it did.
+        generation: Option<i64>,
+    },
     /// Sent, and what the status-applier did with it (the baseline's writes are `applied`).
-    Sent(status_applier_api::Action),
+    Sent {
+        /// What the status-applier did.
+        action: status_applier_api::Action,
+        /// The object's generation after it, if told.
+        generation: Option<i64>,
+    },
+}
+
+impl Published {
+    /// True when nothing was sent.
+    pub fn is_repeat(&self) -> bool {
+        matches!(self, Published::Repeat { .. })
+    }
+
+    /// The object's generation as this delivery (or, for a repeat, the last one) left it: a
+    /// write of ours that made a new generation is known here before the watch shows it.
+    pub fn generation(&self) -> Option<i64> {
+        match self {
+            Published::Repeat { generation } | Published::Sent { generation, .. } => *generation,
+        }
+    }
 }
 
 /// Delivers intents, skipping repeats.
@@ -192,8 +223,11 @@ impl Publisher {
         let client = match &self.sink {
             Sink::Applier(client) => client,
             Sink::FullUpdate(kube) => {
-                full_update(kube, p).await?;
-                return Ok(Published::Sent(status_applier_api::Action::applied));
+                let generation = full_update(kube, p).await?;
+                return Ok(Published::Sent {
+                    action: status_applier_api::Action::applied,
+                    generation,
+                });
             }
         };
         let key = Key {
@@ -204,9 +238,13 @@ impl Publisher {
             subresource: p.subresource,
             manager: p.field_manager,
         };
-        let remembered = digest(&p.target.uid, &p.fragment, &p.release);
-        if self.delivered.lock().expect("lock").get(&key) == Some(&remembered) {
-            return Ok(Published::Repeat);
+        let sent = digest(&p.target.uid, &p.fragment, &p.release);
+        if let Some(last) = self.delivered.lock().expect("lock").get(&key)
+            && last.digest == sent
+        {
+            return Ok(Published::Repeat {
+                generation: last.generation,
+            });
         }
         let subject = p.subject();
         let intent = Intent {
@@ -223,8 +261,8 @@ impl Publisher {
         // Any outcome is delivered, a conflict or a rejection too: the applier keeps the
         // document and retries when the object changes. A refusal (a bad intent, an applier
         // failure) is not; the client reads which is which.
-        let action = match client.send(&intent).await {
-            Ok(outcome) => outcome.action,
+        let outcome = match client.send(&intent).await {
+            Ok(outcome) => outcome,
             Err(ClientError::Refused { status, body }) => {
                 return Err(PublishError::Refused {
                     subject,
@@ -234,8 +272,15 @@ impl Publisher {
             }
             Err(source) => return Err(PublishError::Unreachable { subject, source }),
         };
-        self.delivered.lock().expect("lock").insert(key, remembered);
-        Ok(Published::Sent(action))
+        let delivered = Delivered {
+            digest: sent,
+            generation: outcome.generation,
+        };
+        self.delivered.lock().expect("lock").insert(key, delivered);
+        Ok(Published::Sent {
+            action: outcome.action,
+            generation: outcome.generation,
+        })
     }
 
     /// Forgets what was delivered for an object (it was deleted).
@@ -246,8 +291,8 @@ impl Publisher {
     }
 }
 
-/// The baseline's write: GET, merge the fragment, PUT.
-async fn full_update(client: &kube::Client, p: Publication) -> Result<(), PublishError> {
+/// The baseline's write: GET, merge the fragment, PUT. Answers the generation it left.
+async fn full_update(client: &kube::Client, p: Publication) -> Result<Option<i64>, PublishError> {
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
     let subject = p.subject();
     let err = |source| PublishError::Update {
@@ -276,5 +321,5 @@ async fn full_update(client: &kube::Client, p: Publication) -> Result<(), Publis
         Some(Subresource::Status) => api.replace_status(&p.target.name, &params, &object).await,
         None => api.replace(&p.target.name, &params, &object).await,
     };
-    written.map(drop).map_err(err)
+    written.map(|o| o.metadata.generation).map_err(err)
 }

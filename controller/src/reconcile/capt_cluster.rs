@@ -86,11 +86,13 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let mut workspace = None;
     let mut vpc_workspace_name = None;
     let mut refusal = None;
+    let mut generation = cc.meta().generation;
     if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
     {
         match owner::ensure_recorded_apply(&ctx, &api, &*cc).await? {
-            Ok(apply) => {
-                let located = locate_workspace(&ctx, &apply);
+            Ok(recorded) => {
+                generation = recorded.generation;
+                let located = locate_workspace(&ctx, &recorded.apply);
                 workspace = located.own().map(|w| {
                     WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())
                 });
@@ -103,7 +105,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         }
     }
     let input = CaptClusterInput {
-        generation: cc.meta().generation,
+        generation,
         existing_vpc_id: cc.spec.existing_vpc_id.clone(),
         created: cc
             .meta()

@@ -10,7 +10,7 @@ use super::{Result, after, kube_err};
 use crate::api::{CAPT_CONTROL_PLANE_FINALIZER, CAPTControlPlane, Cluster, ControlPlanePhase};
 use crate::context::Context;
 use crate::k8s::set_finalizer;
-use crate::publish::{Publication, Published};
+use crate::publish::Publication;
 use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{
     CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
@@ -22,7 +22,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-use status_applier_api::Action as Outcome;
 use std::sync::Arc;
 
 impl ApplyOwner for CAPTControlPlane {
@@ -85,9 +84,13 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let mut workspace = None;
     let mut endpoint_source = None;
     let mut refusal = None;
+    let mut generation = cp.meta().generation;
     let apply = match vpc_ready {
         Some(true) => match owner::ensure_recorded_apply(&ctx, &api, &*cp).await? {
-            Ok(apply) => Some(apply),
+            Ok(recorded) => {
+                generation = recorded.generation;
+                Some(recorded.apply)
+            }
             Err(r) => {
                 refusal = Some(r);
                 None
@@ -105,8 +108,8 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         }
     }
     let workspace_ready = workspace.as_ref().is_some_and(|w| w.is_ready());
-    let input = ControlPlaneInput {
-        generation: cp.meta().generation,
+    let mut input = ControlPlaneInput {
+        generation,
         version: cp.spec.version.clone(),
         timeouts: cp
             .spec
@@ -127,6 +130,26 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         endpoint_source,
     };
     let mut desired = desired_control_plane(&input);
+    // The endpoint first: it is what the Cluster waits for. One at a time: status applies
+    // carry the resourceVersion they were planned on, so a concurrent main-resource write
+    // would turn the status apply into a retry.
+    if let Some(endpoint) = &desired.endpoint {
+        let main = Publication::main(
+            &*cp,
+            MANAGER_CAPT_CONTROL_PLANE,
+            json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+            vec![],
+        );
+        // Our endpoint write makes a new generation, which the cache may not show yet (nor
+        // does it to a reconcile that runs right after the one that wrote it). The status
+        // observes the generation the write left: computed on the cached one, it would be
+        // written twice, the second time for its observedGeneration alone.
+        let written = ctx.publish(main).await?.generation();
+        if written > input.generation {
+            input.generation = written;
+            desired = desired_control_plane(&input);
+        }
+    }
     if let Some(refusal) = &refusal {
         owner::add_refusal(&mut desired.status_fragment, &*cp, refusal);
     }
@@ -136,24 +159,6 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         desired.recheck_after,
         refusal.as_ref(),
     ));
-    // The endpoint first: it is what the Cluster waits for. One at a time: status applies
-    // carry the resourceVersion they were planned on, so a concurrent main-resource write
-    // would turn the status apply into a retry.
-    if let Some(endpoint) = desired.endpoint {
-        let moves = cp.spec.control_plane_endpoint.as_ref() != Some(&endpoint);
-        let main = Publication::main(
-            &*cp,
-            MANAGER_CAPT_CONTROL_PLANE,
-            json!({"spec": {"controlPlaneEndpoint": &endpoint}}),
-            vec![],
-        );
-        // Our endpoint write makes a new generation, and the reconcile it wakes publishes
-        // the status with that generation observed. The status published now would be
-        // written twice: once here, once more for its observedGeneration.
-        if ctx.publish(main).await? == Published::Sent(Outcome::applied) && moves {
-            return Ok(recheck);
-        }
-    }
     let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
     ctx.publish(status).await?;
     // The kubeconfig Secret last: reading the connection Secret is a request, and the

@@ -70,6 +70,17 @@ pub trait ApplyOwner:
     }
 }
 
+/// The owner's apply, and the owner's generation once its name is recorded.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The WorkspaceTemplateApply.
+    pub apply: WorkspaceTemplateApply,
+    /// The owner's `metadata.generation` after recording the apply's name: recording it is
+    /// a spec change, so a status computed in the same reconcile observes this generation,
+    /// not the cached one (else the status is written twice, once for each generation).
+    pub generation: Option<i64>,
+}
+
 /// Creates or adopts the owner's apply and records its name in the owner's
 /// `spec.workspaceTemplateApplyName` (field manager `capt-controller`), once. Nothing is
 /// created, changed or recorded when the owner's template reference leaves its namespace
@@ -78,7 +89,7 @@ pub async fn ensure_recorded_apply<O: ApplyOwner>(
     ctx: &Context,
     api: &Api<O>,
     owner: &O,
-) -> Result<Result<WorkspaceTemplateApply, Refusal>> {
+) -> Result<Result<Recorded, Refusal>> {
     let own = owner.namespace().unwrap_or_default();
     let (field, namespace) = owner.template_namespace();
     let allowed = &ctx.settings.allowed_template_namespaces;
@@ -93,13 +104,15 @@ pub async fn ensure_recorded_apply<O: ApplyOwner>(
         Ok(apply) => apply,
         Err(refusal) => return Ok(Err(refusal)),
     };
+    let mut generation = owner.meta().generation;
     if owner.recorded_apply_name() != Some(apply.name_any().as_str()) {
         let fields = json!({"spec": {"workspaceTemplateApplyName": apply.name_any()}});
-        apply_fields(api, owner, fields)
+        let written = apply_fields(api, owner, fields)
             .await
             .map_err(kube_err(owner, "recording its WorkspaceTemplateApply name"))?;
+        generation = written.meta().generation.max(generation);
     }
-    Ok(Ok(apply))
+    Ok(Ok(Recorded { apply, generation }))
 }
 
 /// When to look again: a refused owner within the poll interval, since what would lift the

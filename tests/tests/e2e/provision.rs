@@ -3,9 +3,14 @@
 
 use crate::common::{ENDPOINT_HOST, ONE_AT_A_TIME, provisioned};
 use anyhow::Result;
-use capt_tests::env;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env};
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[tokio::test]
@@ -163,4 +168,111 @@ async fn steady_state_makes_no_writes_and_no_reconciles_over_30_seconds() -> Res
         "steady state over 30 s: 0 writes, 0 reconciles (after {reconciles} reconciles and {writes} writes to provision)"
     );
     Ok(())
+}
+
+/// The controller's own spec writes (the apply's recorded name, the control plane's
+/// endpoint) make a new generation. A status computed beside such a write observes the new
+/// generation: one written for the old one is written again a moment later, for its
+/// `observedGeneration` alone. A watch of both CAPT kinds from before their creation checks
+/// every status change of a provisioning: each observes the generation its object had then.
+#[tokio::test]
+async fn every_status_change_observes_the_generation_its_object_had_then() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "e2e-generation").await?;
+    let system = System::start_with(&ns.name, 200, &[]).await?;
+    let trails: Vec<_> = ["CAPTCluster", "CAPTControlPlane"]
+        .into_iter()
+        .map(|kind| {
+            let (group, plural) = match kind {
+                "CAPTCluster" => ("infrastructure.cluster.x-k8s.io", "captclusters"),
+                _ => ("controlplane.cluster.x-k8s.io", "captcontrolplanes"),
+            };
+            let gvk = GroupVersionKind::gvk(group, "v1beta1", kind);
+            let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &resource);
+            let trail = Arc::new(Mutex::new(Vec::new()));
+            let recorded = trail.clone();
+            let task = tokio::spawn(async move {
+                let mut events = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+                    .boxed();
+                while let Some(Ok(o)) = events.next().await {
+                    let status = o.data.get("status").cloned().unwrap_or(Value::Null);
+                    recorded
+                        .lock()
+                        .unwrap()
+                        .push((o.metadata.generation, status));
+                }
+            });
+            (kind, trail, task)
+        })
+        .collect();
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    tokio::time::sleep(Duration::from_secs(2)).await; // the last status changes of provisioning
+    for (kind, trail, task) in trails {
+        task.abort();
+        let trail = trail.lock().unwrap();
+        let mut changes = Vec::new();
+        for pair in trail.windows(2) {
+            let ((_, before), (generation, after)) = (&pair[0], &pair[1]);
+            if before == after {
+                continue;
+            }
+            changes.push(changed_keys(before, after));
+            assert_eq!(
+                after["observedGeneration"].as_i64(),
+                *generation,
+                "{kind} demo: a status change observes generation {} while the object is at {generation:?}:\n{after:#}",
+                after["observedGeneration"]
+            );
+        }
+        println!(
+            "{kind} demo: {} status changes, each for its object's generation: {changes:?}",
+            changes.len()
+        );
+        assert!(
+            !changes.is_empty(),
+            "{kind} demo: the watch saw its status change"
+        );
+    }
+    Ok(())
+}
+
+/// The status keys whose values differ (conditions by type), for the test's report.
+fn changed_keys(before: &Value, after: &Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let (b, a) = (
+        before.as_object().unwrap_or(&empty),
+        after.as_object().unwrap_or(&empty),
+    );
+    let mut keys: Vec<String> = b
+        .keys()
+        .chain(a.keys())
+        .filter(|k| b.get(*k) != a.get(*k) && *k != "conditions")
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let conditions = |v: Option<&Value>| -> BTreeMap<String, Value> {
+        v.and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| (c["type"].as_str().unwrap_or_default().to_owned(), c.clone()))
+            .collect()
+    };
+    let (bc, ac) = (
+        conditions(b.get("conditions")),
+        conditions(a.get("conditions")),
+    );
+    let types: std::collections::BTreeSet<_> = bc.keys().chain(ac.keys()).collect();
+    keys.extend(
+        types
+            .into_iter()
+            .filter(|t| bc.get(*t) != ac.get(*t))
+            .map(|t| format!("conditions[{t}]")),
+    );
+    keys
 }
