@@ -11,6 +11,15 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+for arg in "$@"; do
+	case "$arg" in
+	-h | --help) # every flag, from the benchmark itself; nothing is started
+		sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+		cargo build --release -q -p capt-tests --bin bench-system
+		exec "${CARGO_TARGET_DIR:-target}/release/bench-system" --help
+		;;
+	esac
+done
 export CAPT_TESTENV_DIR="$ROOT/.benchenv"
 # Core's client rate limit raised from its default 20/s (a difference from production the
 # tables list): at 1,000 stacks provisioning otherwise waits on core alone.

@@ -66,7 +66,9 @@ use tables::{Header, tables};
 
 /// Runs the whole-system benchmark and prints its tables.
 #[derive(Parser)]
-#[command(about)]
+#[command(
+    about = "The whole-system benchmark: N CAPT stacks as deployed, beside the naive baseline and Cluster API core (run it through hack/bench.sh)"
+)]
 struct Args {
     /// Numbers of CAPT stacks, one round each (per mode).
     #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]

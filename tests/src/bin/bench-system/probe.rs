@@ -37,8 +37,12 @@ pub(crate) struct Snapshot {
 #[derive(Default)]
 pub(crate) struct Delta {
     pub(crate) seconds: f64,
-    /// API writes by field manager (from the audit log), of this round's objects only.
+    /// API writes by field manager (from the audit log), of this round's objects only: the
+    /// requests the API server carried out (2xx).
     pub(crate) writes: BTreeMap<String, u64>,
+    /// Write requests the API server refused (409 and the rest), by field manager: they
+    /// wrote nothing.
+    pub(crate) refused: BTreeMap<String, u64>,
     pub(crate) reconciles: f64,
     pub(crate) intents: f64,
     pub(crate) applies: f64,
@@ -67,6 +71,19 @@ impl Delta {
     pub(crate) fn writes_of(&self, manager: &str) -> u64 {
         self.writes.get(manager).copied().unwrap_or(0)
     }
+
+    pub(crate) fn refused_of(&self, manager: &str) -> u64 {
+        self.refused.get(manager).copied().unwrap_or(0)
+    }
+}
+
+/// The write requests to a round's objects between two audit offsets, by field manager.
+#[derive(Default)]
+pub(crate) struct Writes {
+    /// Carried out (2xx).
+    pub(crate) made: BTreeMap<String, u64>,
+    /// Refused (any other code): nothing was written.
+    pub(crate) refused: BTreeMap<String, u64>,
 }
 
 /// Peak RSS and CPU time of a process.
@@ -141,12 +158,24 @@ impl Probe<'_> {
         Ok(events)
     }
 
-    /// The writes to this round's objects between two audit offsets, by field manager.
+    /// The writes made to this round's objects between two audit offsets, by field manager.
     pub(crate) fn writes(&self, from: u64, to: u64) -> Result<BTreeMap<String, u64>> {
-        let mut writes = BTreeMap::new();
+        Ok(self.write_requests(from, to)?.made)
+    }
+
+    /// The write requests to this round's objects between two audit offsets: made and
+    /// refused, by field manager.
+    pub(crate) fn write_requests(&self, from: u64, to: u64) -> Result<Writes> {
+        let mut writes = Writes::default();
         for event in self.events(from, to)? {
             if let Some(manager) = self.write_of_round(&event) {
-                *writes.entry(manager).or_default() += 1;
+                let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+                let counts = if (200..300).contains(&code) {
+                    &mut writes.made
+                } else {
+                    &mut writes.refused
+                };
+                *counts.entry(manager).or_default() += 1;
             }
         }
         Ok(writes)
@@ -154,9 +183,11 @@ impl Probe<'_> {
 
     /// The writes between two snapshots, with the counters' differences.
     pub(crate) fn delta(&self, from: &Snapshot, to: &Snapshot) -> Result<Delta> {
+        let writes = self.write_requests(from.audit_offset, to.audit_offset)?;
         Ok(Delta {
             seconds: (to.at - from.at).as_secs_f64(),
-            writes: self.writes(from.audit_offset, to.audit_offset)?,
+            writes: writes.made,
+            refused: writes.refused,
             reconciles: to.reconciles - from.reconciles,
             intents: to.intents - from.intents,
             applies: to.applies - from.applies,

@@ -106,6 +106,8 @@ pub(crate) struct Restart {
     pub(crate) reconciles: f64,
     /// Writes from kill to quiet + `RESTART_QUIET`, by field manager.
     pub(crate) writes: BTreeMap<String, u64>,
+    /// Write requests refused in that time (they wrote nothing), by field manager.
+    pub(crate) refused: BTreeMap<String, u64>,
     /// Reads by (process, verb, resource).
     pub(crate) reads: BTreeMap<(String, String, String), u64>,
     pub(crate) controller: ProcessStats,
@@ -563,6 +565,7 @@ async fn restart(round: &Probe<'_>, system: &mut BenchSystem) -> Result<Restart>
         }
     };
     let to = round.audit_end()?;
+    let writes = round.write_requests(from, to)?;
     let who: Vec<(&str, &str)> = system
         .identities
         .iter()
@@ -573,7 +576,8 @@ async fn restart(round: &Probe<'_>, system: &mut BenchSystem) -> Result<Restart>
         leading_s: (leading - killed).as_secs_f64(),
         quiet_s,
         reconciles: last,
-        writes: round.writes(from, to)?,
+        writes: writes.made,
+        refused: writes.refused,
         reads: round.reads_by(from, to, &who)?,
         controller: process_stats(system.controller.pid())?,
         applier: match &system.applier {

@@ -146,6 +146,16 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     row("provisioning: status writes (all status managers)", &|r| {
         r.provisioning.status_writes().to_string()
     });
+    row(
+        "provisioning: write requests refused (409 stale, and others), all status managers",
+        &|r| {
+            STATUS_MANAGERS
+                .iter()
+                .map(|m| r.provisioning.refused_of(m))
+                .sum::<u64>()
+                .to_string()
+        },
+    );
     row("provisioning: reconciles", &|r| {
         format!("{:.0}", r.provisioning.reconciles)
     });
@@ -269,6 +279,15 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             .sum::<u64>()
             .to_string()
     });
+    row("restart: our write requests refused", &|r| {
+        r.restart
+            .refused
+            .iter()
+            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
+            .map(|(_, n)| n)
+            .sum::<u64>()
+            .to_string()
+    });
     row(
         "restart: writes by anyone (the provider's 10 min polls included)",
         &|r| r.restart.writes.values().sum::<u64>().to_string(),
@@ -350,14 +369,19 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     );
     for r in rs {
         for (phase, changes) in &r.captcluster_changes {
-            let writes = match *phase {
-                "provisioning" => r.provisioning.writes_of("capt-captcluster"),
-                _ => r.probes.delta.writes_of("capt-captcluster"),
+            let delta = match *phase {
+                "provisioning" => &r.provisioning,
+                _ => &r.probes.delta,
             };
+            let (writes, refused) = (
+                delta.writes_of("capt-captcluster"),
+                delta.refused_of("capt-captcluster"),
+            );
             let list: Vec<String> = changes.iter().map(|(w, n)| format!("{n}× {w}")).collect();
             let _ = writeln!(
                 out,
-                "- {} / {phase}: {} changes, {writes} `capt-captcluster` writes: {}",
+                "- {} / {phase}: {} changes, {writes} `capt-captcluster` writes (and {refused} \
+                 requests refused): {}",
                 r.mode.name(),
                 changes.values().sum::<u64>(),
                 if list.is_empty() {
