@@ -55,7 +55,7 @@ impl Context {
     pub async fn publish(&self, publication: Publication) -> Result<Published, PublishError> {
         let manager = publication.field_manager;
         let published = self.publisher.publish(publication).await?;
-        if !published.is_repeat() {
+        if published.was_sent() {
             self.metrics
                 .intents
                 .get_or_create(&crate::metrics::ManagerLabel {

@@ -62,6 +62,8 @@ pub struct Publication {
     pub fragment: Value,
     /// Protected paths released.
     pub release: Vec<String>,
+    /// The `resourceVersion` of the object it was computed from.
+    pub computed_on: Option<String>,
 }
 
 impl Publication {
@@ -77,6 +79,7 @@ impl Publication {
             field_manager: manager,
             fragment,
             release: vec![],
+            computed_on: obj.meta().resource_version.clone(),
         }
     }
 
@@ -93,6 +96,7 @@ impl Publication {
             field_manager: manager,
             fragment,
             release,
+            computed_on: obj.meta().resource_version.clone(),
         }
     }
 }
@@ -134,13 +138,20 @@ struct Key {
 }
 
 /// What was delivered: a digest of the uid precondition, the fragment and the releases, and
-/// the object's generation its outcome told. Kept for every object the controller publishes
-/// for: the fragments themselves (a status is kilobytes, parsed many times that) were the
-/// largest part of the controller's memory at 1,000 clusters.
+/// the object's resourceVersion and generation its outcome told. Kept for every object the
+/// controller publishes for: the fragments themselves (a status is kilobytes, parsed many
+/// times that) were the largest part of the controller's memory at 1,000 clusters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Delivered {
     digest: Digest,
+    version: Option<u64>,
     generation: Option<i64>,
+}
+
+/// A resourceVersion as a number: etcd's revision, which only grows. `None` when it is not
+/// one (the API server promises nothing about its form), and nothing is compared then.
+fn revision(version: Option<&str>) -> Option<u64> {
+    version?.parse().ok()
 }
 
 /// SHA-256 of a delivery's JSON.
@@ -169,6 +180,13 @@ pub enum Published {
         /// The object's generation the last delivery's outcome told, if it did.
         generation: Option<i64>,
     },
+    /// Not sent: it was computed on a version of the object older than the one our last
+    /// delivery for the same key left. The watch has yet to show that write; the reconcile
+    /// it wakes computes on what the write left.
+    Behind {
+        /// As for a repeat.
+        generation: Option<i64>,
+    },
     /// Sent, and what the status-applier did with it (the baseline's writes are `applied`).
     Sent {
         /// What the status-applier did.
@@ -179,16 +197,18 @@ pub enum Published {
 }
 
 impl Published {
-    /// True when nothing was sent.
-    pub fn is_repeat(&self) -> bool {
-        matches!(self, Published::Repeat { .. })
+    /// True when the intent was sent.
+    pub fn was_sent(&self) -> bool {
+        matches!(self, Published::Sent { .. })
     }
 
     /// The object's generation as this delivery (or, for a repeat, the last one) left it: a
     /// write of ours that made a new generation is known here before the watch shows it.
     pub fn generation(&self) -> Option<i64> {
         match self {
-            Published::Repeat { generation } | Published::Sent { generation, .. } => *generation,
+            Published::Repeat { generation }
+            | Published::Behind { generation }
+            | Published::Sent { generation, .. } => *generation,
         }
     }
 }
@@ -239,12 +259,24 @@ impl Publisher {
             manager: p.field_manager,
         };
         let sent = digest(&p.target.uid, &p.fragment, &p.release);
-        if let Some(last) = self.delivered.lock().expect("lock").get(&key)
-            && last.digest == sent
-        {
-            return Ok(Published::Repeat {
-                generation: last.generation,
-            });
+        if let Some(last) = self.delivered.lock().expect("lock").get(&key) {
+            if last.digest == sent {
+                return Ok(Published::Repeat {
+                    generation: last.generation,
+                });
+            }
+            // Computed on a cache that does not show our own last write yet (a reconcile
+            // that runs right after the one that wrote): what it derives again from the
+            // older status (a condition's transition time, say) would be written for
+            // nothing, and then written back.
+            let computed_on = revision(p.computed_on.as_deref());
+            if let (Some(on), Some(left)) = (computed_on, last.version)
+                && on < left
+            {
+                return Ok(Published::Behind {
+                    generation: last.generation,
+                });
+            }
         }
         let subject = p.subject();
         let intent = Intent {
@@ -274,6 +306,7 @@ impl Publisher {
         };
         let delivered = Delivered {
             digest: sent,
+            version: revision(outcome.resource_version.as_deref()),
             generation: outcome.generation,
         };
         self.delivered.lock().expect("lock").insert(key, delivered);

@@ -69,9 +69,8 @@ impl Watches {
     /// may be used from other namespaces (`--allow-template-namespace`).
     pub fn new(client: &kube::Client, scope: &Scope, templates_elsewhere: bool) -> Self {
         // Lists in pages of 50, not kube-rs's 500: a page is parsed whole, managedFields and
-        // all, before the cache strips it, and six kinds list at once after a restart (the
-        // controller's peak at 1,000 clusters came after its restart: 102 MiB, against 83 MiB
-        // while provisioning them; the status-applier's listing peak went 77 → 34 MiB so).
+        // all, before the cache strips it, and six kinds list at once after a restart, which
+        // is where the peak at 1,000 clusters was (docs/performance.md, "Memory").
         let wc = || watcher::Config::default().page_size(50);
         let templates = match templates_elsewhere {
             true => Api::all(client.clone()),
