@@ -2,6 +2,7 @@
 
 use crate::metrics::Metrics;
 use crate::publish::{Publication, PublishError, Published, Publisher};
+use crate::rewake::Rewake;
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
 use crate::watches::Caches;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -48,13 +49,20 @@ pub struct Context {
     pub events: Recorder,
     /// What the watches saw: the reconcilers read these, not the API server.
     pub caches: Caches,
+    /// Wakes an object whose publication was computed on a cache behind our own write.
+    pub rewake: Rewake,
 }
 
 impl Context {
     /// Publishes an intent, counting it when it was sent.
     pub async fn publish(&self, publication: Publication) -> Result<Published, PublishError> {
         let manager = publication.field_manager;
+        let target = publication.target.clone();
         let published = self.publisher.publish(publication).await?;
+        if let Published::Behind { awaiting, .. } = published {
+            let (kind, namespace, name) = (target.kind, target.namespace, target.name);
+            self.rewake.when_seen(&kind, namespace, name, awaiting);
+        }
         if published.was_sent() {
             self.metrics
                 .intents

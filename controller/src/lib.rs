@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod publish;
 pub mod reconcile;
 pub mod render;
+pub mod rewake;
 pub mod run;
 pub mod status;
 pub mod telemetry;

@@ -186,6 +186,8 @@ pub enum Published {
     Behind {
         /// As for a repeat.
         generation: Option<i64>,
+        /// The resourceVersion our last write left (`crate::rewake` waits for it).
+        awaiting: u64,
     },
     /// Sent, and what the status-applier did with it (the baseline's writes are `applied`).
     Sent {
@@ -207,7 +209,7 @@ impl Published {
     pub fn generation(&self) -> Option<i64> {
         match self {
             Published::Repeat { generation }
-            | Published::Behind { generation }
+            | Published::Behind { generation, .. }
             | Published::Sent { generation, .. } => *generation,
         }
     }
@@ -275,6 +277,7 @@ impl Publisher {
             {
                 return Ok(Published::Behind {
                     generation: last.generation,
+                    awaiting: left,
                 });
             }
         }

@@ -153,6 +153,11 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
         .wakes(&cluster_t, owning_cluster_ref);
 
     let caches = w.caches();
+    // Nothing else wakes an object whose publication waits for our own write to be seen.
+    ctx.rewake.register(caches.applies.clone(), &apply_t);
+    ctx.rewake.register(caches.control_planes.clone(), &cp_t);
+    ctx.rewake.register(caches.capt_clusters.clone(), &cc_t);
+    ctx.rewake.register(caches.clusters.clone(), &cluster_t);
     w.clusters.spawn();
     w.capt_clusters.spawn();
     w.control_planes.spawn();

@@ -76,6 +76,11 @@ impl<K: Resource<DynamicType = ()>> Default for Trigger<K> {
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Trigger<K> {
+    /// A sender of references to reconcile.
+    pub fn sender(&self) -> mpsc::UnboundedSender<ObjectRef<K>> {
+        self.sender.clone()
+    }
+
     /// The stream of references to reconcile (`Controller::reconcile_on`).
     pub fn into_stream(self) -> mpsc::UnboundedReceiver<ObjectRef<K>> {
         self.receiver
