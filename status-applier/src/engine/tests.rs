@@ -1172,6 +1172,20 @@ fn a_read_of_the_same_version_cut_to_what_was_asked_last_is_planned_on() {
     assert_eq!(attempts(&effects), vec![Action::conflict], "{effects:#?}");
 }
 
+/// The widget at `resource_version` and `generation` after `widget-spec` applied `colour`.
+fn coloured(resource_version: u64, generation: i64, colour: &str) -> Arc<View> {
+    let object = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "team-a", "uid": UID,
+            "resourceVersion": resource_version.to_string(), "generation": generation,
+            "managedFields": [{"manager": "widget-spec", "operation": "Apply",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:colour": {}}}}]},
+        "spec": {"size": 1, "colour": colour},
+    }))
+    .expect("a widget");
+    Arc::new(View::whole(object))
+}
+
 #[test]
 fn an_answer_tells_the_generation_the_apply_left_the_object_at() {
     let mut h = Harness::default();
@@ -1183,18 +1197,7 @@ fn an_answer_tells_the_generation_the_apply_left_the_object_at() {
     h.at(10).timer(&main_key());
     // A spec write makes a new generation: the publisher learns it from the answer, before
     // its own watch shows the object again.
-    let after: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.com/v1", "kind": "Widget",
-        "metadata": {"name": "w1", "namespace": "team-a", "uid": UID, "resourceVersion": "6",
-            "generation": 2,
-            "managedFields": [{"manager": "widget-spec", "operation": "Apply",
-                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:colour": {}}}}]},
-        "spec": {"size": 1, "colour": "red"},
-    }))
-    .expect("a widget");
-    let effects = h
-        .at(12)
-        .applied(&main_key(), Ok(Arc::new(View::whole(after))));
+    let effects = h.at(12).applied(&main_key(), Ok(coloured(6, 2, "red")));
     let outcome = answer(&effects, ticket).expect("answered");
     assert_eq!(outcome.action, Action::applied);
     assert_eq!(outcome.resource_version.as_deref(), Some("6"));
@@ -1206,19 +1209,8 @@ fn an_answer_tells_the_generation_the_apply_left_the_object_at() {
         true,
     );
     effects.extend(h.at(40).timer(&main_key()));
-    let after: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.com/v1", "kind": "Widget",
-        "metadata": {"name": "w1", "namespace": "team-a", "uid": UID, "resourceVersion": "7",
-            "generation": 3,
-            "managedFields": [{"manager": "widget-spec", "operation": "Apply",
-                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:colour": {}}}}]},
-        "spec": {"size": 1, "colour": "blue"},
-    }))
-    .expect("a widget");
     assert_eq!(applies(&effects).len(), 1);
-    let effects = h
-        .at(42)
-        .applied(&main_key(), Ok(Arc::new(View::whole(after))));
+    let effects = h.at(42).applied(&main_key(), Ok(coloured(7, 3, "blue")));
     assert_eq!(answer(&effects, ticket).and_then(|o| o.generation), Some(3));
     let (ticket, mut effects) = h.at(60).submit(
         intent(&main_key(), json!({"spec": {"colour": "blue"}})),

@@ -20,6 +20,15 @@ pub(crate) const STATUS_MANAGERS: [&str; 4] = [
     "capt-workspacetemplateapply",
 ];
 
+/// The sum of our managers' counts (`capt-*`, but the benchmark's own `capt-bench`).
+pub(crate) fn ours(by_manager: &BTreeMap<String, u64>) -> u64 {
+    by_manager
+        .iter()
+        .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// Where the audit log says who sent a request with a ServiceAccount token.
 const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
@@ -57,11 +66,7 @@ impl Delta {
     }
 
     pub(crate) fn controller_writes(&self) -> u64 {
-        self.writes
-            .iter()
-            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
-            .map(|(_, n)| n)
-            .sum()
+        ours(&self.writes)
     }
 
     pub(crate) fn all_writes(&self) -> u64 {

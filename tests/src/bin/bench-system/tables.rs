@@ -5,7 +5,7 @@
 
 use crate::Args;
 use crate::deployed::{DEPLOYMENT, Pod, env_summary};
-use crate::probe::STATUS_MANAGERS;
+use crate::probe::{STATUS_MANAGERS, ours};
 use crate::round::{CREATE_CONCURRENCY, RESTART_QUIET, Round};
 use anyhow::Result;
 use std::fmt::Write;
@@ -271,22 +271,10 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         format!("{:.0}", r.restart.reconciles)
     });
     row("restart: our writes (capt-* managers)", &|r| {
-        r.restart
-            .writes
-            .iter()
-            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
-            .map(|(_, n)| n)
-            .sum::<u64>()
-            .to_string()
+        ours(&r.restart.writes).to_string()
     });
     row("restart: our write requests refused", &|r| {
-        r.restart
-            .refused
-            .iter()
-            .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
-            .map(|(_, n)| n)
-            .sum::<u64>()
-            .to_string()
+        ours(&r.restart.refused).to_string()
     });
     row(
         "restart: writes by anyone (the provider's 10 min polls included)",
