@@ -60,6 +60,12 @@ impl Context {
         let target = publication.target.clone();
         let published = self.publisher.publish(publication).await?;
         if let Published::Behind { awaiting, .. } = published {
+            self.metrics
+                .behind
+                .get_or_create(&crate::metrics::ManagerLabel {
+                    manager: manager.into(),
+                })
+                .inc();
             let (kind, namespace, name) = (target.kind, target.namespace, target.name);
             self.rewake.when_seen(&kind, namespace, name, awaiting);
         }

@@ -136,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     let watches = capt_controller::run::Watches::new(&client, &scope, templates_elsewhere);
     let ctx = Arc::new(Context {
         caches: watches.caches(),
-        rewake: Default::default(),
+        rewake: capt_controller::rewake::Rewake::new(metrics.rewake_gave_up.clone()),
         client: client.clone(),
         publisher: if args.baseline_full_update {
             Publisher::full_update_baseline(client.clone())

@@ -52,6 +52,10 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     /// Intents sent to the status-applier (repeats are not sent, and not counted).
     pub intents: Family<ManagerLabel, Counter>,
+    /// Intents not sent: computed on a cache behind our own last write for the same key.
+    pub behind: Family<ManagerLabel, Counter>,
+    /// Objects woken after waiting the whole limit for their cache to show our own write.
+    pub rewake_gave_up: Counter,
     /// Time from entering Creating to reaching a phase.
     pub phase_transition: Family<PhaseLabel, Histogram>,
     /// Time from deletion request to finalizer removal.
@@ -66,6 +70,8 @@ impl Metrics {
             reconciles: Family::default(),
             errors: Family::default(),
             intents: Family::default(),
+            behind: Family::default(),
+            rewake_gave_up: Counter::default(),
             phase_transition: Family::new_with_constructor(seconds),
             deletion: Family::new_with_constructor(seconds),
         };
@@ -80,6 +86,16 @@ impl Metrics {
             "intents_published",
             "Intents sent to the status-applier",
             m.intents.clone(),
+        );
+        r.register(
+            "intents_behind",
+            "Intents not sent: computed on a cache behind our own last write for the same key",
+            m.behind.clone(),
+        );
+        r.register(
+            "rewake_gave_up",
+            "Objects woken after waiting the whole limit for their cache to show our own write",
+            m.rewake_gave_up.clone(),
         );
         r.register_with_unit(
             "phase_transition_duration",

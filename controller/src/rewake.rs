@@ -11,6 +11,7 @@
 use crate::watches::{Trigger, Watched};
 use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::{ObjectRef, Store};
+use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,18 +28,30 @@ type Waker = Arc<dyn Fn(Option<String>, String, u64) + Send + Sync>;
 #[derive(Default)]
 pub struct Rewake {
     by_kind: Mutex<HashMap<String, Waker>>,
+    /// Counts the wakes that waited the whole limit (`capt_rewake_gave_up_total`).
+    gave_up: Counter,
 }
 
 impl Rewake {
+    /// Wakers that count in `gave_up` each wake that waited the whole limit.
+    pub fn new(gave_up: Counter) -> Self {
+        Self {
+            by_kind: Mutex::default(),
+            gave_up,
+        }
+    }
+
     /// Lets objects of `K` be woken through `trigger`, once `store` shows the version.
     pub fn register<K: Watched>(&self, store: Store<K>, trigger: &Trigger<K>) {
         let sender = trigger.sender();
+        let gave_up = self.gave_up.clone();
         let waker: Waker = Arc::new(move |namespace, name, version| {
             let mut key = ObjectRef::<K>::new(&name);
             if let Some(namespace) = &namespace {
                 key = key.within(namespace);
             }
-            tokio::spawn(wake_when_seen(store.clone(), sender.clone(), key, version));
+            let wake = wake_when_seen(store.clone(), sender.clone(), key, version, gave_up.clone());
+            tokio::spawn(wake);
         });
         self.by_kind
             .lock()
@@ -61,9 +74,17 @@ async fn wake_when_seen<K: Watched>(
     sender: UnboundedSender<ObjectRef<K>>,
     key: ObjectRef<K>,
     version: u64,
+    gave_up: Counter,
 ) {
     let deadline = Instant::now() + WAIT_AT_MOST;
-    while !seen(&store, &key, version) && Instant::now() < deadline {
+    while !seen(&store, &key, version) {
+        if Instant::now() >= deadline {
+            // Our write's version never reached the cache: a resourceVersion that does not
+            // compare as a number would, or a watch that lost it. Woken anyway.
+            tracing::warn!(object = %key, version, "The cache never showed our own write; woken anyway");
+            gave_up.inc();
+            break;
+        }
         tokio::time::sleep(LOOK_EVERY).await;
     }
     let _ = sender.unbounded_send(key);

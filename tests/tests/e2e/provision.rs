@@ -238,6 +238,19 @@ async fn every_status_change_observes_the_generation_its_object_had_then() -> Re
             "{kind} demo: the watch saw its status change"
         );
     }
+    // A publication computed on a cache behind our own write waits for the cache, and the
+    // cache always catches up: no wake waits its whole limit (10 s, `rewake.rs`).
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let behind = system
+        .controller_metric("capt_intents_behind_total", &[])
+        .await?;
+    let gave_up = system
+        .controller_metric("capt_rewake_gave_up_total", &[])
+        .await?;
+    println!(
+        "intents computed on a cache behind our own write: {behind}; wakes that gave up: {gave_up}"
+    );
+    assert_eq!(gave_up, 0.0, "a wake waited its whole limit for our write");
     Ok(())
 }
 
