@@ -56,26 +56,18 @@ pub struct Context {
 impl Context {
     /// Publishes an intent, counting it when it was sent.
     pub async fn publish(&self, publication: Publication) -> Result<Published, PublishError> {
-        let manager = publication.field_manager;
+        let label = crate::metrics::ManagerLabel {
+            manager: publication.field_manager.into(),
+        };
         let target = publication.target.clone();
         let published = self.publisher.publish(publication).await?;
         if let Published::Behind { awaiting, .. } = published {
-            self.metrics
-                .behind
-                .get_or_create(&crate::metrics::ManagerLabel {
-                    manager: manager.into(),
-                })
-                .inc();
+            self.metrics.behind.get_or_create(&label).inc();
             let (kind, namespace, name) = (target.kind, target.namespace, target.name);
             self.rewake.when_seen(&kind, namespace, name, awaiting);
         }
         if published.was_sent() {
-            self.metrics
-                .intents
-                .get_or_create(&crate::metrics::ManagerLabel {
-                    manager: manager.into(),
-                })
-                .inc();
+            self.metrics.intents.get_or_create(&label).inc();
         }
         Ok(published)
     }

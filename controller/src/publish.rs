@@ -150,7 +150,7 @@ struct Delivered {
 
 /// A resourceVersion as a number: etcd's revision, which only grows. `None` when it is not
 /// one (the API server promises nothing about its form), and nothing is compared then.
-fn revision(version: Option<&str>) -> Option<u64> {
+pub(crate) fn revision(version: Option<&str>) -> Option<u64> {
     version?.parse().ok()
 }
 

@@ -8,6 +8,7 @@
 //! woken here once its cache shows that version (or it is gone). It is rare, so the cache is
 //! looked at every few milliseconds rather than hooked into the watch.
 
+use crate::publish::revision;
 use crate::watches::{Trigger, Watched};
 use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -95,10 +96,7 @@ fn seen<K: Watched>(store: &Store<K>, key: &ObjectRef<K>, version: u64) -> bool 
     let Some(object) = store.get(key) else {
         return true;
     };
-    let cached = object.meta().resource_version.as_deref();
-    cached
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_none_or(|v| v >= version)
+    revision(object.meta().resource_version.as_deref()).is_none_or(|v| v >= version)
 }
 
 #[cfg(test)]
