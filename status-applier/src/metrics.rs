@@ -75,6 +75,9 @@ pub struct Metrics {
     pub apply_duration: Family<ManagerLabel, Histogram>,
     /// Desired documents waiting for an apply.
     pub pending: Gauge,
+    /// 1 while this replica may write (no leader election, or its Lease names this pod and
+    /// has not expired), else 0 (`crate::leadership`).
+    pub leading: Gauge,
 }
 
 impl Metrics {
@@ -91,6 +94,7 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 14))
             }),
             pending: Gauge::default(),
+            leading: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("status_applier");
         r.register(
@@ -112,6 +116,11 @@ impl Metrics {
             "coalesced_intents",
             "Intents merged into an apply already pending",
             m.coalesced.clone(),
+        );
+        r.register(
+            "leading",
+            "1 while this replica may write (it leads, or there is no leader election), else 0",
+            m.leading.clone(),
         );
         r.register(
             "conflicts",

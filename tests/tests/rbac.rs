@@ -239,6 +239,15 @@ const NEEDS: &[Need] = &[
         Controller,
         "leader election: get, create when missing, patch to acquire, renew and release",
     ),
+    need(
+        Own,
+        "coordination.k8s.io",
+        "leases",
+        &["list", "watch"],
+        Applier,
+        "follows the leader Lease (by a field selector on its name): writes only while it \
+         names its own pod",
+    ),
 ];
 
 /// Every verb the table could grant; the verbs of a resource the table does not name must be

@@ -8,6 +8,7 @@ use crate::config::Policy;
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};
+use crate::leadership::{Leadership, LeaseToFollow};
 use crate::live::{Change, Live};
 use crate::metrics::{Action, CodeLabel, ManagerAction, ManagerLabel, Metrics};
 use crate::outcome::Outcome;
@@ -92,6 +93,11 @@ impl Engine {
         &self.live
     }
 
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
@@ -101,6 +107,49 @@ impl Engine {
     /// rebuilt from `managedFields` as soon as its objects are listed.
     pub async fn watch_kind(&self, api_version: &str, kind: &str) -> Result<(), ApplyError> {
         self.live.kind(api_version, kind).await.map(|_| ())
+    }
+
+    /// From now on writes only while this replica leads, as `lease` says
+    /// ([`crate::leadership`]); without a call the engine always writes. Nothing is applied
+    /// until the Lease has been read.
+    pub fn follow_lease(self: &Arc<Self>, lease: LeaseToFollow) {
+        let start = Instant::now();
+        self.feed(Event::Leadership(Leadership::Until(start)));
+        self.metrics.leading.set(0);
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let client = engine.live.client().clone();
+            let tell = |leadership: Leadership| {
+                if let Leadership::Until(until) = leadership {
+                    engine.expire_at(until);
+                } else {
+                    engine.metrics.leading.set(0);
+                }
+                engine.feed(Event::Leadership(leadership));
+            };
+            crate::leadership::follow(client, lease, tell).await;
+        });
+    }
+
+    /// Keeps the `leading` gauge true until `until`, when the writes stop by themselves.
+    fn expire_at(self: &Arc<Self>, until: Instant) {
+        let leading = Instant::now() < until;
+        self.metrics.leading.set(i64::from(leading));
+        if leading {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(until.into()).await;
+                // Renewed meanwhile: a later call set it again, and this one is stale.
+                if !engine
+                    .machine
+                    .lock()
+                    .expect("lock")
+                    .may_write(Instant::now())
+                {
+                    engine.metrics.leading.set(0);
+                }
+            });
+        }
     }
 
     /// Merges an intent and, unless nothing changed, queues its apply. With `wait`, answers

@@ -4,6 +4,7 @@
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
+use crate::leadership::Leadership;
 use crate::metrics::Action;
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
@@ -53,6 +54,8 @@ pub enum Event {
     },
     /// A time asked for by [`Effect::WakeAt`] came.
     Timer(DesiredKey),
+    /// Whether this replica may write changed, or its lease was renewed.
+    Leadership(Leadership),
 }
 
 /// What the driver must do.

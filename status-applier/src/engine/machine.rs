@@ -25,6 +25,7 @@ use crate::conflict::Conflict;
 use crate::document::{claimed_fields, without_empty_objects};
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
+use crate::leadership::Leadership;
 use crate::metrics::Action;
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
@@ -193,6 +194,8 @@ pub struct Machine {
     running: usize,
     /// Keys queued or ready.
     pending: usize,
+    /// Whether this replica may write now ([`crate::leadership`]).
+    leadership: Leadership,
     jitter: fastrand::Rng,
 }
 
@@ -207,6 +210,7 @@ impl Machine {
             ready: VecDeque::new(),
             running: 0,
             pending: 0,
+            leadership: Leadership::Unconditional,
             jitter: fastrand::Rng::with_seed(seed),
         }
     }
@@ -242,9 +246,15 @@ impl Machine {
                     self.ready.push_back(key);
                 }
             }
+            Event::Leadership(leadership) => self.lead(leadership, &mut out),
         }
         self.pump(now, &mut out);
         out
+    }
+
+    /// Whether an apply may be sent at `now` ([`crate::leadership`]).
+    pub fn may_write(&self, now: Instant) -> bool {
+        self.leadership.may_write(now)
     }
 
     /// Keys queued or ready, not yet started.
@@ -285,6 +295,11 @@ impl Machine {
         out: &mut Vec<Effect>,
     ) {
         let entry = self.entries.get_mut(key).expect("a key");
+        if !entry.from_intent {
+            // Only what an intent asked for is ever applied: a document rebuilt from the
+            // object, or one this replica kept while another led, follows the object.
+            return;
+        }
         if due <= now {
             set_phase(entry, &mut self.pending, Phase::Ready);
             self.ready.push_back(key.clone());
@@ -308,7 +323,8 @@ impl Machine {
     /// Starts ready keys while slots are free, one key per object at a time.
     fn pump(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let mut waiting = VecDeque::new();
-        while self.running < self.settings.max_concurrent_applies.max(1)
+        while self.leadership.may_write(now)
+            && self.running < self.settings.max_concurrent_applies.max(1)
             && let Some(key) = self.ready.pop_front()
         {
             let Some(entry) = self.entries.get(&key) else {
@@ -334,6 +350,10 @@ impl Machine {
     /// Plans an apply of `key` on the newest view, or asks for a read when there is none
     /// (or it is of another uid than the intent's precondition).
     fn plan_or_read(&mut self, key: &DesiredKey, stale: u32, now: Instant, out: &mut Vec<Effect>) {
+        if !self.leadership.may_write(now) || !self.entries[key].from_intent {
+            self.hold(key);
+            return;
+        }
         let view = self.objects[&key.object].view.clone();
         let entry = self.entries.get_mut(key).expect("a key");
         let Some(view) = view else {
@@ -418,6 +438,68 @@ impl Machine {
             body,
             force: plan.force,
         }));
+    }
+
+    /// Gives back the slot and the object of `key`, which may not be applied now: it waits,
+    /// ready, for the leadership to allow writes again (or stays idle, when no intent asks
+    /// for it any more).
+    fn hold(&mut self, key: &DesiredKey) {
+        if let Some(object) = self.objects.get_mut(&key.object)
+            && object.busy.as_ref() == Some(key)
+        {
+            object.busy = None;
+            self.running -= 1;
+        }
+        let entry = self.entries.get_mut(key).expect("a key");
+        entry.phase = Phase::Idle;
+        if entry.from_intent {
+            set_phase(entry, &mut self.pending, Phase::Ready);
+            self.ready.push_front(key.clone());
+        }
+    }
+
+    /// Takes what the replica's Lease now says. Becoming a follower drops what intents asked
+    /// for: every document follows the object from now on, and the submitters still waiting
+    /// hear that nothing of theirs will be applied here.
+    fn lead(&mut self, leadership: Leadership, out: &mut Vec<Effect>) {
+        let was_follower = matches!(self.leadership, Leadership::Follower { .. });
+        self.leadership = leadership;
+        let Leadership::Follower { leader } = &self.leadership else {
+            return;
+        };
+        if was_follower {
+            return;
+        }
+        let refusal = not_leading(leader);
+        self.ready.clear();
+        for (key, entry) in &mut self.entries {
+            entry.from_intent = false;
+            entry.recheck = false;
+            if entry.phase.is_pending() {
+                set_phase(entry, &mut self.pending, Phase::Idle);
+            }
+            if let Some(view) = self.objects.get(&key.object).and_then(|o| o.view.as_ref())
+                && view.keeps(&key.field_manager)
+            {
+                entry.document = StoredDocument::new(&apply::owned_document(&view.object(), key));
+            }
+            for (_, ticket, _) in entry.waiters.drain(..) {
+                out.push(Effect::Answer {
+                    ticket,
+                    outcome: crate::outcome::for_key(key, Action::error)
+                        .with_message(refusal.clone()),
+                });
+            }
+        }
+        for object in self.objects.values_mut() {
+            for parked in object.parked.drain(..) {
+                out.push(Effect::Answer {
+                    ticket: parked.ticket,
+                    outcome: crate::outcome::for_key(&parked.intent.key, Action::error)
+                        .with_message(refusal.clone()),
+                });
+            }
+        }
     }
 
     fn applied(
@@ -576,6 +658,11 @@ fn set_phase(entry: &mut Entry, pending: &mut usize, phase: Phase) {
         _ => {}
     }
     entry.phase = phase;
+}
+
+/// Why an intent is refused, or a waiting one dropped, while another replica leads.
+fn not_leading(leader: &str) -> String {
+    format!("not applied: this replica stands by, {leader} leads (its applier applies)")
 }
 
 /// Tells, in an outcome, the paths kept because the API server refused to leave them `null`.

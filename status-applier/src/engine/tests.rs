@@ -1222,3 +1222,5 @@ fn an_answer_tells_the_generation_the_apply_left_the_object_at() {
     assert_eq!(outcome.action, Action::unchanged);
     assert_eq!(outcome.generation, Some(3));
 }
+
+mod leadership;

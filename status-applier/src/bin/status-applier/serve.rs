@@ -7,6 +7,7 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use status_applier::config::{GroupKind, KindPath};
 use status_applier::engine::{Engine, Settings};
+use status_applier::leadership::LeaseToFollow;
 use status_applier::metrics::Metrics;
 use status_applier::ownership::PolicyFileArg;
 use status_applier::server::{AppState, metrics_route, probes, router};
@@ -35,9 +36,51 @@ pub(crate) struct ServeArgs {
     policy: PolicyArgs,
     #[command(flatten)]
     tuning: TuningArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "STATUS_APPLIER_LOG_JSON")]
     log_json: bool,
+}
+
+/// The replica's leader election, when several replicas run (a Deployment): the applier
+/// writes only while the Lease its controller holds names this pod (`docs/status-applier.md`,
+/// "Replicas"). Without `--leader-election-lease` it always writes.
+#[derive(Args)]
+struct LeaderArgs {
+    /// The Lease the controllers of the replicas elect their leader on.
+    #[arg(long, env = "STATUS_APPLIER_LEADER_ELECTION_LEASE")]
+    leader_election_lease: Option<String>,
+    /// The Lease's namespace.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_LEADER_ELECTION_NAMESPACE",
+        requires = "leader_election_lease"
+    )]
+    leader_election_namespace: Option<String>,
+    /// This replica's identity in the Lease, as its controller writes it (the pod's name).
+    #[arg(long, env = "POD_NAME", requires = "leader_election_lease")]
+    leader_election_identity: Option<String>,
+}
+
+impl LeaderArgs {
+    fn lease(self) -> Result<Option<LeaseToFollow>> {
+        let Some(name) = self.leader_election_lease else {
+            return Ok(None);
+        };
+        let namespace = self.leader_election_namespace.context(
+            "--leader-election-lease needs --leader-election-namespace (the Lease's namespace)",
+        )?;
+        let identity = self.leader_election_identity.context(
+            "--leader-election-lease needs this replica's identity: --leader-election-identity \
+             or POD_NAME (the name its controller writes into the Lease)",
+        )?;
+        Ok(Some(LeaseToFollow {
+            namespace,
+            name,
+            identity,
+        }))
+    }
 }
 
 /// The diagnostics listeners on TCP (the `diagnostics` crate): both off unless given.
@@ -207,6 +250,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         watched = watch_kinds.len(),
         "Policy"
     );
+    let lease = args.leader.lease()?;
     let t = args.tuning;
     let settings = Settings {
         coalesce_window: Duration::from_millis(t.coalesce_window_ms),
@@ -223,6 +267,20 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let engine = Engine::start(client.clone(), policy, settings, metrics, !flags.no_events);
+    match lease {
+        Some(lease) => {
+            tracing::info!(
+                lease = lease.name,
+                namespace = lease.namespace,
+                identity = lease.identity,
+                "Writing only while the Lease names this replica"
+            );
+            engine.follow_lease(lease);
+        }
+        None => {
+            engine.metrics().leading.set(1);
+        }
+    }
     for (api_version, kind) in &watch_kinds {
         engine
             .watch_kind(api_version, kind)

@@ -8,6 +8,7 @@ use crate::conflict::{self, Conflict};
 use crate::engine::events::{Count, Effect, Ticket};
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
+use crate::leadership::Leadership;
 use crate::merge::merge_fragment;
 use crate::metrics::Action;
 use crate::view::View;
@@ -26,6 +27,20 @@ impl Machine {
         out: &mut Vec<Effect>,
     ) {
         let key = intent.key.clone();
+        if let Leadership::Follower { leader } = &self.leadership {
+            // Its controller must not be running: whatever it asks for, the leader's pod
+            // applies. Not delivered (503), so a controller that believes it leads retries.
+            out.push(Effect::Counted(Count::Intent(
+                key.field_manager.clone(),
+                Action::error,
+            )));
+            out.push(Effect::Answer {
+                ticket,
+                outcome: crate::outcome::for_key(&key, Action::error)
+                    .with_message(super::not_leading(leader)),
+            });
+            return;
+        }
         self.objects.entry(key.object.clone()).or_default();
         if let Some(view) = view {
             self.take_view(&key.object, view);
