@@ -26,7 +26,7 @@
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Whether the engine may write, as the machine uses it.
@@ -107,7 +107,7 @@ pub struct LeaseToFollow {
 pub async fn follow(client: kube::Client, lease: LeaseToFollow, tell: impl Fn(Leadership)) {
     let api: Api<Lease> = Api::namespaced(client, &lease.namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", lease.name));
-    let mut events = std::pin::pin!(watcher(api, config));
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
     let mut last: Option<Leadership> = None;
     while let Some(event) = events.next().await {
         let spec = match event {
