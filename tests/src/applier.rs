@@ -139,6 +139,16 @@ impl Applier {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Stops it as the kubelet does (SIGTERM) and waits until it has ended.
+    pub fn terminate(&mut self) -> Result<()> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -TERM {}", self.child.id());
+        self.child.wait()?;
+        Ok(())
+    }
 }
 
 impl Drop for Applier {

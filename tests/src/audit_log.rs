@@ -27,6 +27,9 @@ pub struct Write {
     pub name: String,
     /// The API server's answer (`responseStatus.code`); 0 when the log has none.
     pub code: u16,
+    /// The pod that sent it, for a process acting as a pod of the Deployment
+    /// ([`crate::pod::Pod`]: the impersonated user extra `pod`).
+    pub pod: Option<String>,
 }
 
 impl Write {
@@ -166,6 +169,9 @@ impl AuditLog {
                     .as_u64()
                     .and_then(|c| u16::try_from(c).ok())
                     .unwrap_or(0),
+                pod: event["impersonatedUser"]["extra"]["pod"][0]
+                    .as_str()
+                    .map(str::to_owned),
             });
         }
         Ok(writes)

@@ -180,31 +180,9 @@ impl System {
         Ok(system)
     }
 
-    /// Applies the sample templates and Cluster into the namespace; with `retain_vpc`, the
-    /// CAPTCluster keeps its VPC on deletion. Cluster API core, when the environment runs it,
-    /// adopts the CAPT objects; without it, their `cluster.x-k8s.io/cluster-name` label names
-    /// their Cluster.
+    /// Applies the sample templates and Cluster into the namespace ([`apply_samples`]).
     pub async fn apply_samples(&self, retain_vpc: bool) -> Result<()> {
-        let samples = repo_root().join("manifests/samples");
-        let mut docs = Vec::new();
-        for file in ["templates.yaml", "cluster.yaml"] {
-            let text = std::fs::read_to_string(samples.join(file))?;
-            for doc in serde_yaml::Deserializer::from_str(&text) {
-                let mut v: Value = serde::Deserialize::deserialize(doc)?;
-                v["metadata"]["namespace"] = Value::from(self.namespace.clone());
-                if retain_vpc && v["kind"] == "CAPTCluster" {
-                    v["spec"]["retainVpcOnDelete"] = Value::Bool(true);
-                }
-                docs.push(v.to_string());
-            }
-        }
-        // Server-side, as a user should: a later `kubectl apply --server-side` by someone else
-        // then takes only what it names (a client-side apply is migrated to the next one).
-        self.env.kubectl_ok(
-            &["apply", "--server-side", "-f", "-"],
-            Some(&docs.join("\n")),
-        )?;
-        Ok(())
+        apply_samples(&self.env, &self.namespace, retain_vpc)
     }
 
     /// `kubectl get <what> -n <ns> -o json`, parsed; `None` when not found.
@@ -328,14 +306,10 @@ impl System {
         let _ = self.controller.wait();
     }
 
-    /// Changes the `cluster_endpoint` output of the sample's control-plane Workspace where
-    /// it comes from: the WorkspaceTemplate (the controller renders the Workspace from it, and
-    /// takes back an annotation changed on the Workspace itself).
+    /// Changes the `cluster_endpoint` output of the sample's control-plane Workspace
+    /// ([`set_endpoint_output`]).
     pub fn set_endpoint_output(&self, endpoint: &str) -> Result<()> {
-        let outputs =
-            serde_json::json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
-        self.patch_control_plane_template(&serde_json::json!({"spec": {"template": {"metadata":
-            {"annotations": {"fake.tf.upbound.io/outputs": outputs.to_string()}}}}}))
+        set_endpoint_output(&self.env, &self.namespace, endpoint)
     }
 
     /// Sets the sensitive outputs the fake provider reports for the sample's control plane,
@@ -348,20 +322,7 @@ impl System {
 
     /// Merge-patches the sample's control-plane WorkspaceTemplate (`eks`).
     pub fn patch_control_plane_template(&self, patch: &Value) -> Result<()> {
-        self.env.kubectl_ok(
-            &[
-                "patch",
-                "workspacetemplate",
-                "eks",
-                "-n",
-                &self.namespace,
-                "--type=merge",
-                "-p",
-                &patch.to_string(),
-            ],
-            None,
-        )?;
-        Ok(())
+        patch_control_plane_template(&self.env, &self.namespace, patch)
     }
 
     /// Sets the fake provider's revision annotation on the sample's control-plane Workspace:
@@ -401,6 +362,65 @@ impl Drop for System {
             eprintln!("--- fake provider log:\n{}", self.provider.log_text());
         }
     }
+}
+
+/// Applies the sample templates and Cluster of `manifests/samples/` into `namespace`; with
+/// `retain_vpc`, the CAPTCluster keeps its VPC on deletion. Cluster API core, when the
+/// environment runs it, adopts the CAPT objects; without it, their
+/// `cluster.x-k8s.io/cluster-name` label names their Cluster.
+pub fn apply_samples(env: &Env, namespace: &str, retain_vpc: bool) -> Result<()> {
+    let samples = repo_root().join("manifests/samples");
+    let mut docs = Vec::new();
+    for file in ["templates.yaml", "cluster.yaml"] {
+        let text = std::fs::read_to_string(samples.join(file))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let mut v: Value = serde::Deserialize::deserialize(doc)?;
+            v["metadata"]["namespace"] = Value::from(namespace);
+            if retain_vpc && v["kind"] == "CAPTCluster" {
+                v["spec"]["retainVpcOnDelete"] = Value::Bool(true);
+            }
+            docs.push(v.to_string());
+        }
+    }
+    // Server-side, as a user should: a later `kubectl apply --server-side` by someone else
+    // then takes only what it names (a client-side apply is migrated to the next one).
+    env.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&docs.join("\n")),
+    )?;
+    Ok(())
+}
+
+/// Changes the `cluster_endpoint` output of the sample's control-plane Workspace in
+/// `namespace` where it comes from: the WorkspaceTemplate (the controller renders the
+/// Workspace from it, and takes back an annotation changed on the Workspace itself).
+pub fn set_endpoint_output(env: &Env, namespace: &str, endpoint: &str) -> Result<()> {
+    let outputs =
+        serde_json::json!({"cluster_endpoint": endpoint, "cluster_name": "${CLUSTER_NAME}"});
+    patch_control_plane_template(
+        env,
+        namespace,
+        &serde_json::json!({"spec": {"template": {"metadata":
+            {"annotations": {"fake.tf.upbound.io/outputs": outputs.to_string()}}}}}),
+    )
+}
+
+/// Merge-patches the sample's control-plane WorkspaceTemplate (`eks`) in `namespace`.
+pub fn patch_control_plane_template(env: &Env, namespace: &str, patch: &Value) -> Result<()> {
+    env.kubectl_ok(
+        &[
+            "patch",
+            "workspacetemplate",
+            "eks",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
 }
 
 /// `127.0.0.1:<a port free a moment ago>`.

@@ -1,0 +1,209 @@
+//! One pod of the Deployment as `manifests/deploy/deployment.yaml` runs it: a status-applier
+//! and a controller that elect their leader on one Lease and know the pod's name, both acting
+//! as the pod's ServiceAccount. Each pod's requests carry the pod's name as an impersonated
+//! user extra (`pod`), so the API server's audit log tells the pods apart
+//! ([`crate::audit_log::Write::pod`]).
+
+use crate::applier::{Applier, binary};
+use crate::system::free_local_addr;
+use crate::{env, install_rbac};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The ServiceAccount both containers of a pod run as (`manifests/deploy/rbac.yaml`).
+pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:capt-system:capt-controller";
+/// The namespace of the Lease, as deployed (the pod's own).
+pub const LEASE_NAMESPACE: &str = "capt-system";
+
+/// The Lease the pods of one test elect their leader on, and its timing.
+#[derive(Clone, Debug)]
+pub struct Election {
+    /// The Lease's name in [`LEASE_NAMESPACE`] (one per test).
+    pub lease: String,
+    /// Its duration.
+    pub duration_seconds: u64,
+    /// How long before expiry the leader renews.
+    pub grace_seconds: u64,
+}
+
+/// A running pod; its processes are killed when dropped.
+pub struct Pod {
+    /// The pod's name: its identity in the Lease.
+    pub name: String,
+    /// Its status-applier.
+    pub applier: Applier,
+    controller: Option<Child>,
+    controller_log: PathBuf,
+    controller_starts: u32,
+    namespace: String,
+    election: Election,
+    kubeconfig: PathBuf,
+}
+
+impl Pod {
+    /// Starts the pod `name` for the objects of `namespace` (its applier first, as the
+    /// controller needs its socket), with the RBAC of the manifests installed.
+    pub async fn start(name: &str, namespace: &str, election: &Election) -> Result<Self> {
+        install_rbac()?;
+        let dir = std::env::temp_dir().join(format!("{namespace}-{name}"));
+        let kubeconfig = pod_kubeconfig(name, &dir)?;
+        let applier = Applier::start_as(
+            &[
+                "--leader-election-lease",
+                &election.lease,
+                "--leader-election-namespace",
+                LEASE_NAMESPACE,
+                "--leader-election-identity",
+                name,
+            ],
+            &kubeconfig,
+        )
+        .await?;
+        let mut pod = Self {
+            name: name.to_owned(),
+            controller_log: applier.socket.with_file_name("controller.log"),
+            applier,
+            controller: None,
+            controller_starts: 0,
+            namespace: namespace.to_owned(),
+            election: election.clone(),
+            kubeconfig,
+        };
+        pod.start_controller()?;
+        Ok(pod)
+    }
+
+    /// Starts the controller container (again, after [`Pod::kill_controller`]: as the kubelet
+    /// restarts it, with the same pod name and a log of its own).
+    pub fn start_controller(&mut self) -> Result<()> {
+        self.controller_starts += 1;
+        self.controller_log = self
+            .applier
+            .socket
+            .with_file_name(format!("controller-{}.log", self.controller_starts));
+        let child = Command::new(binary("capt-controller"))
+            .args(["--namespace", &self.namespace])
+            .args(["--leader-election-namespace", LEASE_NAMESPACE])
+            .args(["--leader-election-lease", &self.election.lease])
+            .args([
+                "--lease-duration-seconds",
+                &self.election.duration_seconds.to_string(),
+            ])
+            .args([
+                "--lease-grace-seconds",
+                &self.election.grace_seconds.to_string(),
+            ])
+            .args(["--insecure-diagnostics", "--poll-interval-seconds", "1"])
+            .args(["--metrics-bind-address", &free_local_addr()?])
+            .args(["--health-probe-bind-address", &free_local_addr()?])
+            .arg("--applier-socket")
+            .arg(&self.applier.socket)
+            .env("POD_NAME", &self.name)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", crate::process_log("info"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&self.controller_log)?)
+            .spawn()
+            .context("starting capt-controller")?;
+        self.controller = Some(child);
+        Ok(())
+    }
+
+    /// Kills the controller container (SIGKILL, like a crash); the applier stays up.
+    pub fn kill_controller(&mut self) {
+        if let Some(mut child) = self.controller.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to the controller.
+    pub fn signal_controller(&self, signal: &str) -> Result<()> {
+        let child = self.controller.as_ref().context("no controller runs")?;
+        signal_process(child.id(), signal)
+    }
+
+    /// Waits until the controller has exited (it does when it loses the Lease, or on
+    /// SIGTERM), at most `timeout`.
+    pub async fn controller_exit(&mut self, timeout: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while let Some(child) = &mut self.controller {
+            if child.try_wait()?.is_some() {
+                self.controller = None;
+                break;
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "{}'s controller still runs after {timeout:?}:\n{}",
+                self.name,
+                self.controller_log_text()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// The pod deleted: SIGTERM to both containers, and wait for them to end.
+    pub fn terminate(&mut self) -> Result<()> {
+        if let Some(mut child) = self.controller.take() {
+            signal_process(child.id(), "TERM")?;
+            child.wait()?;
+        }
+        self.applier.terminate()
+    }
+
+    /// What the controller logged since it last started.
+    pub fn controller_log_text(&self) -> String {
+        std::fs::read_to_string(&self.controller_log).unwrap_or_default()
+    }
+
+    /// The kubeconfig both containers use.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if let Some(child) = &self.controller {
+            // A stopped process would not die of SIGKILL until continued.
+            let _ = signal_process(child.id(), "CONT");
+        }
+        self.kill_controller();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} controller log:\n{}",
+                self.name,
+                self.controller_log_text()
+            );
+        }
+    }
+}
+
+fn signal_process(pid: u32, signal: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
+}
+
+/// A kubeconfig that acts as the pod's ServiceAccount, with the pod's name as the user extra
+/// `pod` (what the audit log shows as `impersonatedUser.extra.pod`).
+pub fn pod_kubeconfig(pod: &str, dir: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(&env().kubeconfig)?;
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    let users = config["users"]
+        .as_sequence_mut()
+        .context("kubeconfig has users")?;
+    for u in users {
+        u["user"]["as"] = serde_yaml::Value::from(SERVICE_ACCOUNT);
+        u["user"]["as-user-extra"] = serde_yaml::from_str(&format!("{{pod: [{pod}]}}"))?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
