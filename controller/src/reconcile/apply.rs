@@ -385,4 +385,32 @@ mod tests {
         assert!(needs_apply(Some(&live), &changed));
         assert!(needs_apply(None, &rendered));
     }
+
+    /// Issue 23: a template without annotations rendered an empty map, which the API server
+    /// does not store; the Workspace then always looked changed and was applied again on
+    /// every reconcile.
+    #[test]
+    fn a_workspace_rendered_from_a_template_without_annotations_is_not_applied_again() {
+        let template: crate::api::WorkspaceTemplate = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": "plain", "namespace": "team"},
+            "spec": {"template": {"spec": {"forProvider": {"module": "m", "source": "Inline"}}}},
+        }))
+        .unwrap();
+        let apply: WorkspaceTemplateApply = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": "alone", "namespace": "team", "uid": "u-1"},
+            "spec": {"templateRef": {"name": "plain"}},
+        }))
+        .unwrap();
+        let rendered = render_workspace(&apply, &template, "team-alone-0123456789").unwrap();
+        // What the API server keeps of it: no empty map in metadata, its defaults in spec.
+        let mut stored = rendered.clone();
+        let metadata = stored["metadata"].as_object_mut().unwrap();
+        metadata.retain(|_, v| v.as_object().is_none_or(|m| !m.is_empty()));
+        stored["spec"]["managementPolicies"] = json!(["*"]);
+        stored["spec"]["providerConfigRef"] = json!({"name": "default"});
+        let live: TerraformWorkspace = serde_json::from_value(stored).unwrap();
+        assert!(!needs_apply(Some(&live), &rendered), "{rendered}");
+    }
 }
