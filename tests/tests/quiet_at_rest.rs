@@ -3,9 +3,10 @@
 //! and without a `providerConfigRef` in its template; the samples' provisioned stack; a
 //! stack whose Cluster is paused; a stack whose control plane fails), and once each has
 //! reached the state it rests in, 30 s of the API server's audit log must hold no write by
-//! any `capt-*` field manager. The window is the claim itself: "nothing happens" is only
-//! ever checked over a span of time. Settling is awaited on what the objects show, never
-//! slept for.
+//! any `capt-*` field manager, and the controller's write-loop guard must have reported
+//! nothing (`capt_write_loops_total`, `WriteLoop` Events). The window is the claim itself:
+//! "nothing happens" is only ever checked over a span of time. Settling is awaited on what
+//! the objects show, never slept for.
 
 use anyhow::{Context, Result};
 use capt_controller::render::workspace_name;
@@ -61,23 +62,58 @@ async fn every_kind_standalone_and_owned_writes_nothing_at_rest() -> Result<()> 
         .filter(|w| w.manager.starts_with("capt-"))
         .map(|w| w.to_string())
         .collect();
+    let seconds = started.elapsed().as_secs_f64();
+    // The controller's own guard agrees: no write loop reported, as a metric or an Event.
+    // (The metric has no sample until a first loop, and reads 0 then.)
     let loops = system
         .controller_metric("capt_write_loops_total", &[])
-        .await?;
-    let seconds = started.elapsed().as_secs_f64();
+        .await?
+        + 0.0;
+    let events = write_loop_events(&ns.name)?;
     println!(
-        "{} write(s) by capt-* managers in {seconds:.1} s at rest; capt_write_loops_total {loops}",
-        ours.len()
+        "{} write(s) by capt-* managers in {seconds:.1} s at rest; capt_write_loops_total {loops}; \
+         {} WriteLoop Event(s)",
+        ours.len(),
+        events.len()
     );
     assert!(
         ours.is_empty(),
         "{} write(s) by capt-* managers in {seconds:.1} s at rest (API server audit log); \
-         capt_write_loops_total {loops}; by kind:\n{}",
+         capt_write_loops_total {loops}; WriteLoop Events:\n{}\nby kind:\n{}",
         ours.len(),
+        events.join("\n"),
         tally(&ours)
     );
-    assert_eq!(loops, 0.0, "no write loop reported");
+    assert_eq!(loops, 0.0, "no write loop reported: {events:?}");
+    assert!(events.is_empty(), "no WriteLoop Event: {events:?}");
     Ok(())
+}
+
+/// The WriteLoop Events of namespace `ns`: what each regards, and its note.
+fn write_loop_events(ns: &str) -> Result<Vec<String>> {
+    let out = env().kubectl_ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=WriteLoop",
+            "-o",
+            "json",
+        ],
+        None,
+    )?;
+    let list: Value = serde_json::from_str(&out)?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let o = &e["involvedObject"];
+            format!("{}/{}: {}", o["kind"], o["name"], e["message"])
+        })
+        .collect())
 }
 
 /// The writes, counted by what they were (verb, object, manager), most first.
