@@ -5,10 +5,14 @@ use crate::publish::{Publication, PublishError, Published, Publisher};
 use crate::rewake::Rewake;
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
 use crate::watches::Caches;
+use crate::write_loops::{Basis, WriteLoops};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
+use status_applier_api::intent::Subresource;
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Settings of the reconcilers.
 #[derive(Clone, Debug)]
@@ -35,6 +39,9 @@ impl Default for Settings {
     }
 }
 
+/// The reason of the Warning Event on an object written in a loop.
+pub const WRITE_LOOP_REASON: &str = "WriteLoop";
+
 /// The reconcilers' shared context.
 pub struct Context {
     /// The API client (reads; spec-side writes: finalizers, applies, Workspaces).
@@ -51,6 +58,26 @@ pub struct Context {
     pub caches: Caches,
     /// Wakes an object whose publication was computed on a cache behind our own write.
     pub rewake: Rewake,
+    /// Our recent writes per object, to notice one written in a loop ([`Context::wrote`]).
+    pub write_loops: Mutex<WriteLoops<Written>>,
+}
+
+/// An object and the manager (and subresource) that wrote it: what the write-loop guard
+/// counts writes of.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Written {
+    /// The object's apiVersion.
+    pub api_version: String,
+    /// The object's kind.
+    pub kind: String,
+    /// Its namespace (`None`: cluster-scoped).
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// The field manager of the write.
+    pub manager: String,
+    /// The subresource written (`None`: the main resource).
+    pub subresource: Option<Subresource>,
 }
 
 impl Context {
@@ -60,16 +87,62 @@ impl Context {
             manager: publication.field_manager.into(),
         };
         let target = publication.target.clone();
+        let written = Written {
+            api_version: target.api_version.clone(),
+            kind: target.kind.clone(),
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            manager: publication.field_manager.into(),
+            subresource: publication.subresource,
+        };
+        let basis = publication.basis();
         let published = self.publisher.publish(publication).await?;
         if let Published::Behind { awaiting, .. } = published {
             self.metrics.behind.get_or_create(&label).inc();
-            let (kind, namespace, name) = (target.kind, target.namespace, target.name);
-            self.rewake.when_seen(&kind, namespace, name, awaiting);
+            let (kind, namespace, name) = (&target.kind, &target.namespace, &target.name);
+            self.rewake
+                .when_seen(kind, namespace.clone(), name.clone(), awaiting);
         }
         if published.was_sent() {
             self.metrics.intents.get_or_create(&label).inc();
+            let regarding = ObjectReference {
+                api_version: Some(target.api_version),
+                kind: Some(target.kind),
+                namespace: target.namespace,
+                name: Some(target.name),
+                uid: target.uid,
+                ..ObjectReference::default()
+            };
+            self.wrote(written, basis, regarding).await;
         }
         Ok(published)
+    }
+
+    /// Counts a write of ours computed from `basis`; when it makes a write loop
+    /// ([`crate::write_loops`]), counts `capt_write_loops_total` and puts a Warning Event
+    /// (reason `WriteLoop`) on `regarding`, the object whose reconcile made the write.
+    pub async fn wrote(&self, written: Written, basis: Basis, regarding: ObjectReference) {
+        let (found, limit) = {
+            let mut loops = self.write_loops.lock().expect("lock");
+            let found = loops.wrote(written.clone(), basis, Instant::now());
+            (found, loops.limit())
+        };
+        let Some(found) = found else { return };
+        let labels = crate::metrics::WriteLoopLabels {
+            kind: written.kind.clone(),
+            manager: written.manager.clone(),
+        };
+        self.metrics.write_loops.get_or_create(&labels).inc();
+        tracing::warn!(
+            kind = written.kind,
+            namespace = written.namespace,
+            name = written.name,
+            manager = written.manager,
+            writes = found.writes,
+            "Write loop"
+        );
+        let event = write_loop_event(&written, &regarding, found.writes, limit.window);
+        self.record(&event, &regarding).await;
     }
 
     /// Publishes a Warning Event on `obj`. A failure is logged, not returned: an Event is a
@@ -88,14 +161,59 @@ impl Context {
             action: action.into(),
             secondary: None,
         };
-        if let Err(error) = self.events.publish(&event, &obj.object_ref(&())).await {
+        self.record(&event, &obj.object_ref(&())).await;
+    }
+
+    /// Publishes `event` about the object `regarding` refers to; a failure is logged.
+    async fn record(&self, event: &Event, regarding: &ObjectReference) {
+        if let Err(error) = self.events.publish(event, regarding).await {
             tracing::warn!(
-                object = obj.name_any(),
-                reason,
+                object = regarding.name,
+                reason = event.reason,
                 %error,
                 "Could not publish an Event"
             );
         }
+    }
+}
+
+/// The Warning Event about a write loop of `written`, on `regarding`.
+fn write_loop_event(
+    written: &Written,
+    regarding: &ObjectReference,
+    writes: usize,
+    window: Duration,
+) -> Event {
+    let what = match (&written.namespace, written.subresource) {
+        (Some(ns), Some(_)) => format!("{} {ns}/{} status", written.kind, written.name),
+        (Some(ns), None) => format!("{} {ns}/{}", written.kind, written.name),
+        (None, Some(_)) => format!("{} {} status", written.kind, written.name),
+        (None, None) => format!("{} {}", written.kind, written.name),
+    };
+    let note = format!(
+        "{what} written {writes} times by {} within {} s without a change of its spec or of \
+         what the writes observe: a write loop",
+        written.manager,
+        window.as_secs()
+    );
+    // The written object, when it is not the one the Event is about (a Workspace, an apply,
+    // a Secret written for its owner): it tells the Event apart from the owner's own loops,
+    // which the recorder would otherwise fold into one series with theirs.
+    let related = (regarding.kind.as_ref() != Some(&written.kind)
+        || regarding.name.as_ref() != Some(&written.name))
+    .then(|| ObjectReference {
+        api_version: Some(written.api_version.clone()),
+        kind: Some(written.kind.clone()),
+        namespace: written.namespace.clone(),
+        name: Some(written.name.clone()),
+        ..ObjectReference::default()
+    });
+    Event {
+        type_: EventType::Warning,
+        reason: WRITE_LOOP_REASON.into(),
+        note: Some(note),
+        action: "Write".into(),
+        secondary: related,
     }
 }
 
@@ -106,4 +224,61 @@ pub fn recorder(client: kube::Client) -> Recorder {
         instance: std::env::var("POD_NAME").ok(),
     };
     Recorder::new(client, reporter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(kind: &str, name: &str, subresource: Option<Subresource>) -> Written {
+        Written {
+            api_version: "v".into(),
+            kind: kind.into(),
+            namespace: Some("team".into()),
+            name: name.into(),
+            manager: "capt-controller".into(),
+            subresource,
+        }
+    }
+
+    fn apply_ref() -> ObjectReference {
+        ObjectReference {
+            kind: Some("WorkspaceTemplateApply".into()),
+            namespace: Some("team".into()),
+            name: Some("alone".into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    #[test]
+    fn a_loop_on_the_object_itself_names_no_other_object() {
+        let w = written("WorkspaceTemplateApply", "alone", Some(Subresource::Status));
+        let event = write_loop_event(&w, &apply_ref(), 7, Duration::from_secs(60));
+        assert_eq!(event.reason, "WriteLoop");
+        assert_eq!(event.type_, EventType::Warning);
+        assert!(event.secondary.is_none());
+        assert_eq!(
+            event.note.as_deref(),
+            Some(
+                "WorkspaceTemplateApply team/alone status written 7 times by capt-controller \
+                 within 60 s without a change of its spec or of what the writes observe: a \
+                 write loop"
+            )
+        );
+    }
+
+    #[test]
+    fn a_loop_on_an_object_written_for_another_names_the_written_one() {
+        let mut w = written("Workspace", "team-alone-0123456789", None);
+        w.namespace = None;
+        let event = write_loop_event(&w, &apply_ref(), 9, Duration::from_secs(30));
+        let related = event.secondary.expect("the Workspace");
+        assert_eq!(related.kind.as_deref(), Some("Workspace"));
+        assert_eq!(related.name.as_deref(), Some("team-alone-0123456789"));
+        assert!(
+            event
+                .note
+                .is_some_and(|n| n.starts_with("Workspace team-alone-0123456789 written 9 times"))
+        );
+    }
 }

@@ -17,3 +17,4 @@ pub mod status;
 pub mod telemetry;
 pub mod tenancy;
 pub mod watches;
+pub mod write_loops;

@@ -52,6 +52,14 @@ struct Args {
         value_delimiter = ','
     )]
     allow_template_namespaces: Vec<String>,
+    /// Report an object (a `capt_write_loops_total` count and a Warning Event, reason
+    /// WriteLoop) once our managers write it more than this many times within
+    /// --write-loop-window-seconds without a change of its spec or of what the writes observe.
+    #[arg(long, env = "CAPT_WRITE_LOOP_LIMIT", default_value_t = capt_controller::write_loops::DEFAULT_WRITES)]
+    write_loop_limit: usize,
+    /// The window of --write-loop-limit; an object is reported at most once per window.
+    #[arg(long, env = "CAPT_WRITE_LOOP_WINDOW_SECONDS", default_value_t = capt_controller::write_loops::DEFAULT_WINDOW.as_secs())]
+    write_loop_window_seconds: u64,
     #[command(flatten)]
     leader: LeaderArgs,
     /// Manage the objects of this namespace only (all namespaces by default).
@@ -150,6 +158,12 @@ async fn main() -> anyhow::Result<()> {
             allowed_template_namespaces: args.allow_template_namespaces.into_iter().collect(),
         },
         events: capt_controller::context::recorder(client.clone()),
+        write_loops: std::sync::Mutex::new(capt_controller::write_loops::WriteLoops::new(
+            capt_controller::write_loops::Limit {
+                writes: args.write_loop_limit,
+                window: Duration::from_secs(args.write_loop_window_seconds.max(1)),
+            },
+        )),
     });
     let registry = Arc::new(registry);
     let probes = Router::new()

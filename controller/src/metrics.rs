@@ -29,6 +29,15 @@ pub struct ManagerLabel {
     pub manager: String,
 }
 
+/// Labels: the kind of an object written in a loop, and the manager that wrote it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLoopLabels {
+    /// The written object's kind (`Workspace`, `WorkspaceTemplateApply`, ...).
+    pub kind: String,
+    /// The field manager of the writes.
+    pub manager: String,
+}
+
 /// Labels: a phase reached.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
@@ -56,6 +65,9 @@ pub struct Metrics {
     pub behind: Family<ManagerLabel, Counter>,
     /// Objects woken after waiting the whole limit for their cache to show our own write.
     pub rewake_gave_up: Counter,
+    /// Write loops found (`crate::write_loops`): an object written more often than the limit
+    /// allows without a change of what the writes are computed from.
+    pub write_loops: Family<WriteLoopLabels, Counter>,
     /// Time from entering Creating to reaching a phase.
     pub phase_transition: Family<PhaseLabel, Histogram>,
     /// Time from deletion request to finalizer removal.
@@ -72,6 +84,7 @@ impl Metrics {
             intents: Family::default(),
             behind: Family::default(),
             rewake_gave_up: Counter::default(),
+            write_loops: Family::default(),
             phase_transition: Family::new_with_constructor(seconds),
             deletion: Family::new_with_constructor(seconds),
         };
@@ -96,6 +109,13 @@ impl Metrics {
             "rewake_gave_up",
             "Objects woken after waiting the whole limit for their cache to show our own write",
             m.rewake_gave_up.clone(),
+        );
+        r.register(
+            "write_loops",
+            "Objects written more often than --write-loop-limit allows within \
+             --write-loop-window-seconds without a change of their spec or of what the writes \
+             observe, by kind and manager (each reported at most once per window)",
+            m.write_loops.clone(),
         );
         r.register_with_unit(
             "phase_transition_duration",

@@ -10,6 +10,7 @@
 //! ([`Publisher::full_update_baseline`]): read the object, set the computed fields and write
 //! the whole object (or its status) back with an update, on every reconcile.
 
+use crate::write_loops::Basis;
 use serde_json::Value;
 use status_applier_api::client::{Client, ClientError};
 use status_applier_api::intent::{Intent, Subresource, Target};
@@ -64,6 +65,11 @@ pub struct Publication {
     pub release: Vec<String>,
     /// The `resourceVersion` of the object it was computed from.
     pub computed_on: Option<String>,
+    /// The `generation` of the object it was computed from.
+    pub generation: Option<i64>,
+    /// What it was computed from besides the object's own status, when the caller says
+    /// ([`Publication::observing`]); else the generation alone stands for it.
+    pub observed: Option<Basis>,
 }
 
 impl Publication {
@@ -80,6 +86,8 @@ impl Publication {
             fragment,
             release: vec![],
             computed_on: obj.meta().resource_version.clone(),
+            generation: obj.meta().generation,
+            observed: None,
         }
     }
 
@@ -97,7 +105,23 @@ impl Publication {
             fragment,
             release,
             computed_on: obj.meta().resource_version.clone(),
+            generation: obj.meta().generation,
+            observed: None,
         }
+    }
+
+    /// Says what the fragment was computed from besides the object's spec and own status
+    /// (the Workspace, the peers, ...): a write repeated on the same observation is a write
+    /// loop (`crate::write_loops`).
+    pub fn observing(mut self, observed: &impl std::fmt::Debug) -> Self {
+        self.observed = Some(Basis::of(self.generation, observed));
+        self
+    }
+
+    /// What the fragment was computed from, for the write-loop guard.
+    pub fn basis(&self) -> Basis {
+        self.observed
+            .unwrap_or_else(|| Basis::of(self.generation, &()))
     }
 }
 

@@ -125,12 +125,20 @@ pub fn render_workspace(
         }
     }
     let annotations = substitute_map(metadata.annotations.unwrap_or_default(), &variables);
-    Ok(json!({
+    let mut rendered = json!({
         "apiVersion": "tf.upbound.io/v1beta1",
         "kind": "Workspace",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "metadata": {"name": name, "labels": labels},
         "spec": spec,
-    }))
+    });
+    // Only when there are some. The API server stores no empty map in `metadata` (they are
+    // `omitempty`), so an empty one rendered is never found on the live Workspace: every
+    // reconcile would apply it again, and each such apply is a real write (its managedFields
+    // entry gets a new time), whose watch event wakes the apply once more (issue 23).
+    if !annotations.is_empty() {
+        rendered["metadata"]["annotations"] = json!(annotations);
+    }
+    Ok(rendered)
 }
 
 fn substitute_map(
@@ -332,6 +340,23 @@ mod tests {
             let name = workspace_name(&ns, &long[..cut]);
             assert!(is_dns_subdomain(&name), "{cut}: {name}");
         }
+    }
+
+    #[test]
+    fn a_template_without_annotations_renders_no_empty_map_the_server_would_not_keep() {
+        let template: WorkspaceTemplate = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": "plain", "namespace": "default"},
+            "spec": {"template": {"spec": {"forProvider": {"module": "m", "source": "Inline"}}}},
+        }))
+        .unwrap();
+        let ws = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap();
+        assert!(
+            ws["metadata"].get("annotations").is_none(),
+            "{}",
+            ws["metadata"]
+        );
+        assert_eq!(ws["metadata"]["labels"][APPLY_NAME_LABEL], "demo-eks");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use super::shared::{Located, contains, locate_workspace};
 use super::{Result, after, kube_err};
 use crate::api::{TerraformWorkspace, WorkspaceTemplateApply};
-use crate::context::Context;
+use crate::context::{Context, Written};
 use crate::k8s::{SPEC_MANAGER, set_finalizer};
 use crate::publish::Publication;
 use crate::render::render_workspace;
@@ -18,6 +18,7 @@ use crate::tenancy::{
     apply_cross_namespace, rendered_cross_namespace,
 };
 use crate::watches::cached;
+use crate::write_loops::Basis;
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -130,6 +131,24 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
             workspace = name,
             "Rendered Workspace"
         );
+        // The render is a function of the apply (spec, labels, uid), the template and the
+        // name in use: the same ones rendered again and again is a loop.
+        let observed = (
+            apply.labels(),
+            apply.uid(),
+            template.meta().resource_version.as_deref(),
+            &name,
+        );
+        let written = Written {
+            api_version: TerraformWorkspace::api_version(&()).into(),
+            kind: TerraformWorkspace::kind(&()).into(),
+            namespace: None,
+            name: name.clone(),
+            manager: SPEC_MANAGER.into(),
+            subresource: None,
+        };
+        let basis = Basis::of(apply.meta().generation, &observed);
+        ctx.wrote(written, basis, apply.object_ref(&())).await;
     }
     publish(&apply, &ctx, &name, own, changed, None).await?;
     Ok(after(None))
@@ -260,6 +279,9 @@ async fn publish(
             })
     };
     let mut conditions: Vec<Value> = workspace.map(mirrored_conditions).unwrap_or_default();
+    let blocked_by = blocked
+        .as_ref()
+        .map(|r| (r.condition, r.reason, r.message.clone()));
     if let Some(refusal) = blocked {
         let since = |type_: &str| {
             existing
@@ -279,17 +301,20 @@ async fn publish(
             );
         }
     }
+    // What the status mirrors, besides the apply itself: the Workspace's conditions and
+    // creation, and what blocks rendering.
+    let observed = (
+        name,
+        workspace.map(|w| (&w.meta().creation_timestamp, mirrored_conditions(w))),
+        &blocked_by,
+    );
     let name = (!name.is_empty()).then_some(name);
     let mut status = json!({"workspaceName": name, "applied": applied_now || workspace.is_some(), "conditions": conditions});
     if let Some(t) = last_applied {
         status["lastAppliedTime"] = json!(t);
     }
-    ctx.publish(Publication::status(
-        apply,
-        MANAGER,
-        json!({"status": status}),
-    ))
-    .await?;
+    let publication = Publication::status(apply, MANAGER, json!({"status": status}));
+    ctx.publish(publication.observing(&observed)).await?;
     Ok(())
 }
 
@@ -384,5 +409,33 @@ mod tests {
         let changed = json!({"metadata": {"name": "w", "labels": {"a": "1"}}, "spec": {"forProvider": {"module": "m2", "source": "Inline"}}});
         assert!(needs_apply(Some(&live), &changed));
         assert!(needs_apply(None, &rendered));
+    }
+
+    /// Issue 23: a template without annotations rendered an empty map, which the API server
+    /// does not store; the Workspace then always looked changed and was applied again on
+    /// every reconcile.
+    #[test]
+    fn a_workspace_rendered_from_a_template_without_annotations_is_not_applied_again() {
+        let template: crate::api::WorkspaceTemplate = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": "plain", "namespace": "team"},
+            "spec": {"template": {"spec": {"forProvider": {"module": "m", "source": "Inline"}}}},
+        }))
+        .unwrap();
+        let apply: WorkspaceTemplateApply = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": "alone", "namespace": "team", "uid": "u-1"},
+            "spec": {"templateRef": {"name": "plain"}},
+        }))
+        .unwrap();
+        let rendered = render_workspace(&apply, &template, "team-alone-0123456789").unwrap();
+        // What the API server keeps of it: no empty map in metadata, its defaults in spec.
+        let mut stored = rendered.clone();
+        let metadata = stored["metadata"].as_object_mut().unwrap();
+        metadata.retain(|_, v| v.as_object().is_none_or(|m| !m.is_empty()));
+        stored["spec"]["managementPolicies"] = json!(["*"]);
+        stored["spec"]["providerConfigRef"] = json!({"name": "default"});
+        let live: TerraformWorkspace = serde_json::from_value(stored).unwrap();
+        assert!(!needs_apply(Some(&live), &rendered), "{rendered}");
     }
 }

@@ -125,8 +125,17 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     if let Some(refusal) = &refusal {
         owner::add_refusal(&mut desired.status_fragment, &*cc, refusal);
     }
+    // What the status is computed from, less the clock and its own last value.
+    let observed = (
+        &input.existing_vpc_id,
+        &input.workspace,
+        &input.vpc_workspace_name,
+        input.waiting_for_cluster,
+        &input.cluster_endpoint,
+        &refusal,
+    );
     let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);
-    ctx.publish(status).await?;
+    ctx.publish(status.observing(&observed)).await?;
     Ok(after(owner::recheck(
         &ctx,
         desired.recheck_after,

@@ -66,25 +66,17 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         managed_by_core: managed_by_core(&cluster),
     };
     let desired = desired_cluster(&input);
-    ctx.publish(Publication::status(
-        &*cluster,
-        MANAGER_CLUSTER,
-        desired.status_fragment,
-    ))
-    .await?;
+    // The input is all observation: no clock, no status of the Cluster's own.
+    let status = Publication::status(&*cluster, MANAGER_CLUSTER, desired.status_fragment);
+    ctx.publish(status.observing(&input)).await?;
     if let Some(fragment) = desired.main_fragment {
         let release = if desired.release_endpoint {
             vec![ENDPOINT_PATH.to_owned()]
         } else {
             vec![]
         };
-        ctx.publish(Publication::main(
-            &*cluster,
-            MANAGER_CLUSTER,
-            fragment,
-            release,
-        ))
-        .await?;
+        let main = Publication::main(&*cluster, MANAGER_CLUSTER, fragment, release);
+        ctx.publish(main.observing(&input)).await?;
     }
     Ok(after(None))
 }

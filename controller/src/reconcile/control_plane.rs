@@ -130,6 +130,18 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         endpoint_source,
     };
     let mut desired = desired_control_plane(&input);
+    // What the endpoint and status are computed from, less the clock and the status's own
+    // last value.
+    let observed = (
+        &input.version,
+        &input.timeouts,
+        input.cluster_found,
+        input.vpc_ready,
+        &input.workspace,
+        &input.endpoint_source,
+        &refusal,
+    );
+    let observed = format!("{observed:?}");
     // The endpoint first: it is what the Cluster waits for. One at a time: status applies
     // carry the resourceVersion they were planned on, so a concurrent main-resource write
     // would turn the status apply into a retry.
@@ -144,7 +156,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         // does it to a reconcile that runs right after the one that wrote it). The status
         // observes the generation the write left: computed on the cached one, it would be
         // written twice, the second time for its observedGeneration alone.
-        let written = ctx.publish(main).await?.generation();
+        let written = ctx.publish(main.observing(&observed)).await?.generation();
         if written > input.generation {
             input.generation = written;
             desired = desired_control_plane(&input);
@@ -160,7 +172,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         refusal.as_ref(),
     ));
     let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
-    ctx.publish(status).await?;
+    ctx.publish(status.observing(&observed)).await?;
     // The kubeconfig Secret last: reading the connection Secret is a request, and the
     // endpoint and status do not wait for it.
     if let Some(apply) = apply.filter(|_| workspace_ready) {

@@ -5,9 +5,10 @@
 use super::shared::cluster_name;
 use super::{Result, kube_err};
 use crate::api::{CAPTControlPlane, WorkspaceTemplateApply};
-use crate::context::Context;
+use crate::context::{Context, Written};
 use crate::k8s::SPEC_MANAGER;
 use crate::kubeconfig::{self, Verdict};
+use crate::write_loops::Basis;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -38,6 +39,10 @@ pub async fn ensure_kubeconfig(
         .get_opt(&secret_ref.name)
         .await
         .map_err(kube_err(cp, "reading the connection Secret"))?;
+    // Which connection Secret the kubeconfig is computed from (its version, not its data).
+    let source = connection
+        .as_ref()
+        .and_then(|s| s.metadata.resource_version.clone());
     let Some(data) = connection.and_then(|s| s.data) else {
         return Ok(());
     };
@@ -83,5 +88,15 @@ pub async fn ensure_kubeconfig(
         secret = name,
         "Kubeconfig Secret written"
     );
+    let written = Written {
+        api_version: Secret::api_version(&()).into(),
+        kind: Secret::kind(&()).into(),
+        namespace: Some(ns),
+        name,
+        manager: SPEC_MANAGER.into(),
+        subresource: None,
+    };
+    let basis = Basis::of(cp.meta().generation, &(source, &cluster, region));
+    ctx.wrote(written, basis, cp.object_ref(&())).await;
     Ok(())
 }

@@ -3,12 +3,13 @@
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
 use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
-use crate::context::Context;
+use crate::context::{Context, Written};
 use crate::k8s::SPEC_MANAGER;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use crate::watches::{cached, cached_beside};
+use crate::write_loops::Basis;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -120,10 +121,23 @@ where
         }
     }
     let params = PatchParams::apply(SPEC_MANAGER).force();
-    api.patch(&wanted.name, &params, &Patch::Apply(&body))
+    let applied = api
+        .patch(&wanted.name, &params, &Patch::Apply(&body))
         .await
-        .map(Ok)
-        .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))
+        .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))?;
+    // The apply is a function of its owner (spec, Cluster) and of whether it was adopted.
+    let observed = (&wanted.name, cluster_name(owner), adopted);
+    let written = Written {
+        api_version: WorkspaceTemplateApply::api_version(&()).into(),
+        kind: WorkspaceTemplateApply::kind(&()).into(),
+        namespace: Some(ns),
+        name: wanted.name.clone(),
+        manager: SPEC_MANAGER.into(),
+        subresource: None,
+    };
+    let basis = Basis::of(owner.meta().generation, &observed);
+    ctx.wrote(written, basis, owner.object_ref(&())).await;
+    Ok(Ok(applied))
 }
 
 /// True when every field of `wanted` is in `live` with the same value.
