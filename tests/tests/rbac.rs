@@ -235,18 +235,11 @@ const NEEDS: &[Need] = &[
         Own,
         "coordination.k8s.io",
         "leases",
-        &["get", "create", "patch"],
-        Controller,
-        "leader election: get, create when missing, patch to acquire, renew and release",
-    ),
-    need(
-        Own,
-        "coordination.k8s.io",
-        "leases",
-        &["list", "watch"],
-        Applier,
-        "follows the leader Lease (by a field selector on its name): writes only while it \
-         names its own pod",
+        &["get", "create", "patch", "list", "watch"],
+        Both,
+        "leader election: the controller gets, creates when missing, patches to acquire, renew \
+         and release; the status-applier lists and watches it (by a field selector on its \
+         name) to write only while it names its own pod",
     ),
 ];
 
