@@ -153,6 +153,23 @@ impl Env {
             .expect("the kubeconfig lies in the state directory")
     }
 
+    /// The real `clusterctl` built beside the Cluster API core manager (`hack/testenv.sh`),
+    /// with `HOME` set to `home` (clusterctl keeps an overrides folder and its version
+    /// check's state there) and no version check: clusterctl would otherwise ask GitHub for
+    /// its latest release after every command, which needs the network (offline, it fails
+    /// the command: "unable to verify clusterctl version").
+    pub fn clusterctl(&self, home: &Path) -> Result<Command> {
+        let bin = self
+            .cluster_api_bin
+            .as_ref()
+            .context("clusterctl is built with Cluster API core (CAPT_TESTENV_CORE=1)")?
+            .join("clusterctl");
+        let mut cmd = Command::new(bin);
+        cmd.env("HOME", home)
+            .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true");
+        Ok(cmd)
+    }
+
     /// A client for the API server.
     pub async fn client(&self) -> Result<kube::Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;

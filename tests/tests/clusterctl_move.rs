@@ -399,21 +399,15 @@ async fn watch_paused(env: &Env, ns: &str) -> Result<Arc<AtomicBool>> {
 }
 
 fn clusterctl(envs: &Envs, ns: &str, home: &Path) -> Result<String> {
-    let bin = envs
-        .source
-        .cluster_api_bin
-        .as_ref()
-        .context("clusterctl is built with core")?
-        .join("clusterctl");
     std::fs::create_dir_all(home)?;
-    let out = Command::new(bin)
+    let out = envs
+        .source
+        .clusterctl(home)?
         .args(["move", "--namespace", ns, "--kubeconfig"])
         .arg(&envs.source.kubeconfig)
         .arg("--to-kubeconfig")
         .arg(&envs.target.kubeconfig)
         .args(["-v", "1"])
-        // Its own HOME: clusterctl keeps an overrides folder and a version check there.
-        .env("HOME", home)
         .output()?;
     let log = format!(
         "{}{}",
