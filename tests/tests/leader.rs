@@ -64,7 +64,7 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
         .spawn()?;
     let second_metric = |name: &'static str| {
         let addr = addr.clone();
-        async move { Ok::<f64, anyhow::Error>(metric_value(&metrics(&addr).await?, name, &[])) }
+        async move { metric_value(&metrics(&addr).await?, name, &[]) }
     };
     system
         .wait_for(
