@@ -127,11 +127,11 @@ impl Applier {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The value of a metric sample whose line starts with `name{` and contains every label
-    /// in `labels` (0 when absent).
+    /// The sum of the applier's samples of `name` carrying every label in `labels`
+    /// ([`metric_value`]: an error when the applier does not expose the metric).
     pub async fn metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
         let text = self.client.get("/metrics").await?.body;
-        Ok(metric_value(&text, name, labels))
+        metric_value(&text, name, labels)
     }
 
     /// Stops the process (SIGKILL: no chance to tidy up, like a crash).
@@ -184,10 +184,180 @@ fn spawn(
 }
 
 /// The sum of the samples of `name` carrying all `labels` (`manager="x"`) in Prometheus text.
-pub fn metric_value(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
+///
+/// A metric that neither the text declares (a `# TYPE` line of its family) nor the
+/// status-applier or the controller registers ([`registered_families`]) is an error, not 0:
+/// a check that a count is 0, or did not move, must fail when the metric is renamed or gone.
+/// So is a label name that no sample of a family with samples carries (a misspelt label). A
+/// registered family without a sample carrying `labels` is 0: the processes serve a family
+/// only once it has counted something, and a labelled family shows a label set only once it
+/// has counted it.
+pub fn metric_value(text: &str, name: &str, labels: &[&str]) -> Result<f64> {
+    let declared = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .any(|family| is_of_family(name, family));
+    let registered = registered_families()
+        .iter()
+        .any(|family| is_of_family(name, family));
+    if !declared && !registered {
+        bail!(
+            "no metric {name}: the text does not declare its family, and neither the \
+             status-applier nor the controller registers it"
+        );
+    }
+    let samples: Vec<&str> = text
+        .lines()
         .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .collect();
+    if !samples.is_empty() {
+        for label in labels {
+            let key = label.split('=').next().unwrap_or(label);
+            if !samples.iter().any(|l| l.contains(&format!("{key}=\""))) {
+                bail!("no sample of {name} has a label {key}: {samples:?}");
+            }
+        }
+    }
+    Ok(samples
+        .iter()
         .filter(|l| labels.iter().all(|label| l.contains(label)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .sum())
+}
+
+/// True when a sample named `name` belongs to `family`: named the family, or the family and
+/// one of these suffixes (counters `_total`, histograms `_bucket`, `_sum`, `_count`).
+fn is_of_family(name: &str, family: &str) -> bool {
+    const SUFFIXES: [&str; 6] = ["_total", "_created", "_bucket", "_sum", "_count", "_info"];
+    name == family
+        || name
+            .strip_prefix(family)
+            .is_some_and(|suffix| SUFFIXES.contains(&suffix))
+}
+
+/// The metric families (`# TYPE` names) that the status-applier and the controller register,
+/// from their own registration code: each family is given one sample, since a family that
+/// has counted nothing is left out of the text.
+pub fn registered_families() -> &'static [String] {
+    use prometheus_client::registry::Registry;
+    static FAMILIES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FAMILIES.get_or_init(|| {
+        let mut registry = Registry::default();
+        let applier = status_applier::metrics::Metrics::register(&mut registry);
+        let manager = || status_applier::metrics::ManagerLabel {
+            manager: "m".into(),
+        };
+        applier.intent("m", status_applier::metrics::Action::applied);
+        applier.applied("m", status_applier::metrics::Action::applied);
+        applier.writes.get_or_create(&manager()).inc();
+        applier.coalesced.get_or_create(&manager()).inc();
+        applier.conflict("m", "p", false);
+        applier
+            .api_errors
+            .get_or_create(&status_applier::metrics::CodeLabel { code: "409".into() })
+            .inc();
+        applier
+            .apply_duration
+            .get_or_create(&manager())
+            .observe(0.1);
+        let mut controller_registry = Registry::default();
+        let controller = capt_controller::metrics::Metrics::register(&mut controller_registry);
+        use capt_controller::metrics as c;
+        controller.reconciled("K");
+        controller
+            .errors
+            .get_or_create(&c::ErrorLabels {
+                kind: "K".into(),
+                error: "e".into(),
+            })
+            .inc();
+        let m = || c::ManagerLabel {
+            manager: "m".into(),
+        };
+        controller.intents.get_or_create(&m()).inc();
+        controller.behind.get_or_create(&m()).inc();
+        controller
+            .phase_transition
+            .get_or_create(&c::PhaseLabel { phase: "p".into() })
+            .observe(1.0);
+        controller
+            .deletion
+            .get_or_create(&c::ResourceTypeLabel {
+                resource_type: "r".into(),
+            })
+            .observe(1.0);
+        let mut text = status_applier::metrics::encode(&registry);
+        prometheus_client::encoding::text::encode(&mut text, &controller_registry)
+            .expect("writing to a String cannot fail");
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_value;
+
+    const TEXT: &str = "# HELP status_applier_api_writes PATCH requests sent.
+# TYPE status_applier_api_writes counter
+status_applier_api_writes_total{manager=\"a\"} 2
+status_applier_api_writes_total{manager=\"b\"} 3
+# HELP status_applier_conflicts Field conflicts.
+# TYPE status_applier_conflicts counter
+# HELP status_applier_apply_duration_seconds Time.
+# TYPE status_applier_apply_duration_seconds histogram
+status_applier_apply_duration_seconds_count{manager=\"a\"} 4
+# EOF
+";
+
+    #[test]
+    fn samples_are_summed_over_the_labels_asked() {
+        let sum = |name, labels| metric_value(TEXT, name, labels).unwrap();
+        assert_eq!(sum("status_applier_api_writes_total", &[]), 5.0);
+        assert_eq!(
+            sum("status_applier_api_writes_total", &["manager=\"b\""]),
+            3.0
+        );
+        assert_eq!(sum("status_applier_apply_duration_seconds_count", &[]), 4.0);
+    }
+
+    #[test]
+    fn a_declared_family_without_the_label_set_is_zero() {
+        let value = |name, labels| metric_value(TEXT, name, labels).unwrap();
+        assert_eq!(
+            value("status_applier_conflicts_total", &["owner=\"x\""]),
+            0.0
+        );
+        assert_eq!(
+            value("status_applier_api_writes_total", &["manager=\"c\""]),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_registered_family_not_counted_yet_is_zero() {
+        for name in [
+            "status_applier_coalesced_intents_total",
+            "status_applier_api_errors_total",
+            "capt_reconciles_total",
+            "capt_rewake_gave_up_total",
+            "capt_resource_deletion_duration_seconds_count",
+        ] {
+            assert_eq!(metric_value(TEXT, name, &[]).unwrap(), 0.0, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_missing_metric_or_label_is_an_error_not_zero() {
+        for (name, labels) in [
+            ("status_applier_api_write_total", &[][..]),
+            ("capt_reconcile_total", &[][..]),
+            ("status_applier_api_writes_total", &["managr=\"a\""][..]),
+        ] {
+            let answer = metric_value(TEXT, name, labels);
+            assert!(answer.is_err(), "{name} {labels:?}: {answer:?}");
+        }
+    }
 }

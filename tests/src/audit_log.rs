@@ -133,6 +133,14 @@ impl AuditLog {
     /// The writes since this position that touched namespace `ns` (or a cluster-scoped
     /// object whose name starts with `ns-`, as our Workspaces do).
     pub fn writes_in(&self, ns: &str) -> Result<Vec<Write>> {
+        self.requests_in(ns, is_write)
+    }
+
+    /// The requests since this position on `ns` (as [`AuditLog::writes_in`] counts it) whose
+    /// verb `verb` keeps: reads too (`get`, `list`, `watch`). [`Write::manager`] is then the
+    /// program of the user agent (`(no manager: capt-controller)`), a read has no field
+    /// manager.
+    pub fn requests_in(&self, ns: &str, verb: impl Fn(&str) -> bool) -> Result<Vec<Write>> {
         let mut file = std::fs::File::open(&self.path)?;
         let end = file.metadata()?.len();
         anyhow::ensure!(end >= self.offset, "the audit log was rotated");
@@ -143,7 +151,7 @@ impl AuditLog {
             let Ok(event) = serde_json::from_str::<Value>(&line?) else {
                 continue; // the line the API server is still writing
             };
-            if !event["verb"].as_str().is_some_and(is_write) {
+            if !event["verb"].as_str().is_some_and(&verb) {
                 continue;
             }
             let o = &event["objectRef"];

@@ -154,6 +154,23 @@ impl Env {
             .expect("the kubeconfig lies in the state directory")
     }
 
+    /// The real `clusterctl` built beside the Cluster API core manager (`hack/testenv.sh`),
+    /// with `HOME` set to `home` (clusterctl keeps an overrides folder and its version
+    /// check's state there) and no version check: clusterctl would otherwise ask GitHub for
+    /// its latest release after every command, which needs the network (offline, it fails
+    /// the command: "unable to verify clusterctl version").
+    pub fn clusterctl(&self, home: &Path) -> Result<Command> {
+        let bin = self
+            .cluster_api_bin
+            .as_ref()
+            .context("clusterctl is built with Cluster API core (CAPT_TESTENV_CORE=1)")?
+            .join("clusterctl");
+        let mut cmd = Command::new(bin);
+        cmd.env("HOME", home)
+            .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true");
+        Ok(cmd)
+    }
+
     /// A client for the API server.
     pub async fn client(&self) -> Result<kube::Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
@@ -284,4 +301,107 @@ pub fn install_rbac() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// `value` without the fields at `paths`: dot-separated keys, `[]` for every element of an
+/// array (`status.conditions[].lastTransitionTime`). For comparing two versions of an object
+/// with the fields that may legitimately differ named, and nothing else left out.
+pub fn without_paths(value: &serde_json::Value, paths: &[&str]) -> serde_json::Value {
+    fn remove(value: &mut serde_json::Value, path: &[&str]) {
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        let (key, every) = match first.strip_suffix("[]") {
+            Some(key) => (key, true),
+            None => (*first, false),
+        };
+        let Some(map) = value.as_object_mut() else {
+            return;
+        };
+        if rest.is_empty() && !every {
+            map.remove(key);
+            return;
+        }
+        match map.get_mut(key) {
+            Some(serde_json::Value::Array(items)) if every => {
+                for item in items {
+                    remove(item, rest);
+                }
+            }
+            Some(inner) if !every => remove(inner, rest),
+            _ => {}
+        }
+    }
+    let mut value = value.clone();
+    for path in paths {
+        remove(&mut value, &path.split('.').collect::<Vec<_>>());
+    }
+    value
+}
+
+/// The paths (`a.b[2].c`) at which `a` and `b` differ, for failure messages.
+pub fn differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    fn walk(a: &serde_json::Value, b: &serde_json::Value, at: String, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let path = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    match (x.get(k), y.get(k)) {
+                        (Some(v), Some(w)) => walk(v, w, path, out),
+                        (v, w) => out.push(format!("{path}: {v:?} != {w:?}")),
+                    }
+                }
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+                for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                    walk(v, w, format!("{at}[{i}]"), out);
+                }
+            }
+            _ if a != b => out.push(format!("{at}: {a} != {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(a, b, String::new(), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::{differences, without_paths};
+    use serde_json::json;
+
+    #[test]
+    fn named_paths_are_removed_and_nothing_else() {
+        let v = json!({"status": {"a": 1, "b": {"c": 2, "d": 3},
+            "conditions": [{"type": "X", "t": 1}, {"type": "Y", "t": 2}]}});
+        assert_eq!(
+            without_paths(
+                &v,
+                &["status.b.c", "status.conditions[].t", "status.missing.x"]
+            ),
+            json!({"status": {"a": 1, "b": {"d": 3},
+                "conditions": [{"type": "X"}, {"type": "Y"}]}})
+        );
+    }
+
+    #[test]
+    fn differences_name_their_paths() {
+        let a = json!({"s": {"a": 1, "l": [1, 2], "gone": true}});
+        let b = json!({"s": {"a": 2, "l": [1, 3]}});
+        assert_eq!(
+            differences(&a, &b),
+            [
+                "s.a: 1 != 2",
+                "s.gone: Some(Bool(true)) != None",
+                "s.l[1]: 2 != 3"
+            ]
+        );
+    }
 }

@@ -273,11 +273,7 @@ impl System {
 
     /// The sum of a controller metric's samples carrying `labels`.
     pub async fn controller_metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
-        Ok(metric_value(
-            &self.http_get("/metrics").await?,
-            name,
-            labels,
-        ))
+        metric_value(&self.http_get("/metrics").await?, name, labels)
     }
 
     /// The controller's `/metrics` answer.

@@ -4,7 +4,7 @@
 //! from it (variables, labels, move labels, images, what the API server accepts), and
 //! `clusterctl generate cluster` gives a Cluster that the running system provisions.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env, repo_root};
 use serde_json::Value;
@@ -34,18 +34,12 @@ fn repository(dir: &Path) -> Result<PathBuf> {
 
 /// `clusterctl ARGS` with `vars` as environment variables; its stdout.
 fn clusterctl(config: &Path, args: &[&str], vars: &[(&str, &str)]) -> Result<String> {
-    let bin = env()
-        .cluster_api_bin
-        .as_ref()
-        .context("clusterctl is built with Cluster API core (CAPT_TESTENV_CORE=1)")?
-        .join("clusterctl");
     let home = config.parent().expect("a directory").join("home");
-    let out = Command::new(bin)
+    let out = env()
+        .clusterctl(&home)?
         .args(args)
         .arg("--config")
         .arg(config)
-        // Its own HOME: clusterctl keeps an overrides folder and a version check there.
-        .env("HOME", &home)
         .env("KUBECONFIG", &env().kubeconfig)
         .envs(vars.iter().copied())
         .output()?;

@@ -54,6 +54,7 @@
 //! of the moved objects.
 
 use anyhow::{Context, Result, bail, ensure};
+use capt_controller::k8s::SPEC_MANAGER;
 use capt_controller::render::APPLY_UID_LABEL;
 use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions_in};
 use capt_tests::system::System;
@@ -399,21 +400,15 @@ async fn watch_paused(env: &Env, ns: &str) -> Result<Arc<AtomicBool>> {
 }
 
 fn clusterctl(envs: &Envs, ns: &str, home: &Path) -> Result<String> {
-    let bin = envs
-        .source
-        .cluster_api_bin
-        .as_ref()
-        .context("clusterctl is built with core")?
-        .join("clusterctl");
     std::fs::create_dir_all(home)?;
-    let out = Command::new(bin)
+    let out = envs
+        .source
+        .clusterctl(home)?
         .args(["move", "--namespace", ns, "--kubeconfig"])
         .arg(&envs.source.kubeconfig)
         .arg("--to-kubeconfig")
         .arg(&envs.target.kubeconfig)
         .args(["-v", "1"])
-        // Its own HOME: clusterctl keeps an overrides folder and a version check there.
-        .env("HOME", home)
         .output()?;
     let log = format!(
         "{}{}",
@@ -633,6 +628,37 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
     );
     let target_ws_writes = workspace_writes(target_writes);
     eprintln!("Workspace writes on the target: {target_ws_writes:#?}");
+    // No write to a Workspace but the uid label's: one patch of each carried Workspace by
+    // the controller (metadata only: the generations above are 1), and else only the fake
+    // provider's status polls, which stored nothing: each Workspace's status is still the
+    // one carried from the source. (The uid label changed each Workspace's resourceVersion
+    // within the window, so without_noop_polls cannot leave those polls out.)
+    let (polls, mut others): (Vec<String>, Vec<String>) =
+        target_ws_writes.iter().cloned().partition(|w| {
+            w.starts_with("update workspaces/status ")
+                && w.ends_with(&format!(" by {}", capt_tests::fake_provider::FIELD_MANAGER))
+        });
+    let mut uid_label_patches: Vec<String> = carried
+        .iter()
+        .map(|ws| format!("patch workspaces /{ws} by {SPEC_MANAGER}"))
+        .collect();
+    others.sort();
+    uid_label_patches.sort();
+    assert_eq!(
+        others, uid_label_patches,
+        "the target's Workspace writes but the provider's status polls: one uid label patch each"
+    );
+    for ws in &carried {
+        let on_target = &get_json(&envs.target, &["workspace", ws])?["status"];
+        let on_source = &get_json(&envs.source, &["workspace", ws])?["status"];
+        assert_eq!(
+            on_target,
+            on_source,
+            "{ws}: the {} status polls on the target stored nothing: {:#?}",
+            polls.len(),
+            capt_tests::differences(on_source, on_target)
+        );
+    }
     for ws in carried {
         let labels = &get_json(&envs.target, &["workspace", &ws])?["metadata"]["labels"];
         assert!(

@@ -20,6 +20,39 @@ fn testenv(cmd: &str) -> Result<()> {
     Ok(())
 }
 
+/// The shared API server, stopped (`hack/testenv.sh apiserver-stop`) until [`Outage::end`],
+/// or until dropped: a failure between the two (an assertion, a `?`) must not leave it down
+/// for the test binaries that run after this one.
+struct Outage {
+    ended: bool,
+}
+
+impl Outage {
+    fn start() -> Result<Self> {
+        // Made first: a stop that fails half-way is also undone.
+        let outage = Self { ended: false };
+        testenv("apiserver-stop")?;
+        Ok(outage)
+    }
+
+    /// Starts the API server again (`hack/testenv.sh apiserver-start`).
+    fn end(&mut self) -> Result<()> {
+        self.ended = true;
+        testenv("apiserver-start")
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.ended {
+            eprintln!("the test failed during the outage: starting the API server again");
+            if let Err(e) = testenv("apiserver-start") {
+                eprintln!("{e:#}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn both_processes_recover_from_a_10_second_api_server_outage_without_restarting() -> Result<()>
 {
@@ -33,7 +66,7 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
         200
     );
 
-    testenv("apiserver-stop")?;
+    let mut outage = Outage::start()?;
     let stopped = Instant::now();
     let mut saw_outage = String::new();
     while stopped.elapsed() < Duration::from_secs(10) {
@@ -48,7 +81,7 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
         !saw_outage.is_empty(),
         "the applier's /readyz showed the outage"
     );
-    testenv("apiserver-start")?;
+    outage.end()?;
 
     system
         .wait_for(

@@ -91,7 +91,7 @@ impl Standby {
             .await?;
         let mut body = String::new();
         stream.read_to_string(&mut body).await?;
-        Ok(metric_value(&body, name, &[]))
+        metric_value(&body, name, &[])
     }
 }
 

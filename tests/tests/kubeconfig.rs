@@ -114,8 +114,34 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
             || async { Ok(reconciles().await? > before) },
         )
         .await?;
+    // The claim: the reconcile went as far as the kubeconfig Secret (it read the connection
+    // Secret and the kubeconfig Secret, and the latter is read only to decide whether to
+    // write it), and wrote nothing. Nothing else reads them in this window.
+    let secret_reads = || -> Result<Vec<String>> {
+        Ok(at_rest
+            .requests_in(&ns.name, |verb| verb == "get")?
+            .into_iter()
+            .map(|r| r.object)
+            .filter(|o| o.starts_with("secrets "))
+            .collect())
+    };
+    let both = [
+        format!("secrets {}/{CONNECTION}", ns.name),
+        format!("secrets {}/{SECRET}", ns.name),
+    ];
+    system
+        .wait_for(
+            "the reconcile's reads of both Secrets",
+            Duration::from_secs(10),
+            || async {
+                Ok(both
+                    .iter()
+                    .all(|s| secret_reads().is_ok_and(|r| r.contains(s))))
+            },
+        )
+        .await?;
+    // A write, were there one, follows the read within the same reconcile.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(reconciles().await? > before);
     assert_eq!(
         secret_writes(&at_rest, &ns.name)?,
         0,

@@ -41,30 +41,32 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
         .port();
     let addr = format!("127.0.0.1:{port}");
     let log = system.applier.socket.with_file_name("controller-2.log");
-    let mut second = Command::new(binary("capt-controller"))
-        .args([
-            "--namespace",
-            &ns.name,
-            "--leader-election-namespace",
-            &ns.name,
-            "--insecure-diagnostics",
-            "--metrics-bind-address",
-            &addr,
-            "--health-probe-bind-address",
-            "127.0.0.1:0",
-            "--poll-interval-seconds",
-            "1",
-        ])
-        .args(LEASE)
-        .arg("--applier-socket")
-        .arg(&system.applier.socket)
-        .env("KUBECONFIG", &env().kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()?;
+    let second = KilledOnDrop(
+        Command::new(binary("capt-controller"))
+            .args([
+                "--namespace",
+                &ns.name,
+                "--leader-election-namespace",
+                &ns.name,
+                "--insecure-diagnostics",
+                "--metrics-bind-address",
+                &addr,
+                "--health-probe-bind-address",
+                "127.0.0.1:0",
+                "--poll-interval-seconds",
+                "1",
+            ])
+            .args(LEASE)
+            .arg("--applier-socket")
+            .arg(&system.applier.socket)
+            .env("KUBECONFIG", &env().kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?,
+    );
     let second_metric = |name: &'static str| {
         let addr = addr.clone();
-        async move { Ok::<f64, anyhow::Error>(metric_value(&metrics(&addr).await?, name, &[])) }
+        async move { metric_value(&metrics(&addr).await?, name, &[]) }
     };
     system
         .wait_for(
@@ -115,7 +117,17 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
         second_metric("capt_intents_published_total").await? > 0.0,
         "the new leader publishes"
     );
-    let _ = second.kill();
-    let _ = second.wait();
+    drop(second);
     Ok(())
+}
+
+/// A process killed (and reaped) when dropped: when the test fails too, so that a failed run
+/// leaves no controller behind.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -85,18 +85,43 @@ enum Writes {
     /// Merge patches only write fields whose parent maps exist, applies write no maps below
     /// `atProvider`, intents never replace `atProvider` with a map that holds nothing but is
     /// not `{}`, nor release it while a foreign manager owns a field below it. The named seeds
-    /// below were found with it.
+    /// below were found with it, but one.
     Limited,
+    /// [`Writes::Limited`] as it was before it held back the release of `atProvider` while a
+    /// foreign manager owns a field below it: seed 1795660137386833806 was found with it
+    /// (the API server left `atProvider: null`, which the CRD refused), and the release was
+    /// held back from then on, until the applier kept such an `atProvider` (guarantee 4 of
+    /// docs/concurrency.md).
+    LimitedWithReleases,
     /// Everything the CRD takes.
     All,
 }
 
-/// `REPLAY_WRITES=limited` or `all` (the default).
+impl Writes {
+    /// The limits of [`Writes::Limited`] but the held-back release.
+    fn limited(self) -> bool {
+        self != Self::All
+    }
+
+    /// Its name in `REPLAY_WRITES`.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Limited => "limited",
+            Self::LimitedWithReleases => "limited-with-releases",
+            Self::All => "all",
+        }
+    }
+}
+
+/// `REPLAY_WRITES=limited`, `limited-with-releases` or `all` (the default).
 fn writes() -> Writes {
     match std::env::var("REPLAY_WRITES").as_deref() {
         Ok("limited") => Writes::Limited,
+        Ok("limited-with-releases") => Writes::LimitedWithReleases,
         Ok("all") | Err(_) => Writes::All,
-        Ok(other) => panic!("REPLAY_WRITES={other} is neither `limited` nor `all`"),
+        Ok(other) => {
+            panic!("REPLAY_WRITES={other} is neither `limited`, `limited-with-releases` nor `all`")
+        }
     }
 }
 
@@ -357,7 +382,7 @@ fn intent_step(rng: &mut Rng, writes: Writes) -> Step {
                 }
                 // A map that holds nothing replaces atProvider with nothing: written `{}`,
                 // the applier keeps a protected atProvider (see the module doc).
-                if writes == Writes::Limited && flatten(&at).is_empty() {
+                if writes.limited() && flatten(&at).is_empty() {
                     at = json!({});
                 }
                 Some(at)
@@ -437,6 +462,8 @@ struct Replay {
     /// release would leave where another manager owns the map itself): our values stay there
     /// until an answer stops saying so.
     pinned: bool,
+    /// An intent was submitted.
+    submitted: bool,
     started: Instant,
     log: String,
 }
@@ -446,24 +473,16 @@ impl Replay {
         Ok(serde_json::to_value(self.api.get("demo").await?)?)
     }
 
-    /// Waits until the object has not changed for a while: the applier has reacted.
+    /// The object once the applier has acted on its current version ([`acted_on`]).
     async fn settled(&self) -> Result<Value> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut last = self.object().await?;
-        let mut since = Instant::now();
-        loop {
-            tokio::time::sleep(Duration::from_millis(40)).await;
-            let now = self.object().await?;
-            if now["metadata"]["resourceVersion"] != last["metadata"]["resourceVersion"] {
-                since = Instant::now();
-                last = now;
-            } else if since.elapsed() >= Duration::from_millis(200) {
-                return Ok(now);
-            }
-            if Instant::now() > deadline {
-                bail!("the object kept changing for 10 s: the applier does not settle");
-            }
-        }
+        acted_on(
+            &self.api,
+            &self.applier,
+            "demo",
+            self.submitted,
+            Duration::from_secs(10),
+        )
+        .await
     }
 
     fn intent(&self, fragment: &Value, release: bool) -> Result<Intent> {
@@ -483,6 +502,7 @@ impl Replay {
     async fn run(&mut self, step: &Step) -> Result<String> {
         match step {
             Step::Intent { fragment, release } => {
+                self.submitted = true;
                 let before = self.object().await?;
                 let answer = self
                     .applier
@@ -672,6 +692,18 @@ async fn replay_seed_1795660497016337610_with_lone_intents_at_once() -> Result<(
 }
 
 #[tokio::test]
+async fn replay_seed_1795660137386833806_release_of_at_provider_while_a_foreign_manager_owns_below()
+-> Result<()> {
+    // Found while the applier applied lone intents at once by default (c488069).
+    replay(
+        1795660137386833806,
+        Writes::LimitedWithReleases,
+        &["--no-events".into(), "--apply-lone-intents-at-once".into()],
+    )
+    .await
+}
+
+#[tokio::test]
 async fn replay_seed_12162625669955059931_release_of_a_map_another_manager_owns_itself()
 -> Result<()> {
     replay(12162625669955059931, Writes::All, &applier_args()).await
@@ -681,7 +713,7 @@ async fn replay_seed_12162625669955059931_release_of_a_map_another_manager_owns_
 async fn replay(seed: u64, writes: Writes, args: &[String]) -> Result<()> {
     eprintln!(
         "replay seed: {seed} (rerun with REPLAY_SEED={seed} REPLAY_WRITES={}), applier {args:?}",
-        format!("{writes:?}").to_lowercase()
+        writes.name()
     );
     let started = Instant::now();
     let client = env().client().await?;
@@ -702,6 +734,7 @@ async fn replay(seed: u64, writes: Writes, args: &[String]) -> Result<()> {
         applier,
         desired: Flat::new(),
         pinned: false,
+        submitted: false,
         started,
         log: String::new(),
     };
@@ -782,6 +815,8 @@ struct Fixture {
     ns: String,
     api: Api<DynamicObject>,
     applier: Applier,
+    /// An intent was submitted through [`Fixture::submit`].
+    submitted: std::cell::Cell<bool>,
 }
 
 async fn fixture(prefix: &str) -> Result<Fixture> {
@@ -799,13 +834,57 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
         _ns: ns,
         api,
         applier: Applier::start(&["--no-events"]).await?,
+        submitted: std::cell::Cell::new(false),
     })
 }
 
-/// Gives the applier's watch time to see a foreign write, so that the next intent is planned
-/// against it (a stale cache would let the API server decide instead).
-async fn watch_catches_up() {
-    tokio::time::sleep(Duration::from_millis(500)).await;
+/// The object `name` once the applier has acted on its current version: the last outcome of
+/// each of our documents for it (`GET /v1/intents`) names the object's resourceVersion (the
+/// answer of an apply, or the version a re-check planned on and found nothing to change
+/// in: every newer version the applier's watch shows it is re-checked), and none is queued
+/// (`status_applier_pending_documents`). `submitted`: an intent of ours for it was submitted.
+/// Before our first intent for it there is nothing to
+/// act on: the first intent's plan starts from the applier's view of the object, and a plan
+/// made on a view older than the object is refused for its resourceVersion precondition and
+/// made again (docs/concurrency.md, guarantee 1).
+async fn acted_on(
+    api: &Api<DynamicObject>,
+    applier: &Applier,
+    name: &str,
+    submitted: bool,
+    timeout: Duration,
+) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pending = applier
+            .metric("status_applier_pending_documents", &[])
+            .await?;
+        let documents = applier.client.get("/v1/intents").await?.json();
+        let versions: Vec<Value> = documents
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["object"]["name"] == name && d["fieldManager"] == OURS)
+            .map(|d| d["last"]["resourceVersion"].clone())
+            .collect();
+        // Once an intent was submitted, no document would make the wait below pass unseen.
+        if submitted && versions.is_empty() {
+            bail!("the applier shows no document of ours for {name}: {documents}");
+        }
+        let object = serde_json::to_value(api.get(name).await?)?;
+        let current = &object["metadata"]["resourceVersion"];
+        if pending == 0.0 && versions.iter().all(|v| v == current) {
+            return Ok(object);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the applier did not act on version {current} of {name} within {timeout:?}: \
+                 its documents' last versions {versions:?}, {pending} pending"
+            );
+        }
+        // Polls: what it waits for is the applier's answer, not a quiet time.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 impl Fixture {
@@ -819,6 +898,7 @@ impl Fixture {
             v["subresource"] = json!(s);
         }
         let intent: Intent = serde_json::from_value(v)?;
+        self.submitted.set(true);
         Ok(self.applier.client.submit(&intent, true).await?.json())
     }
 
@@ -830,12 +910,25 @@ impl Fixture {
         self.api
             .patch_status("demo", &params, &Patch::Merge(json!({ "status": status })))
             .await?;
-        watch_catches_up().await;
+        self.acted_on().await?;
         Ok(())
     }
 
     async fn object(&self) -> Result<Value> {
         Ok(serde_json::to_value(self.api.get("demo").await?)?)
+    }
+
+    /// The object once the applier has acted on a foreign write ([`acted_on`]), so that the
+    /// next intent is planned on it.
+    async fn acted_on(&self) -> Result<Value> {
+        acted_on(
+            &self.api,
+            &self.applier,
+            "demo",
+            self.submitted.get(),
+            Duration::from_secs(10),
+        )
+        .await
     }
 }
 
@@ -886,7 +979,7 @@ async fn real_a_foreign_apply_of_an_empty_spec_does_not_make_our_endpoint_vanish
             &Patch::Apply(&body),
         )
         .await?;
-    watch_catches_up().await;
+    f.acted_on().await?;
     let out = f
         .submit(
             None,
@@ -915,14 +1008,14 @@ async fn real_a_conflict_left_out_of_the_apply_costs_no_write_per_recheck() -> R
             &Patch::Apply(&body),
         )
         .await?;
-    watch_catches_up().await;
+    f.acted_on().await?;
     f.submit(Some("status"), json!({"status": {"phase": "Creating"}}))
         .await?;
     let out = f
         .submit(Some("status"), json!({"status": {"phase": "Ready"}}))
         .await?;
     assert_eq!(out["action"], "conflict", "{out}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.acted_on().await?;
     let ours = |object: &Value| {
         object["metadata"]["managedFields"]
             .as_array()
@@ -949,7 +1042,7 @@ async fn real_a_conflict_left_out_of_the_apply_costs_no_write_per_recheck() -> R
             ],
             None,
         )?;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.acted_on().await?;
     }
     let object = f.object().await?;
     let after = f
@@ -1033,7 +1126,7 @@ async fn real_releasing_at_provider_while_a_foreign_update_owns_a_key_below_keep
         &["label", "captcontrolplane", "demo", "-n", &f.ns, "touch=1"],
         None,
     )?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.acted_on().await?;
     assert_eq!(
         f.applier
             .metric("status_applier_api_writes_total", &[])

@@ -22,23 +22,34 @@ fn has_content(v: &serde_json::Value) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     let (current, body) = data.split_at(data.len() / 3);
-    let Ok(intent) = Intent::parse(body) else { return };
+    let Ok(intent) = Intent::parse(body) else {
+        return;
+    };
     // A made-up kind with one protected and one replaced subtree: the sidecar is generic.
     let policy = Policy {
         protected: vec!["Widget.example.com:status.mirror.observed".parse().unwrap()],
         replaced: vec!["Widget.example.com:status.mirror".parse().unwrap()],
         ..Policy::default()
     };
-    let Ok(valid) = intent.validate(&policy) else { return };
-    let current: serde_json::Value = serde_json::from_slice(current).unwrap_or_else(|_| serde_json::json!({}));
+    let Ok(valid) = intent.validate(&policy) else {
+        return;
+    };
+    let current: serde_json::Value =
+        serde_json::from_slice(current).unwrap_or_else(|_| serde_json::json!({}));
     let rules = policy.rules_for(&valid.key.object.group_kind());
     let once = merge_fragment(&current, &valid.fragment, &rules, &valid.release);
     for path in &rules.protected {
         let released = valid.release.iter().any(|r| r.contains(path));
         if get(&current, path).is_some_and(has_content) && !released {
-            assert!(get(&once.document, path).is_some(), "protected {path} vanished");
+            assert!(
+                get(&once.document, path).is_some(),
+                "protected {path} vanished"
+            );
         }
     }
     let twice = merge_fragment(&once.document, &valid.fragment, &rules, &valid.release);
-    assert_eq!(twice.document, once.document, "merging the same fragment twice changed the document");
+    assert_eq!(
+        twice.document, once.document,
+        "merging the same fragment twice changed the document"
+    );
 });

@@ -112,11 +112,11 @@ impl Probe<'_> {
             &system.controller_metrics().await?,
             "capt_reconciles_total",
             &[],
-        );
+        )?;
         let (intents, applies) = match system.applier_metrics().await? {
             Some(text) => (
-                metric_value(&text, "status_applier_intents_total", &[]),
-                metric_value(&text, "status_applier_api_writes_total", &[]),
+                metric_value(&text, "status_applier_intents_total", &[])?,
+                metric_value(&text, "status_applier_api_writes_total", &[])?,
             ),
             None => (0.0, 0.0),
         };

@@ -525,7 +525,7 @@ fn measure_processes(system: &BenchSystem) -> Result<(ProcessStats, Option<Proce
 
 async fn reconciles(system: &BenchSystem) -> Option<f64> {
     let text = system.controller_metrics().await.ok()?;
-    Some(metric_value(&text, "capt_reconciles_total", &[]))
+    metric_value(&text, "capt_reconciles_total", &[]).ok()
 }
 
 /// Phase 7, restart: the pod's processes killed (SIGKILL) and started again the same way
