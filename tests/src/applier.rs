@@ -277,6 +277,13 @@ pub fn registered_families() -> &'static [String] {
         controller.intents.get_or_create(&m()).inc();
         controller.behind.get_or_create(&m()).inc();
         controller
+            .write_loops
+            .get_or_create(&c::WriteLoopLabels {
+                kind: "K".into(),
+                manager: "m".into(),
+            })
+            .inc();
+        controller
             .phase_transition
             .get_or_create(&c::PhaseLabel { phase: "p".into() })
             .observe(1.0);
