@@ -61,18 +61,7 @@ where
     let api: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &ns);
     let existing = get_apply(ctx, owner, &wanted.name);
     let kind = K::kind(&());
-    let owner_name = owner.name_any();
-    let claim = existing.as_ref().map(|a| {
-        crate::tenancy::apply_claim(
-            a.labels(),
-            a.annotations(),
-            [
-                (OWNER_KIND_LABEL, &kind),
-                (OWNER_NAME_LABEL, &owner_name),
-                (OWNER_NAMESPACE_LABEL, &ns),
-            ],
-        )
-    });
+    let claim = existing.as_ref().map(|a| claim_of(owner, a));
     let adopted = match claim {
         None => false,
         Some(ApplyClaim::NotOurs(why)) => {
@@ -126,6 +115,42 @@ where
         .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))
 }
 
+/// Whether `apply` is `owner`'s, from its owner labels and the adopt annotation.
+pub fn claim_of<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    apply: &WorkspaceTemplateApply,
+) -> ApplyClaim {
+    let (kind, name, ns) = (
+        K::kind(&()),
+        owner.name_any(),
+        owner.namespace().unwrap_or_default(),
+    );
+    crate::tenancy::apply_claim(
+        apply.labels(),
+        apply.annotations(),
+        [
+            (OWNER_KIND_LABEL, &kind),
+            (OWNER_NAME_LABEL, &name),
+            (OWNER_NAMESPACE_LABEL, &ns),
+        ],
+    )
+}
+
+/// `Ok` when `apply` is provably `owner`'s to delete or orphan: its owner labels name the
+/// owner (an apply the owner adopted carries them too). `spec.workspaceTemplateApplyName` is
+/// the user's to write, so the name alone proves nothing; an apply that is only adoptable was
+/// never taken and is not the owner's either. `Err` says why not.
+pub fn ours_to_remove<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    apply: &WorkspaceTemplateApply,
+) -> Result<(), String> {
+    match claim_of(owner, apply) {
+        ApplyClaim::Ours => Ok(()),
+        ApplyClaim::Adoptable => Err("it was never adopted (it has no owner labels)".into()),
+        ApplyClaim::NotOurs(why) => Err(why),
+    }
+}
+
 /// True when every field of `wanted` is in `live` with the same value.
 pub fn contains(live: &Value, wanted: &Value) -> bool {
     match (live, wanted) {
@@ -137,7 +162,9 @@ pub fn contains(live: &Value, wanted: &Value) -> bool {
 }
 
 /// Gives an apply up (`retainVpcOnDelete`): drops any owner reference an adopted apply
-/// carried, so that the garbage collector leaves it (and its Workspace) in place.
+/// carried, so that the garbage collector leaves it (and its Workspace) in place. Only an
+/// apply [`ours_to_remove`] (the caller checked); the patch carries the apply's uid, so that
+/// an apply deleted and created again under the name since is not touched.
 pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     owner: &K,
@@ -148,7 +175,8 @@ pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
     }
     let api: Api<WorkspaceTemplateApply> =
         Api::namespaced(ctx.client.clone(), &apply.namespace().unwrap_or_default());
-    let patch = json!({"metadata": {"ownerReferences": null}});
+    // A uid in a patch is a precondition: the API server refuses it (409) for another object.
+    let patch = json!({"metadata": {"uid": apply.uid(), "ownerReferences": null}});
     api.patch(
         &apply.name_any(),
         &PatchParams::default(),

@@ -1,0 +1,231 @@
+//! A hostile tenant, against the real API server with the controller, the status-applier and
+//! the fake Terraform provider as processes (`capt_tests::system::System`), beside real
+//! Cluster API core. Each test performs one attack and checks that it is refused, with the
+//! condition or Warning Event that says so (`docs/security.md`, "Threat model"):
+//!
+//! - hole 3: a CAPT object whose `spec.workspaceTemplateApplyName` names another stack's
+//!   WorkspaceTemplateApply, then deleted, leaves that apply alone; the name is set once;
+//!
+//! The negative checks wait for what shows the controller acted (the attacker's deletion
+//! completed, its Warning Event), then look at the victim. The tests take turns (a mutex):
+//! each runs its own processes.
+
+use anyhow::{Context as _, Result};
+use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
+use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
+use capt_controller::render::workspace_name;
+use capt_tests::system::System;
+use capt_tests::{TestNamespace, env};
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `kubectl apply --server-side` of `docs` (JSON objects).
+fn apply(docs: &[Value]) -> Result<()> {
+    let text: Vec<String> = docs.iter().map(Value::to_string).collect();
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&text.join("\n")),
+    )?;
+    Ok(())
+}
+
+/// The Warning Events of `ns` with `reason` about the object named `name`, as their notes.
+fn warnings(ns: &str, reason: &str, name: &str) -> Result<Vec<String>> {
+    let out = env().kubectl_ok(
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("reason={reason}"),
+            "-o",
+            "json",
+        ],
+        None,
+    )?;
+    let events: Value = serde_json::from_str(&out)?;
+    Ok(events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["type"] == "Warning" && e["regarding"]["name"] == name)
+        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+        .collect())
+}
+
+fn dynamic(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn capt_clusters(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = dynamic(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        "CAPTCluster",
+        "captclusters",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn control_planes(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = dynamic(
+        "controlplane.cluster.x-k8s.io",
+        "v1beta1",
+        "CAPTControlPlane",
+        "captcontrolplanes",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// A VPC template `vpc` in `ns` (the fake provider reports a `vpc_id`).
+fn vpc_template(ns: &str) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "vpc", "namespace": ns},
+        "spec": {"template": {"metadata": {"annotations": {"fake.tf.upbound.io/outputs": "{\"vpc_id\": \"vpc-1\"}"}},
+                 "spec": {"forProvider": {"source": "Inline", "module": "# vpc ${CLUSTER_NAME}"}}}},
+    })
+}
+
+/// Hole 3. Tenant `evil` creates a CAPTCluster whose `spec.workspaceTemplateApplyName` names
+/// the VPC apply of another stack (`victim`) in the same namespace, and deletes it. Before the
+/// fix the deletion deleted whatever the name named; now only an apply whose owner labels name
+/// the deleted object is deleted (with a uid precondition), and the refusal is a Warning Event.
+#[tokio::test]
+async fn hole3_deleting_a_capt_object_never_deletes_an_apply_it_does_not_own() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-apply").await?;
+    let system = System::start(&ns.name, 50).await?;
+    // The victim's apply, labelled as the controller labels a CAPTCluster's VPC apply.
+    let victim = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "victim-vpc", "namespace": ns.name, "labels": {
+            OWNER_KIND_LABEL: "CAPTCluster", OWNER_NAME_LABEL: "victim", OWNER_NAMESPACE_LABEL: ns.name}},
+        "spec": {"templateRef": {"name": "vpc"}, "variables": {"CLUSTER_NAME": "victim"}},
+    });
+    apply(&[vpc_template(&ns.name), victim])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let victim_ws = workspace_name(&ns.name, "victim-vpc");
+    // The controller has seen the victim's apply once it rendered its Workspace.
+    system
+        .wait_for("the victim's Workspace", WAIT, || async {
+            Ok(workspaces.get_opt(&victim_ws).await?.is_some())
+        })
+        .await?;
+
+    let evil = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "evil", "namespace": ns.name},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"},
+                 "workspaceTemplateApplyName": "victim-vpc"},
+    });
+    apply(&[evil])?;
+    let ccs = capt_clusters(&client, &ns.name);
+    system
+        .wait_for("the controller's finalizer on evil", WAIT, || async {
+            Ok(ccs.get_opt("evil").await?.is_some_and(|c| {
+                c.finalizers()
+                    .iter()
+                    .any(|f| f == capt_controller::api::CAPT_CLUSTER_FINALIZER)
+            }))
+        })
+        .await?;
+    ccs.delete("evil", &DeleteParams::default()).await?;
+    // The attacker's deletion completed: the controller went through its deletion, whatever
+    // path it took.
+    system
+        .wait_for("evil gone", WAIT, || async {
+            Ok(ccs.get_opt("evil").await?.is_none())
+        })
+        .await?;
+
+    let survivor = applies
+        .get_opt("victim-vpc")
+        .await?
+        .context("the victim's apply still exists")?;
+    assert!(
+        survivor.meta().deletion_timestamp.is_none(),
+        "the victim's apply is being deleted"
+    );
+    let ws = workspaces
+        .get_opt(&victim_ws)
+        .await?
+        .context("the victim's Workspace still exists")?;
+    assert!(ws.meta().deletion_timestamp.is_none());
+    // Which path ran: the refusal, told on the attacker.
+    let notes = warnings(&ns.name, "WorkspaceTemplateApplyNotOwned", "evil")?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("victim-vpc") && n.contains("left alone")),
+        "a Warning Event on evil says the apply was left alone: {notes:?}"
+    );
+
+    applies
+        .delete("victim-vpc", &DeleteParams::default())
+        .await?;
+    system
+        .wait_for("the victim's Workspace gone", WAIT, || async {
+            Ok(workspaces.get_opt(&victim_ws).await?.is_none())
+        })
+        .await?;
+    Ok(())
+}
+
+/// Hole 3, the field: `spec.workspaceTemplateApplyName` may be set (on creation, or by the
+/// controller once), never changed nor removed, on both kinds. Checked by the API server
+/// alone (the CRD's CEL rules), so no controller runs.
+#[tokio::test]
+async fn hole3_the_apply_name_is_set_once() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-name").await?;
+    let cc = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "a", "namespace": ns.name},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"}},
+    });
+    let cp = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "a", "namespace": ns.name},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"}},
+    });
+    apply(&[cc, cp])?;
+    let params = PatchParams::default();
+    for api in [
+        capt_clusters(&client, &ns.name),
+        control_planes(&client, &ns.name),
+    ] {
+        let kind = api.resource_url().to_owned();
+        let set = |name: Value| Patch::Merge(json!({"spec": {"workspaceTemplateApplyName": name}}));
+        api.patch("a", &params, &set(json!("a-own")))
+            .await
+            .with_context(|| format!("{kind}: setting the name once is allowed"))?;
+        for (what, value) in [("changed", json!("victim-vpc")), ("removed", Value::Null)] {
+            let refused = api.patch("a", &params, &set(value)).await;
+            let err = match refused {
+                Err(kube::Error::Api(e)) => e,
+                other => panic!("{kind}: the name was {what}: {other:?}"),
+            };
+            assert_eq!(err.code, 422, "{kind}: {err:?}");
+            assert!(
+                err.message.contains("workspaceTemplateApplyName"),
+                "{kind}: the refusal names the field: {}",
+                err.message
+            );
+        }
+        let live = api.get("a").await?;
+        assert_eq!(live.data["spec"]["workspaceTemplateApplyName"], "a-own");
+    }
+    Ok(())
+}
