@@ -5,6 +5,9 @@
 //!
 //! - hole 3: a CAPT object whose `spec.workspaceTemplateApplyName` names another stack's
 //!   WorkspaceTemplateApply, then deleted, leaves that apply alone; the name is set once;
+//! - hole 4: a decoy CAPTControlPlane labelled with another Cluster's name gets neither that
+//!   Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
+//!   control plane does not control is left alone.
 //!
 //! The negative checks wait for what shows the controller acted (the attacker's deletion
 //! completed, its Warning Event), then look at the victim. The tests take turns (a mutex):
@@ -16,10 +19,15 @@ use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMES
 use capt_controller::render::workspace_name;
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
-use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, WatchEvent, WatchParams,
+};
 use kube::discovery::ApiResource;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -227,5 +235,178 @@ async fn hole3_the_apply_name_is_set_once() -> Result<()> {
         let live = api.get("a").await?;
         assert_eq!(live.data["spec"]["workspaceTemplateApplyName"], "a-own");
     }
+    Ok(())
+}
+
+/// What a watch of `<cluster>-kubeconfig` saw: the controllers (owner uids) of each version,
+/// and whether it was deleted.
+#[derive(Default)]
+struct SecretHistory {
+    controllers: Vec<String>,
+    deleted: bool,
+}
+
+/// Watches the Secret `name` of `ns` from its current version on.
+async fn watch_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Arc<StdMutex<SecretHistory>>> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let current = api.get(name).await?;
+    let version = current.resource_version().unwrap_or_default();
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(290);
+    let mut stream = api.watch(&params, &version).await?.boxed();
+    let history = Arc::new(StdMutex::new(SecretHistory::default()));
+    let seen = history.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(event)) = stream.next().await {
+            let mut h = seen.lock().expect("not poisoned");
+            match event {
+                WatchEvent::Added(s) | WatchEvent::Modified(s) => {
+                    h.controllers.extend(controller_uid(&s));
+                }
+                WatchEvent::Deleted(_) => h.deleted = true,
+                _ => {}
+            }
+        }
+    });
+    Ok(history)
+}
+
+/// The uid of the Secret's controller owner reference.
+fn controller_uid(secret: &Secret) -> Option<String> {
+    let refs = secret.owner_references().iter();
+    let controller = refs.into_iter().find(|o| o.controller == Some(true));
+    controller.map(|o| o.uid.clone())
+}
+
+/// Hole 4, the decoy. Beside a provisioned stack (`demo`), tenant creates a CAPTControlPlane
+/// `decoy` labelled `cluster.x-k8s.io/cluster-name: demo`, which Cluster `demo` does not name
+/// in `spec.controlPlaneRef`. Before the fix the decoy built a control plane for Cluster
+/// `demo` and took `demo-kubeconfig` over (its owner reference replaced by the decoy's, so
+/// that the decoy's deletion would have the garbage collector delete it). Now the decoy gets
+/// nothing of `demo`, and a Warning Event says why.
+#[tokio::test]
+async fn hole4_a_decoy_control_plane_gets_nothing_of_the_cluster_it_names() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-decoy").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let cps = control_planes(&client, &ns.name);
+    let demo_uid = cps.get("demo").await?.uid().context("uid")?;
+    system
+        .wait_for("demo-kubeconfig, controlled by demo", WAIT, || async {
+            let secret = secrets.get_opt("demo-kubeconfig").await?;
+            Ok(secret.and_then(|s| controller_uid(&s)) == Some(demo_uid.clone()))
+        })
+        .await?;
+    let history = watch_secret(&client, &ns.name, "demo-kubeconfig").await?;
+
+    let decoy = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "decoy", "namespace": ns.name,
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"},
+                 "controlPlaneConfig": {"region": "ap-northeast-1"}},
+    });
+    apply(&[decoy])?;
+    let taken = || {
+        let h = history.lock().expect("not poisoned");
+        h.deleted || h.controllers.iter().any(|c| *c != demo_uid)
+    };
+    // Either the refusal (fixed) or the takeover (before the fix) shows the controller acted.
+    system
+        .wait_for(
+            "the decoy refused, or demo-kubeconfig taken",
+            WAIT,
+            || async {
+                let refused =
+                    !warnings(&ns.name, "ClusterDoesNotReferenceControlPlane", "decoy")?.is_empty();
+                Ok(refused || taken())
+            },
+        )
+        .await?;
+    assert!(!taken(), "the decoy took demo-kubeconfig over");
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        applies.get_opt("decoy-controlplane").await?.is_none(),
+        "the decoy got a WorkspaceTemplateApply for Cluster demo"
+    );
+
+    // The decoy's deletion takes nothing of demo with it.
+    cps.delete("decoy", &DeleteParams::default()).await?;
+    system
+        .wait_for("the decoy gone", WAIT, || async {
+            Ok(cps.get_opt("decoy").await?.is_none())
+        })
+        .await?;
+    let secret = secrets
+        .get_opt("demo-kubeconfig")
+        .await?
+        .context("demo-kubeconfig survives the decoy")?;
+    assert_eq!(controller_uid(&secret), Some(demo_uid.clone()));
+    assert!(!taken(), "demo-kubeconfig was taken or deleted");
+    let cluster = system.get(&["cluster", "demo"])?.context("Cluster demo")?;
+    assert!(
+        cluster["spec"]["controlPlaneEndpoint"]["host"].is_string(),
+        "demo keeps its endpoint: {}",
+        cluster["spec"]
+    );
+    Ok(())
+}
+
+/// Hole 4, the Secret. Tenant provides `demo-kubeconfig` of type `cluster.x-k8s.io/secret`
+/// itself, controlled by no one, before the stack `demo` provisions. Before the fix the
+/// controller overwrote it (value, label, owner reference); now a Secret this control plane
+/// does not control is left alone, and a Warning Event on the control plane says so.
+#[tokio::test]
+async fn hole4_a_kubeconfig_secret_the_control_plane_does_not_control_is_left_alone() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-secret").await?;
+    let system = System::start(&ns.name, 50).await?;
+    let theirs = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "demo-kubeconfig", "namespace": ns.name},
+        "type": "cluster.x-k8s.io/secret",
+        "stringData": {"value": "the tenant's own kubeconfig"},
+    });
+    apply(&[theirs])?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let before = secrets.get("demo-kubeconfig").await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let changed =
+        |s: &Secret| s.data != before.data || s.owner_references() != before.owner_references();
+    system
+        .wait_for("the refusal, or demo-kubeconfig written", WAIT, || async {
+            let refused = !warnings(&ns.name, "KubeconfigSecretNotControlled", "demo")?.is_empty();
+            let written = secrets.get("demo-kubeconfig").await.map(|s| changed(&s))?;
+            Ok(refused || written)
+        })
+        .await?;
+    let after = secrets.get("demo-kubeconfig").await?;
+    // Compared, never printed: Secret data stays out of test output too.
+    assert!(
+        after.data == before.data,
+        "the tenant's kubeconfig was overwritten"
+    );
+    assert!(
+        after.owner_references().is_empty(),
+        "the tenant's Secret gained owners: {:?}",
+        after.owner_references()
+    );
+    let notes = warnings(&ns.name, "KubeconfigSecretNotControlled", "demo")?;
+    assert!(
+        notes.iter().any(|n| n.contains("demo-kubeconfig")),
+        "{notes:?}"
+    );
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! Workspace of an apply and the connection Secret's endpoint.
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
-use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
+use crate::api::{CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::SPEC_MANAGER;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
@@ -35,6 +35,26 @@ pub fn cluster_name<K: Resource>(obj: &K) -> Option<String> {
 pub fn owning_cluster<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) -> Option<Cluster> {
     let name = cluster_name(obj)?;
     cached_beside(&ctx.caches.clusters, obj, &name).map(|c| (*c).clone())
+}
+
+/// True when the Cluster's `spec.controlPlaneRef` names `cp`: a CAPTControlPlane of that
+/// name in the Cluster's namespace (core's defaulting fills the reference's namespace).
+///
+/// This, not the control plane's `cluster.x-k8s.io/cluster-name` label nor an owner reference
+/// (both written by whoever writes the control plane), proves which Cluster a control plane
+/// is the control plane of: only the Cluster's own spec says so.
+pub fn names_control_plane(cluster: &Cluster, cp: &CAPTControlPlane) -> bool {
+    let Some(r) = &cluster.spec.control_plane_ref else {
+        return false;
+    };
+    let group = |api_version: &str| api_version.split('/').next().map(str::to_owned);
+    r.kind.as_deref() == Some(&CAPTControlPlane::kind(&()))
+        && r.api_version.as_deref().and_then(group) == Some(CAPTControlPlane::group(&()).into())
+        && r.name.as_deref() == Some(&cp.name_any())
+        && r.namespace
+            .as_ref()
+            .is_none_or(|ns| Some(ns) == cp.namespace().as_ref())
+        && cluster.namespace() == cp.namespace()
 }
 
 /// What to create when an object has no apply yet.
