@@ -16,4 +16,5 @@ pub mod run;
 pub mod status;
 pub mod telemetry;
 pub mod tenancy;
+pub mod variables;
 pub mod watches;

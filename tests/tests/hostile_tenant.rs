@@ -7,7 +7,9 @@
 //!   WorkspaceTemplateApply, then deleted, leaves that apply alone; the name is set once;
 //! - hole 4: a decoy CAPTControlPlane labelled with another Cluster's name gets neither that
 //!   Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
-//!   control plane does not control is left alone.
+//!   control plane does not control is left alone;
+//! - hole 2: a value that would be Terraform code is refused by the API server (CRD
+//!   patterns), and, where it gets past it, never rendered.
 //!
 //! The negative checks wait for what shows the controller acted (the attacker's deletion
 //! completed, its Warning Event), then look at the victim. The tests take turns (a mutex):
@@ -22,7 +24,8 @@ use capt_tests::{TestNamespace, env};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, WatchEvent, WatchParams,
+    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
 };
 use kube::discovery::ApiResource;
 use kube::{Resource, ResourceExt};
@@ -407,6 +410,144 @@ async fn hole4_a_kubeconfig_secret_the_control_plane_does_not_control_is_left_al
     assert!(
         notes.iter().any(|n| n.contains("demo-kubeconfig")),
         "{notes:?}"
+    );
+    Ok(())
+}
+
+/// The injection of hole 2: a Kubernetes version that closes the module's string and block
+/// and opens a resource of its own.
+const INJECTION: &str = r#"1.31" } resource "null_resource" "x" {"#;
+
+/// The WorkspaceTemplateApply CRD as it was before values had a pattern, applied for the
+/// life of the guard (the committed CRD is applied back on drop): what a cluster whose CRDs
+/// were not upgraded, or an apply written before, lets through to the renderer.
+struct RelaxedApplyCrd;
+
+const APPLY_CRD: &str =
+    "manifests/crds/workspacetemplateapplies.infrastructure.cluster.x-k8s.io.yaml";
+
+impl RelaxedApplyCrd {
+    fn apply() -> Result<Self> {
+        let path = capt_tests::repo_root().join(APPLY_CRD);
+        let mut crd: Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
+        let values = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["variables"]["additionalProperties"];
+        let values = values.as_object_mut().context("variables' values schema")?;
+        values
+            .remove("pattern")
+            .context("the CRD has the pattern")?;
+        apply(&[crd])?;
+        Ok(Self)
+    }
+}
+
+impl Drop for RelaxedApplyCrd {
+    fn drop(&mut self) {
+        let path = capt_tests::repo_root().join(APPLY_CRD);
+        let _ = env().kubectl_ok(
+            &["apply", "--server-side", "-f", &path.display().to_string()],
+            None,
+        );
+    }
+}
+
+/// Hole 2. A tenant's value pasted into the Terraform module would be code run with the
+/// platform's credentials. The API server refuses a CAPTControlPlane whose `spec.version` is
+/// not a version, and an apply whose variables are not plain literals (CRD patterns); and
+/// where such a value gets past it (the CRD without the pattern), the controller renders
+/// nothing: `Applied=False`, reason `UnsafeVariable`, and a Warning Event.
+#[tokio::test]
+async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-inject").await?;
+    let system = System::start(&ns.name, 50).await?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+
+    // Through the CAPT object: refused by the API server. (Before the fix it was stored,
+    // and the control plane's Workspace carried the resource.)
+    let cp = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "demo", "namespace": ns.name},
+        "spec": {"version": INJECTION, "workspaceTemplateRef": {"name": "eks"}},
+    });
+    let created = control_planes(&client, &ns.name)
+        .create(&PostParams::default(), &serde_json::from_value(cp)?)
+        .await;
+    match created {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("spec.version"), "{}", e.message);
+        }
+        other => panic!("a CAPTControlPlane with an injected version was stored: {other:?}"),
+    }
+
+    // Through an apply the renderer sees: nothing rendered.
+    let template = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "eks", "namespace": ns.name},
+        "spec": {"template": {"spec": {"forProvider": {"source": "Inline",
+                 "module": "module \"eks\" {\n  version = \"${KUBERNETES_VERSION}\"\n}\n"}}}},
+    });
+    let injected = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "injected", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "eks"}, "variables": {"KUBERNETES_VERSION": INJECTION}},
+    });
+    apply(&[template])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let refused = applies
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(injected.clone())?,
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 422),
+        "an apply with an injected variable was stored: {refused:?}"
+    );
+    let relaxed = RelaxedApplyCrd::apply()?;
+    // The API server takes a CRD's new schema on shortly; no object reports when.
+    system
+        .wait_for("the apply stored under the relaxed CRD", WAIT, || async {
+            let body = serde_json::from_value(injected.clone())?;
+            Ok(applies.create(&PostParams::default(), &body).await.is_ok())
+        })
+        .await?;
+    drop(relaxed);
+    let ws_name = workspace_name(&ns.name, "injected");
+    let refusal = || async {
+        let apply = applies.get("injected").await?;
+        let status = serde_json::to_value(&apply.status)?;
+        Ok::<_, anyhow::Error>(
+            status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Applied" && c["reason"] == "UnsafeVariable"),
+        )
+    };
+    // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
+    system
+        .wait_for("the refusal, or the Workspace", WAIT, || async {
+            Ok(refusal().await? || workspaces.get_opt(&ws_name).await?.is_some())
+        })
+        .await?;
+    if let Some(ws) = workspaces.get_opt(&ws_name).await? {
+        let module = ws.spec.fields["forProvider"]["module"].to_string();
+        panic!("the injected value was rendered into Terraform: {module}");
+    }
+    assert!(refusal().await?, "Applied=False, reason UnsafeVariable");
+    let notes = warnings(&ns.name, "UnsafeVariable", "injected")?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("spec.variables.KUBERNETES_VERSION")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().all(|n| !n.contains("null_resource")),
+        "the value is not echoed: {notes:?}"
     );
     Ok(())
 }

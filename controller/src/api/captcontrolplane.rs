@@ -32,7 +32,9 @@ pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/ca
 #[x_kube(validation = Rule::new("!has(oldSelf.workspaceTemplateApplyName) || has(self.workspaceTemplateApplyName)").message("spec.workspaceTemplateApplyName cannot be removed once set"))]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTControlPlaneSpec {
-    /// Kubernetes version of the control plane, e.g. `1.31`.
+    /// Kubernetes version of the control plane, e.g. `1.31` (`v` and a patch allowed). It
+    /// reaches the Terraform template (`${KUBERNETES_VERSION}`), so it is a plain version.
+    #[schemars(regex(pattern = VERSION_PATTERN), length(max = 64))]
     pub version: String,
     /// WorkspaceTemplate that creates the EKS cluster.
     pub workspace_template_ref: ObjectRef,
@@ -128,6 +130,9 @@ fn default_control_plane_timeout() -> String {
 fn default_vpc_ready_timeout() -> String {
     "15m".into()
 }
+
+/// A Kubernetes version: `1.31`, `v1.31`, `1.31.2`.
+pub const VERSION_PATTERN: &str = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?$";
 
 /// A Go-style duration of hours, minutes and seconds (`1h30m`, `45s`).
 pub const DURATION_PATTERN: &str = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$";
