@@ -267,11 +267,11 @@ pub fn yaml_documents(yaml: &str) -> Result<Vec<serde_json::Value>> {
     Ok(docs)
 }
 
-/// Applies the pod's namespace and RBAC (`manifests/deploy/{namespace,rbac}.yaml`) to the
-/// environment, server-side.
+/// Applies the pod's namespace, RBAC and the admission policy that narrows its Secret rights
+/// (`manifests/deploy/{namespace,rbac,secret-policy}.yaml`) to the environment, server-side.
 pub fn install_rbac() -> Result<()> {
     let deploy = repo_root().join("manifests/deploy");
-    for file in ["namespace.yaml", "rbac.yaml"] {
+    for file in ["namespace.yaml", "rbac.yaml", "secret-policy.yaml"] {
         env().kubectl_ok(
             &[
                 "apply",

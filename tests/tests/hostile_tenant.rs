@@ -9,7 +9,9 @@
 //!   Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
 //!   control plane does not control is left alone;
 //! - hole 2: a value that would be Terraform code is refused by the API server (CRD
-//!   patterns), and, where it gets past it, never rendered.
+//!   patterns), and, where it gets past it, never rendered;
+//! - hole 5: the ServiceAccount, whose RBAC may create Secrets anywhere, creates and changes
+//!   only `cluster.x-k8s.io/secret` Secrets named `*-kubeconfig` (an admission policy).
 //!
 //! The negative checks wait for what shows the controller acted (the attacker's deletion
 //! completed, its Warning Event), then look at the victim. The tests take turns (a mutex):
@@ -19,8 +21,8 @@ use anyhow::{Context as _, Result};
 use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
 use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use capt_controller::render::workspace_name;
-use capt_tests::system::System;
-use capt_tests::{TestNamespace, env};
+use capt_tests::system::{System, impersonating_kubeconfig};
+use capt_tests::{TestNamespace, env, install_rbac};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
@@ -548,6 +550,104 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
     assert!(
         notes.iter().all(|n| !n.contains("null_resource")),
         "the value is not echoed: {notes:?}"
+    );
+    Ok(())
+}
+
+/// Hole 5. The ServiceAccount may `create` and `get` Secrets in every namespace (RBAC cannot
+/// limit `create` by name): without more, it could create a `kubernetes.io/service-account-token`
+/// Secret for any ServiceAccount and read the token the API server fills in. With the
+/// manifests' ValidatingAdmissionPolicy (`manifests/deploy/secret-policy.yaml`) the account
+/// creates and changes only Secrets of type `cluster.x-k8s.io/secret` named `*-kubeconfig`;
+/// others, administrators included, are not limited by it.
+#[tokio::test]
+async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-sa").await?;
+    install_rbac()?;
+    let user = "system:serviceaccount:capt-system:capt-controller";
+    let kubeconfig = impersonating_kubeconfig(user, &std::env::temp_dir().join(&ns.name))?;
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let account =
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(config, &options).await?)?;
+    let as_account: Api<Secret> = Api::namespaced(account, &ns.name);
+    let as_admin: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let secret = |name: &str, type_: &str, annotations: Value| -> Result<Secret> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns.name, "annotations": annotations},
+            "type": type_,
+        }))?)
+    };
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let token = secret(
+        "admin-token",
+        "kubernetes.io/service-account-token",
+        json!({"kubernetes.io/service-account.name": "default"}),
+    )?;
+    // The API server enforces a policy once it has loaded it, which no object reports: ask
+    // (dry runs, which store nothing) until the account's token Secret is refused, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let refusal = loop {
+        match as_account.create(&dry, &token).await {
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => break e,
+            Err(e) => return Err(e.into()),
+            Ok(_) if std::time::Instant::now() > deadline => {
+                panic!("the account may create a service-account-token Secret")
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert!(
+        refusal.message.contains("cluster.x-k8s.io/secret"),
+        "{}",
+        refusal.message
+    );
+    // For real, too: nothing is created, so there is no token to read.
+    let created = as_account.create(&PostParams::default(), &token).await;
+    assert!(
+        matches!(&created, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
+        "{created:?}"
+    );
+    assert!(as_admin.get_opt("admin-token").await?.is_none());
+    for (name, type_) in [
+        ("x-kubeconfig", "Opaque"),
+        ("x-kubeconfig", "kubernetes.io/dockerconfigjson"),
+        ("other", "cluster.x-k8s.io/secret"),
+    ] {
+        let s = secret(name, type_, json!({}))?;
+        let denied = as_account.create(&dry, &s).await;
+        assert!(
+            matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
+            "{name} of type {type_}: {denied:?}"
+        );
+    }
+    // What the controller writes still passes (RBAC and the policy), created and patched.
+    let kubeconfig_secret = secret("demo-kubeconfig", "cluster.x-k8s.io/secret", json!({}))?;
+    as_account
+        .create(&PostParams::default(), &kubeconfig_secret)
+        .await
+        .context("the account creates <cluster>-kubeconfig")?;
+    let label =
+        Patch::Merge(json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "demo"}}}));
+    as_account
+        .patch("demo-kubeconfig", &PatchParams::default(), &label)
+        .await
+        .context("the account patches <cluster>-kubeconfig")?;
+    // An administrator's Secret of any type is not the policy's business.
+    let opaque = secret("admins", "Opaque", json!({}))?;
+    as_admin.create(&PostParams::default(), &opaque).await?;
+    // Nor may the account change a Secret it did not make into something else.
+    let denied = as_account
+        .patch("admins", &PatchParams::default(), &label)
+        .await;
+    assert!(
+        matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
+        "{denied:?}"
     );
     Ok(())
 }
