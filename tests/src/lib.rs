@@ -284,3 +284,26 @@ pub fn install_rbac() -> Result<()> {
     }
     Ok(())
 }
+
+/// The notes of the Warning Events (`events.k8s.io`) of `ns` with `reason` about the object
+/// named `name`.
+pub fn warnings(ns: &str, reason: &str, name: &str) -> Result<Vec<String>> {
+    let selector = format!("reason={reason}");
+    let args = [
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        ns,
+        "--field-selector",
+        &selector,
+    ];
+    let out = env().kubectl_ok(&[&args[..], &["-o", "json"]].concat(), None)?;
+    let events: serde_json::Value = serde_json::from_str(&out)?;
+    Ok(events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["type"] == "Warning" && e["regarding"]["name"] == name)
+        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+        .collect())
+}

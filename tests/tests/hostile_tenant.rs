@@ -22,7 +22,7 @@ use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
 use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use capt_controller::render::workspace_name;
 use capt_tests::system::{System, impersonating_kubeconfig};
-use capt_tests::{TestNamespace, env, install_rbac};
+use capt_tests::{TestNamespace, env, install_rbac, warnings};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
@@ -48,31 +48,6 @@ fn apply(docs: &[Value]) -> Result<()> {
         Some(&text.join("\n")),
     )?;
     Ok(())
-}
-
-/// The Warning Events of `ns` with `reason` about the object named `name`, as their notes.
-fn warnings(ns: &str, reason: &str, name: &str) -> Result<Vec<String>> {
-    let out = env().kubectl_ok(
-        &[
-            "get",
-            "events.events.k8s.io",
-            "-n",
-            ns,
-            "--field-selector",
-            &format!("reason={reason}"),
-            "-o",
-            "json",
-        ],
-        None,
-    )?;
-    let events: Value = serde_json::from_str(&out)?;
-    Ok(events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["type"] == "Warning" && e["regarding"]["name"] == name)
-        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
-        .collect())
 }
 
 fn dynamic(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
