@@ -5,8 +5,8 @@
 //!
 //! - hole 3: a CAPT object whose `spec.workspaceTemplateApplyName` names another stack's
 //!   WorkspaceTemplateApply, then deleted, leaves that apply alone; the name is set once;
-//! - hole 4: a decoy CAPTControlPlane labelled with another Cluster's name gets neither that
-//!   Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
+//! - hole 4: a decoy CAPTControlPlane (or CAPTCluster) labelled with another Cluster's name
+//!   gets neither that Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
 //!   control plane does not control is left alone;
 //! - hole 2: a value that would be Terraform code is refused by the API server (CRD
 //!   patterns), and, where it gets past it, never rendered;
@@ -319,11 +319,34 @@ async fn hole4_a_decoy_control_plane_gets_nothing_of_the_cluster_it_names() -> R
         "the decoy got a WorkspaceTemplateApply for Cluster demo"
     );
 
+    // The same for the infrastructure: a decoy CAPTCluster labelled demo would have its VPC
+    // built by Terraform with CLUSTER_NAME=demo.
+    let decoy_vpc = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "decoy", "namespace": ns.name,
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"}},
+    });
+    apply(&[decoy_vpc])?;
+    system
+        .wait_for("the decoy VPC refused, or built", WAIT, || async {
+            let refused =
+                !warnings(&ns.name, "ClusterDoesNotReferenceInfrastructure", "decoy")?.is_empty();
+            Ok(refused || applies.get_opt("decoy-vpc").await?.is_some())
+        })
+        .await?;
+    assert!(
+        applies.get_opt("decoy-vpc").await?.is_none(),
+        "the decoy CAPTCluster got a VPC apply for Cluster demo"
+    );
+    let ccs = capt_clusters(&client, &ns.name);
+    ccs.delete("decoy", &DeleteParams::default()).await?;
+
     // The decoy's deletion takes nothing of demo with it.
     cps.delete("decoy", &DeleteParams::default()).await?;
     system
-        .wait_for("the decoy gone", WAIT, || async {
-            Ok(cps.get_opt("decoy").await?.is_none())
+        .wait_for("the decoys gone", WAIT, || async {
+            Ok(cps.get_opt("decoy").await?.is_none() && ccs.get_opt("decoy").await?.is_none())
         })
         .await?;
     let secret = secrets

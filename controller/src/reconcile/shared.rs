@@ -2,13 +2,16 @@
 //! Workspace of an apply and the connection Secret's endpoint.
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
-use crate::api::{CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply};
+use crate::api::{
+    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
+};
 use crate::context::Context;
 use crate::k8s::SPEC_MANAGER;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use crate::watches::{cached, cached_beside};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -44,17 +47,33 @@ pub fn owning_cluster<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) -> 
 /// (both written by whoever writes the control plane), proves which Cluster a control plane
 /// is the control plane of: only the Cluster's own spec says so.
 pub fn names_control_plane(cluster: &Cluster, cp: &CAPTControlPlane) -> bool {
-    let Some(r) = &cluster.spec.control_plane_ref else {
+    names(cluster, cluster.spec.control_plane_ref.as_ref(), cp)
+}
+
+/// True when the Cluster's `spec.infrastructureRef` names `cc` ([`names_control_plane`],
+/// for the infrastructure cluster).
+pub fn names_infrastructure(cluster: &Cluster, cc: &CAPTCluster) -> bool {
+    names(cluster, cluster.spec.infrastructure_ref.as_ref(), cc)
+}
+
+/// True when `r`, a reference of `cluster`, names `obj`: its kind, group, name, and the
+/// Cluster's namespace.
+fn names<K: Resource<DynamicType = ()>>(
+    cluster: &Cluster,
+    r: Option<&ObjectReference>,
+    obj: &K,
+) -> bool {
+    let Some(r) = r else {
         return false;
     };
     let group = |api_version: &str| api_version.split('/').next().map(str::to_owned);
-    r.kind.as_deref() == Some(&CAPTControlPlane::kind(&()))
-        && r.api_version.as_deref().and_then(group) == Some(CAPTControlPlane::group(&()).into())
-        && r.name.as_deref() == Some(&cp.name_any())
+    r.kind.as_deref() == Some(&K::kind(&()))
+        && r.api_version.as_deref().and_then(group) == Some(K::group(&()).into())
+        && r.name.as_deref() == Some(&obj.name_any())
         && r.namespace
             .as_ref()
-            .is_none_or(|ns| Some(ns) == cp.namespace().as_ref())
-        && cluster.namespace() == cp.namespace()
+            .is_none_or(|ns| Some(ns) == obj.namespace().as_ref())
+        && cluster.namespace() == obj.namespace()
 }
 
 /// What to create when an object has no apply yet.
