@@ -122,7 +122,7 @@ pub fn desired_secret(
 }
 
 /// What to do about the live Secret.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// It already holds what we want: no write.
     UpToDate,
@@ -131,16 +131,36 @@ pub enum Verdict {
     /// It exists with another type: a user-provided kubeconfig (a Secret's type cannot
     /// change, and Cluster API providers leave such Secrets alone). No write.
     UserProvided,
+    /// It exists with our type but this control plane is not its controller (no controller
+    /// owner reference with the desired owner's uid): someone else's Secret, perhaps another
+    /// control plane's. No write: a Secret is taken only when it is absent. What controls it.
+    NotControlled(Option<String>),
 }
 
-/// Compares the live Secret with the desired one. Only what we apply counts: labels, owner
-/// references and data keys others added do not make a write.
+/// The controller owner reference of `secret`, if it has one.
+fn controller_of(secret: &Secret) -> Option<&OwnerReference> {
+    let refs = secret.metadata.owner_references.iter().flatten();
+    refs.into_iter().find(|o| o.controller == Some(true))
+}
+
+/// Compares the live Secret with the desired one. A Secret of our type is ours only when
+/// the desired owner is its controller. Only what we apply counts: labels, owner references
+/// and data keys others added do not make a write.
 pub fn verdict(live: Option<&Secret>, desired: &Secret) -> Verdict {
     let Some(live) = live else {
         return Verdict::Write;
     };
     if live.type_ != desired.type_ {
         return Verdict::UserProvided;
+    }
+    let ours = desired.metadata.owner_references.iter().flatten();
+    let live_controller = controller_of(live);
+    if !ours
+        .into_iter()
+        .any(|o| live_controller.is_some_and(|l| l.uid == o.uid))
+    {
+        let shown = live_controller.map(|l| format!("{} {} (uid {})", l.kind, l.name, l.uid));
+        return Verdict::NotControlled(shown);
     }
     let labels_present = desired.metadata.labels.iter().flatten().all(|(k, v)| {
         live.metadata
@@ -353,10 +373,22 @@ mod tests {
         assert_eq!(verdict(Some(&unlabelled), &desired), Verdict::Write);
         let mut not_controller = desired.clone();
         not_controller.metadata.owner_references.as_mut().unwrap()[0].controller = None;
-        assert_eq!(verdict(Some(&not_controller), &desired), Verdict::Write);
+        assert_eq!(
+            verdict(Some(&not_controller), &desired),
+            Verdict::NotControlled(None)
+        );
         let mut other_owner_uid = desired.clone();
         other_owner_uid.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-old".into();
-        assert_eq!(verdict(Some(&other_owner_uid), &desired), Verdict::Write);
+        assert_eq!(
+            verdict(Some(&other_owner_uid), &desired),
+            Verdict::NotControlled(Some("CAPTControlPlane demo (uid uid-old)".into()))
+        );
+        let mut unowned = desired.clone();
+        unowned.metadata.owner_references = None;
+        assert_eq!(
+            verdict(Some(&unowned), &desired),
+            Verdict::NotControlled(None)
+        );
 
         let mut opaque = desired.clone();
         opaque.type_ = Some("Opaque".into());

@@ -16,5 +16,6 @@ pub mod run;
 pub mod status;
 pub mod telemetry;
 pub mod tenancy;
+pub mod variables;
 pub mod watches;
 pub mod write_loops;

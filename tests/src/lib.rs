@@ -285,11 +285,11 @@ pub fn yaml_documents(yaml: &str) -> Result<Vec<serde_json::Value>> {
     Ok(docs)
 }
 
-/// Applies the pod's namespace and RBAC (`manifests/deploy/{namespace,rbac}.yaml`) to the
-/// environment, server-side.
+/// Applies the pod's namespace, RBAC and the admission policy that narrows its Secret rights
+/// (`manifests/deploy/{namespace,rbac,secret-policy}.yaml`) to the environment, server-side.
 pub fn install_rbac() -> Result<()> {
     let deploy = repo_root().join("manifests/deploy");
-    for file in ["namespace.yaml", "rbac.yaml"] {
+    for file in ["namespace.yaml", "rbac.yaml", "secret-policy.yaml"] {
         env().kubectl_ok(
             &[
                 "apply",
@@ -301,6 +301,29 @@ pub fn install_rbac() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The notes of the Warning Events (`events.k8s.io`) of `ns` with `reason` about the object
+/// named `name`.
+pub fn warnings(ns: &str, reason: &str, name: &str) -> Result<Vec<String>> {
+    let selector = format!("reason={reason}");
+    let args = [
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        ns,
+        "--field-selector",
+        &selector,
+    ];
+    let out = env().kubectl_ok(&[&args[..], &["-o", "json"]].concat(), None)?;
+    let events: serde_json::Value = serde_json::from_str(&out)?;
+    Ok(events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["type"] == "Warning" && e["regarding"]["name"] == name)
+        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+        .collect())
 }
 
 /// `value` without the fields at `paths`: dot-separated keys, `[]` for every element of an

@@ -28,6 +28,9 @@ pub const CAPT_CLUSTER_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/captcl
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("has(self.vpcTemplateRef) != has(self.existingVpcId)").message("exactly one of spec.vpcTemplateRef and spec.existingVpcId must be set"))]
+// The apply name is set once: the controller records it, and deletion acts on it (only when
+// the apply proves to be this object's, but a name that cannot move is one less lever).
+#[x_kube(validation = Rule::new("!has(oldSelf.workspaceTemplateApplyName) || has(self.workspaceTemplateApplyName)").message("spec.workspaceTemplateApplyName cannot be removed once set"))]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTClusterSpec {
     /// AWS region of the VPC, e.g. `ap-northeast-1`.
@@ -46,8 +49,9 @@ pub struct CAPTClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vpc_config: Option<VpcConfig>,
     /// Name of the VPC WorkspaceTemplateApply; recorded by the controller when it creates or
-    /// adopts one.
+    /// adopts one. Set once: it cannot change nor be removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.workspaceTemplateApplyName is immutable once set"))]
     pub workspace_template_apply_name: Option<String>,
     /// Control plane endpoint (Cluster API infrastructure contract); informational here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,7 +62,9 @@ pub struct CAPTClusterSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VpcConfig {
-    /// Name of the VPC.
+    /// Name of the VPC. It reaches the Terraform template (`${VPC_NAME}`), so it is a plain
+    /// literal (letters, digits, `.`, `_`, `-`).
+    #[schemars(regex(pattern = crate::variables::PLAIN_LITERAL_PATTERN), length(max = 253))]
     pub name: String,
 }
 

@@ -2,7 +2,7 @@
 
 use super::common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/captcontrolplane";
 
 /// Desired state of a CAPTControlPlane.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "controlplane.cluster.x-k8s.io",
     version = "v1beta1",
@@ -28,9 +28,13 @@ pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/ca
     printcolumn = r#"{"name":"ENDPOINT","type":"string","jsonPath":".status.endpoint","description":"API server endpoint (host:port)"}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+// The apply name is set once (see CAPTClusterSpec).
+#[x_kube(validation = Rule::new("!has(oldSelf.workspaceTemplateApplyName) || has(self.workspaceTemplateApplyName)").message("spec.workspaceTemplateApplyName cannot be removed once set"))]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTControlPlaneSpec {
-    /// Kubernetes version of the control plane, e.g. `1.31`.
+    /// Kubernetes version of the control plane, e.g. `1.31` (`v` and a patch allowed). It
+    /// reaches the Terraform template (`${KUBERNETES_VERSION}`), so it is a plain version.
+    #[schemars(regex(pattern = VERSION_PATTERN), length(max = 64))]
     pub version: String,
     /// WorkspaceTemplate that creates the EKS cluster.
     pub workspace_template_ref: ObjectRef,
@@ -45,8 +49,9 @@ pub struct CAPTControlPlaneSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// Name of the control plane's WorkspaceTemplateApply; recorded by the controller when it
-    /// creates or adopts one.
+    /// creates or adopts one. Set once: it cannot change nor be removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.workspaceTemplateApplyName is immutable once set"))]
     pub workspace_template_apply_name: Option<String>,
 }
 
@@ -125,6 +130,9 @@ fn default_control_plane_timeout() -> String {
 fn default_vpc_ready_timeout() -> String {
     "15m".into()
 }
+
+/// A Kubernetes version: `1.31`, `v1.31`, `1.31.2`.
+pub const VERSION_PATTERN: &str = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?$";
 
 /// A Go-style duration of hours, minutes and seconds (`1h30m`, `45s`).
 pub const DURATION_PATTERN: &str = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$";

@@ -85,8 +85,10 @@ pub struct WorkspaceTemplateStatusSummary {
 pub struct WorkspaceTemplateApplySpec {
     /// The template to render.
     pub template_ref: ObjectRef,
-    /// Values substituted for `${key}` in the template.
+    /// Values substituted for `${key}` in the template: plain literals only (letters,
+    /// digits, `.`, `_`, `-`; at most 253 characters), since they are pasted into Terraform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "variables_schema")]
     pub variables: Option<BTreeMap<String, String>>,
     /// Where the Workspace writes its connection Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -119,4 +121,18 @@ pub struct WorkspaceTemplateApplyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Option<Vec<Condition>>,
+}
+
+/// Schema of `spec.variables`: a map of plain literals (`crate::variables`), so that a value
+/// that could become Terraform code is refused by the API server already.
+fn variables_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "additionalProperties": {
+            "type": "string",
+            "pattern": crate::variables::PLAIN_LITERAL_PATTERN,
+            "maxLength": crate::variables::MAX_VALUE,
+        },
+    })
 }

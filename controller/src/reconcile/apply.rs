@@ -60,6 +60,11 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         let refusal = Refusal::cross_namespace(&crossing, &namespace);
         return refuse(&apply, &ctx, own_name, own, refusal).await;
     }
+    // Values are pasted into Terraform: one that could become code is never rendered.
+    if let Some(message) = crate::variables::first_unsafe(apply.spec.variables.as_ref()) {
+        let refusal = blocked(crate::variables::UNSAFE_VARIABLE, message);
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
     let name = match &located.placement {
         Placement::Use { name, .. } => name.clone(),
         Placement::Taken { name, owner } => {

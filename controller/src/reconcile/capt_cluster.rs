@@ -5,9 +5,11 @@
 
 use super::deletion;
 use super::owner::{self, ApplyOwner};
-use super::shared::{cluster_name, locate_workspace, owning_cluster};
+use super::shared::{
+    cluster_name, locate_workspace, names_control_plane, names_infrastructure, owning_cluster,
+};
 use super::{Result, after, kube_err};
-use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster};
+use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, Cluster};
 use crate::context::Context;
 use crate::k8s::set_finalizer;
 use crate::publish::Publication;
@@ -73,7 +75,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     ctx.metrics.reconciled("CAPTCluster");
     let api: Api<CAPTCluster> =
         Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
-    let cluster = owning_cluster(&ctx, &*cc);
+    let cluster = proven_cluster(&ctx, &cc).await;
     if let Some(held) = owner::hold_if_paused(&ctx, &*cc, cluster.as_ref()).await? {
         return Ok(held);
     }
@@ -143,11 +145,46 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     )))
 }
 
-/// True when a CAPTControlPlane of the same Cluster still exists (as cached).
+/// Reason of the Warning Event on a CAPTCluster whose label or owner reference names a
+/// Cluster that does not name it back.
+pub const CLUSTER_DOES_NOT_REFERENCE: &str = "ClusterDoesNotReferenceInfrastructure";
+
+/// The Cluster this is the infrastructure of (as cached): the one its owner reference or
+/// label names, only when that Cluster's `spec.infrastructureRef` names it back. A decoy
+/// labelled with another's Cluster builds no VPC in that Cluster's name (its Terraform would
+/// run with `CLUSTER_NAME` set to the other's), and a Warning Event says why.
+async fn proven_cluster(ctx: &Context, cc: &CAPTCluster) -> Option<Cluster> {
+    let named = owning_cluster(ctx, cc)?;
+    if names_infrastructure(&named, cc) {
+        return Some(named);
+    }
+    let note = format!(
+        "Cluster {}/{} does not name this CAPTCluster in spec.infrastructureRef: it is not this \
+         infrastructure's Cluster, and nothing of it is used",
+        named.namespace().unwrap_or_default(),
+        named.name_any()
+    );
+    tracing::warn!(subject = super::subject(cc), "{note}");
+    ctx.warn(cc, CLUSTER_DOES_NOT_REFERENCE, "Reconcile", note)
+        .await;
+    None
+}
+
+/// True when a CAPTControlPlane of the same Cluster still exists (as cached). While the
+/// Cluster exists, only what it proves counts: a CAPTCluster it does not name (a decoy) waits
+/// for nothing, and only the control plane its `spec.controlPlaneRef` names is waited for (a
+/// decoy control plane labelled with its name would hold the deletion forever). Once the
+/// Cluster is gone (deleted first, where core does not run), the labels are all there is.
 fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> bool {
     let Some(cluster) = cluster_name(cc) else {
         return false;
     };
+    if let Some(owner) = owning_cluster(ctx, cc) {
+        return names_infrastructure(&owner, cc)
+            && ctx.caches.control_planes.state().iter().any(|cp| {
+                cp.namespace() == cc.namespace() && names_control_plane(&owner, cp.as_ref())
+            });
+    }
     ctx.caches.control_planes.state().iter().any(|cp| {
         cp.namespace() == cc.namespace() && cluster_name(cp.as_ref()).as_deref() == Some(&cluster)
     })

@@ -5,7 +5,9 @@
 use super::cluster::{endpoint_still_ours, managed_by_core};
 use super::deletion;
 use super::owner::{self, ApplyOwner};
-use super::shared::{cluster_name, observe_workspace, owning_cluster, secret_endpoint};
+use super::shared::{
+    cluster_name, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
+};
 use super::{Result, after, kube_err};
 use crate::api::{CAPT_CONTROL_PLANE_FINALIZER, CAPTControlPlane, Cluster, ControlPlanePhase};
 use crate::context::Context;
@@ -70,7 +72,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     ctx.metrics.reconciled("CAPTControlPlane");
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
-    let cluster = owning_cluster(&ctx, &*cp);
+    let cluster = proven_cluster(&ctx, &cp).await;
     if let Some(held) = owner::hold_if_paused(&ctx, &*cp, cluster.as_ref()).await? {
         return Ok(held);
     }
@@ -175,10 +177,37 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     ctx.publish(status.observing(&observed)).await?;
     // The kubeconfig Secret last: reading the connection Secret is a request, and the
     // endpoint and status do not wait for it.
-    if let Some(apply) = apply.filter(|_| workspace_ready) {
-        super::kubeconfig::ensure_kubeconfig(&ctx, &cp, &apply).await?;
+    if let (Some(apply), Some(cluster)) = (apply.filter(|_| workspace_ready), &cluster) {
+        super::kubeconfig::ensure_kubeconfig(&ctx, &cp, cluster, &apply).await?;
     }
     Ok(recheck)
+}
+
+/// Reason of the Warning Event on a control plane whose label or owner reference names a
+/// Cluster that does not name it back.
+pub const CLUSTER_DOES_NOT_REFERENCE: &str = "ClusterDoesNotReferenceControlPlane";
+
+/// The Cluster this is the control plane of (as cached): the one its owner reference or
+/// `cluster.x-k8s.io/cluster-name` label names, only when that Cluster's
+/// `spec.controlPlaneRef` names it back ([`names_control_plane`]). Whoever writes a control
+/// plane writes its labels: a decoy labelled with another's Cluster gets nothing of that
+/// Cluster (not its VPC, its kubeconfig Secret, its endpoint, nor its release on deletion),
+/// and a Warning Event says why.
+async fn proven_cluster(ctx: &Context, cp: &CAPTControlPlane) -> Option<Cluster> {
+    let named = owning_cluster(ctx, cp)?;
+    if names_control_plane(&named, cp) {
+        return Some(named);
+    }
+    let note = format!(
+        "Cluster {}/{} does not name this CAPTControlPlane in spec.controlPlaneRef: it is not \
+         this control plane's Cluster, and nothing of it is used",
+        named.namespace().unwrap_or_default(),
+        named.name_any()
+    );
+    tracing::warn!(subject = super::subject(cp), "{note}");
+    ctx.warn(cp, CLUSTER_DOES_NOT_REFERENCE, "Reconcile", note)
+        .await;
+    None
 }
 
 /// Whether the Cluster's CAPTCluster is ready (as cached); `None` when unknown.

@@ -2,7 +2,7 @@
 //! [`crate::status::deletion`] plans: the Cluster endpoint released, the apply deleted, its
 //! Workspace gone, then the finalizer removed. Progress is published as conditions.
 
-use super::shared::{get_apply, observe_workspace, orphan_apply};
+use super::shared::{get_apply, observe_workspace, orphan_apply, ours_to_remove};
 use super::{Result, kube_err};
 use crate::api::{Cluster, WorkspaceTemplateApply};
 use crate::context::Context;
@@ -13,7 +13,7 @@ use crate::status::deletion::{
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use std::fmt::Debug;
@@ -28,23 +28,56 @@ pub struct Deletion {
     pub own_types: &'static [&'static str],
     /// Its live conditions.
     pub existing: Vec<Condition>,
-    /// Its apply, if it exists.
+    /// Its apply, if it exists and is provably its own.
     pub apply: Option<WorkspaceTemplateApply>,
+    /// Why the apply its `spec.workspaceTemplateApplyName` names is left alone, when it
+    /// exists and is not its own (told as a Warning Event).
+    pub refused: Option<String>,
     /// The Cluster whose endpoint it releases, if any.
     pub cluster: Option<Cluster>,
 }
 
-/// The facts every deletion shares: its apply and that apply's Workspace (as cached).
+/// The apply a deletion acts on, as cached.
+pub struct ApplyFacts {
+    /// The apply of `apply_name`, only when it is provably the object's ([`ours_to_remove`]).
+    pub apply: Option<WorkspaceTemplateApply>,
+    /// That apply's Workspace exists.
+    pub workspace_present: bool,
+    /// When an apply of that name exists and is not the object's: why. The deletion then
+    /// goes on as if there were none, and leaves it alone.
+    pub refused: Option<String>,
+}
+
+/// The facts every deletion shares: its apply and that apply's Workspace (as cached). The
+/// name comes from the object's spec, which its user writes: an apply of that name that is
+/// not the object's own is neither deleted nor orphaned nor waited for.
 pub fn apply_facts<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     obj: &K,
     apply_name: &str,
-) -> (Option<WorkspaceTemplateApply>, bool) {
-    let apply = get_apply(ctx, obj, apply_name);
+) -> ApplyFacts {
+    let found = get_apply(ctx, obj, apply_name);
+    let (apply, refused) = match found.map(|a| (ours_to_remove(obj, &a), a)) {
+        Some((Ok(()), a)) => (Some(a), None),
+        Some((Err(why), a)) => {
+            let ns = a.namespace().unwrap_or_default();
+            let kind = K::kind(&());
+            let message = format!(
+                "WorkspaceTemplateApply {ns}/{apply_name} is not this {kind}'s ({why}): \
+                 left alone on deletion"
+            );
+            (None, Some(message))
+        }
+        None => (None, None),
+    };
     let workspace_present = apply
         .as_ref()
         .is_some_and(|a| observe_workspace(ctx, a).is_some());
-    (apply, workspace_present)
+    ApplyFacts {
+        apply,
+        workspace_present,
+        refused,
+    }
 }
 
 /// When the object's deletion was requested.
@@ -80,6 +113,11 @@ where
         let status = Publication::status(obj, d.manager, fragment);
         ctx.publish(status).await?;
     }
+    if let Some(why) = &d.refused {
+        tracing::warn!(subject = super::subject(obj), "{why}");
+        let (reason, action) = (crate::tenancy::APPLY_NOT_OURS, "Delete");
+        ctx.warn(obj, reason, action, why.clone()).await;
+    }
     match plan.step {
         DeletionStep::ReleaseEndpoint => {
             if let Some(cluster) = &d.cluster {
@@ -90,8 +128,17 @@ where
             let apply = d.apply.expect("DeleteApply implies an apply");
             let applies: Api<WorkspaceTemplateApply> =
                 Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+            // The uid precondition: only the apply found to be ours, never one created
+            // again under its name since.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: apply.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
             applies
-                .delete(&apply.name_any(), &DeleteParams::background())
+                .delete(&apply.name_any(), &params)
                 .await
                 .map_err(kube_err(obj, "deleting its WorkspaceTemplateApply"))?;
         }

@@ -2,29 +2,33 @@
 //! equal to what [`crate::kubeconfig`] computes from the control plane's connection Secret.
 //! Secret data is never logged and never put into an error.
 
-use super::shared::cluster_name;
 use super::{Result, kube_err};
-use crate::api::{CAPTControlPlane, WorkspaceTemplateApply};
+use crate::api::{CAPTControlPlane, Cluster, WorkspaceTemplateApply};
 use crate::context::{Context, Written};
 use crate::k8s::SPEC_MANAGER;
 use crate::kubeconfig::{self, Verdict};
 use crate::write_loops::Basis;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 
-/// Creates or updates the kubeconfig Secret of the control plane's Cluster from the apply's
-/// connection Secret; writes only when the live Secret differs from the wanted one. Does
-/// nothing without an owning Cluster, without a connection Secret in the control plane's own
-/// namespace, or before the outputs hold a kubeconfig (or an endpoint and a CA).
+/// Reason of the Warning Event when `<cluster>-kubeconfig` exists and this control plane is
+/// not its controller.
+pub const SECRET_NOT_CONTROLLED: &str = "KubeconfigSecretNotControlled";
+
+/// Creates or updates the kubeconfig Secret of `cluster` (the Cluster whose
+/// `spec.controlPlaneRef` names `cp`: the caller proved it) from the apply's connection
+/// Secret; writes only when the live Secret differs from the wanted one, and only a Secret
+/// that is absent (created, never taken over) or controlled by this control plane (updated
+/// with its uid as a precondition). Does nothing without a connection Secret in the control
+/// plane's own namespace, or before the outputs hold a kubeconfig (or an endpoint and a CA).
 pub async fn ensure_kubeconfig(
     ctx: &Context,
     cp: &CAPTControlPlane,
+    cluster: &Cluster,
     apply: &WorkspaceTemplateApply,
 ) -> Result<()> {
-    let Some(cluster) = cluster_name(cp) else {
-        return Ok(());
-    };
+    let cluster = cluster.name_any();
     let (Some(ns), Some(uid)) = (cp.namespace(), cp.uid()) else {
         return Ok(());
     };
@@ -60,7 +64,7 @@ pub async fn ensure_kubeconfig(
         &cp.name_any(),
         &uid,
     );
-    let desired = kubeconfig::desired_secret(&cluster, &ns, owner, value);
+    let mut desired = kubeconfig::desired_secret(&cluster, &ns, owner, value);
     let name = kubeconfig::secret_name(&cluster);
     let live = secrets
         .get_opt(&name)
@@ -76,13 +80,42 @@ pub async fn ensure_kubeconfig(
             );
             return Ok(());
         }
+        Verdict::NotControlled(controller) => {
+            let by = controller.unwrap_or_else(|| "no controller".into());
+            let note = format!(
+                "Secret {ns}/{name} exists and this CAPTControlPlane is not its controller \
+                 ({by}): left alone"
+            );
+            tracing::warn!(subject = super::subject(cp), "{note}");
+            ctx.warn(cp, SECRET_NOT_CONTROLLED, "WriteKubeconfig", note)
+                .await;
+            return Ok(());
+        }
         Verdict::Write => {}
     }
-    let params = PatchParams::apply(SPEC_MANAGER).force();
-    secrets
-        .patch(&name, &params, &Patch::Apply(&desired))
-        .await
-        .map_err(kube_err(cp, "applying the kubeconfig Secret"))?;
+    match live.and_then(|l| l.uid()) {
+        // Absent: a create, which fails rather than take over a Secret made meanwhile.
+        None => {
+            let params = PostParams {
+                field_manager: Some(SPEC_MANAGER.into()),
+                ..PostParams::default()
+            };
+            secrets
+                .create(&params, &desired)
+                .await
+                .map_err(kube_err(cp, "creating the kubeconfig Secret"))?;
+        }
+        // Ours: the uid is a precondition, so a Secret deleted and made again by someone
+        // else since the read is not written.
+        Some(live_uid) => {
+            desired.metadata.uid = Some(live_uid);
+            let params = PatchParams::apply(SPEC_MANAGER).force();
+            secrets
+                .patch(&name, &params, &Patch::Apply(&desired))
+                .await
+                .map_err(kube_err(cp, "applying the kubeconfig Secret"))?;
+        }
+    }
     tracing::info!(
         subject = super::subject(cp),
         secret = name,

@@ -178,7 +178,11 @@ pub fn deletion_of<O: ApplyOwner>(
     owner: &O,
     cluster: Option<Cluster>,
 ) -> (Deletion, DeletionFacts) {
-    let (apply, workspace_present) = deletion::apply_facts(ctx, owner, &owner.apply_name());
+    let deletion::ApplyFacts {
+        apply,
+        workspace_present,
+        refused,
+    } = deletion::apply_facts(ctx, owner, &owner.apply_name());
     let facts = DeletionFacts {
         endpoint_owned: false,
         control_plane_present: false,
@@ -198,6 +202,7 @@ pub fn deletion_of<O: ApplyOwner>(
         own_types: O::CONDITION_TYPES,
         existing: owner.conditions().to_vec(),
         apply,
+        refused,
         cluster,
     };
     (d, facts)

@@ -2,7 +2,9 @@
 //! Workspace of an apply and the connection Secret's endpoint.
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
-use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
+use crate::api::{
+    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
+};
 use crate::context::{Context, Written};
 use crate::k8s::SPEC_MANAGER;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
@@ -10,6 +12,7 @@ use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use crate::watches::{cached, cached_beside};
 use crate::write_loops::Basis;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -38,6 +41,42 @@ pub fn owning_cluster<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) -> 
     cached_beside(&ctx.caches.clusters, obj, &name).map(|c| (*c).clone())
 }
 
+/// True when the Cluster's `spec.controlPlaneRef` names `cp`: a CAPTControlPlane of that
+/// name in the Cluster's namespace (core's defaulting fills the reference's namespace).
+///
+/// This, not the control plane's `cluster.x-k8s.io/cluster-name` label nor an owner reference
+/// (both written by whoever writes the control plane), proves which Cluster a control plane
+/// is the control plane of: only the Cluster's own spec says so.
+pub fn names_control_plane(cluster: &Cluster, cp: &CAPTControlPlane) -> bool {
+    names(cluster, cluster.spec.control_plane_ref.as_ref(), cp)
+}
+
+/// True when the Cluster's `spec.infrastructureRef` names `cc` ([`names_control_plane`],
+/// for the infrastructure cluster).
+pub fn names_infrastructure(cluster: &Cluster, cc: &CAPTCluster) -> bool {
+    names(cluster, cluster.spec.infrastructure_ref.as_ref(), cc)
+}
+
+/// True when `r`, a reference of `cluster`, names `obj`: its kind, group, name, and the
+/// Cluster's namespace.
+fn names<K: Resource<DynamicType = ()>>(
+    cluster: &Cluster,
+    r: Option<&ObjectReference>,
+    obj: &K,
+) -> bool {
+    let Some(r) = r else {
+        return false;
+    };
+    let group = |api_version: &str| api_version.split('/').next().map(str::to_owned);
+    r.kind.as_deref() == Some(&K::kind(&()))
+        && r.api_version.as_deref().and_then(group) == Some(K::group(&()).into())
+        && r.name.as_deref() == Some(&obj.name_any())
+        && r.namespace
+            .as_ref()
+            .is_none_or(|ns| Some(ns) == obj.namespace().as_ref())
+        && cluster.namespace() == obj.namespace()
+}
+
 /// What to create when an object has no apply yet.
 pub struct ApplySpec {
     /// The apply's name.
@@ -62,18 +101,7 @@ where
     let api: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &ns);
     let existing = get_apply(ctx, owner, &wanted.name);
     let kind = K::kind(&());
-    let owner_name = owner.name_any();
-    let claim = existing.as_ref().map(|a| {
-        crate::tenancy::apply_claim(
-            a.labels(),
-            a.annotations(),
-            [
-                (OWNER_KIND_LABEL, &kind),
-                (OWNER_NAME_LABEL, &owner_name),
-                (OWNER_NAMESPACE_LABEL, &ns),
-            ],
-        )
-    });
+    let claim = existing.as_ref().map(|a| claim_of(owner, a));
     let adopted = match claim {
         None => false,
         Some(ApplyClaim::NotOurs(why)) => {
@@ -140,6 +168,42 @@ where
     Ok(Ok(applied))
 }
 
+/// Whether `apply` is `owner`'s, from its owner labels and the adopt annotation.
+pub fn claim_of<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    apply: &WorkspaceTemplateApply,
+) -> ApplyClaim {
+    let (kind, name, ns) = (
+        K::kind(&()),
+        owner.name_any(),
+        owner.namespace().unwrap_or_default(),
+    );
+    crate::tenancy::apply_claim(
+        apply.labels(),
+        apply.annotations(),
+        [
+            (OWNER_KIND_LABEL, &kind),
+            (OWNER_NAME_LABEL, &name),
+            (OWNER_NAMESPACE_LABEL, &ns),
+        ],
+    )
+}
+
+/// `Ok` when `apply` is provably `owner`'s to delete or orphan: its owner labels name the
+/// owner (an apply the owner adopted carries them too). `spec.workspaceTemplateApplyName` is
+/// the user's to write, so the name alone proves nothing; an apply that is only adoptable was
+/// never taken and is not the owner's either. `Err` says why not.
+pub fn ours_to_remove<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    apply: &WorkspaceTemplateApply,
+) -> Result<(), String> {
+    match claim_of(owner, apply) {
+        ApplyClaim::Ours => Ok(()),
+        ApplyClaim::Adoptable => Err("it was never adopted (it has no owner labels)".into()),
+        ApplyClaim::NotOurs(why) => Err(why),
+    }
+}
+
 /// True when every field of `wanted` is in `live` with the same value.
 pub fn contains(live: &Value, wanted: &Value) -> bool {
     match (live, wanted) {
@@ -151,7 +215,9 @@ pub fn contains(live: &Value, wanted: &Value) -> bool {
 }
 
 /// Gives an apply up (`retainVpcOnDelete`): drops any owner reference an adopted apply
-/// carried, so that the garbage collector leaves it (and its Workspace) in place.
+/// carried, so that the garbage collector leaves it (and its Workspace) in place. Only an
+/// apply [`ours_to_remove`] (the caller checked); the patch carries the apply's uid, so that
+/// an apply deleted and created again under the name since is not touched.
 pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     owner: &K,
@@ -162,7 +228,8 @@ pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
     }
     let api: Api<WorkspaceTemplateApply> =
         Api::namespaced(ctx.client.clone(), &apply.namespace().unwrap_or_default());
-    let patch = json!({"metadata": {"ownerReferences": null}});
+    // A uid in a patch is a precondition: the API server refuses it (409) for another object.
+    let patch = json!({"metadata": {"uid": apply.uid(), "ownerReferences": null}});
     api.patch(
         &apply.name_any(),
         &PatchParams::default(),

@@ -1,0 +1,651 @@
+//! A hostile tenant, against the real API server with the controller, the status-applier and
+//! the fake Terraform provider as processes (`capt_tests::system::System`), beside real
+//! Cluster API core. Each test performs one attack and checks that it is refused, with the
+//! condition or Warning Event that says so (`docs/security.md`, "Threat model"):
+//!
+//! - hole 3: a CAPT object whose `spec.workspaceTemplateApplyName` names another stack's
+//!   WorkspaceTemplateApply, then deleted, leaves that apply alone; the name is set once;
+//! - hole 4: a decoy CAPTControlPlane (or CAPTCluster) labelled with another Cluster's name
+//!   gets neither that Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
+//!   control plane does not control is left alone;
+//! - hole 2: a value that would be Terraform code is refused by the API server (CRD
+//!   patterns), and, where it gets past it, never rendered;
+//! - hole 5: the ServiceAccount, whose RBAC may create Secrets anywhere, creates and changes
+//!   only `cluster.x-k8s.io/secret` Secrets named `*-kubeconfig` (an admission policy).
+//!
+//! The negative checks wait for what shows the controller acted (the attacker's deletion
+//! completed, its Warning Event), then look at the victim. The tests take turns (a mutex):
+//! each runs its own processes.
+
+use anyhow::{Context as _, Result};
+use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
+use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
+use capt_controller::render::workspace_name;
+use capt_tests::system::{System, impersonating_kubeconfig};
+use capt_tests::{TestNamespace, env, install_rbac, warnings};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use kube::discovery::ApiResource;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `kubectl apply --server-side` of `docs` (JSON objects).
+fn apply(docs: &[Value]) -> Result<()> {
+    let text: Vec<String> = docs.iter().map(Value::to_string).collect();
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&text.join("\n")),
+    )?;
+    Ok(())
+}
+
+fn dynamic(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn capt_clusters(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = dynamic(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        "CAPTCluster",
+        "captclusters",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn control_planes(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = dynamic(
+        "controlplane.cluster.x-k8s.io",
+        "v1beta1",
+        "CAPTControlPlane",
+        "captcontrolplanes",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// A VPC template `vpc` in `ns` (the fake provider reports a `vpc_id`).
+fn vpc_template(ns: &str) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "vpc", "namespace": ns},
+        "spec": {"template": {"metadata": {"annotations": {"fake.tf.upbound.io/outputs": "{\"vpc_id\": \"vpc-1\"}"}},
+                 "spec": {"forProvider": {"source": "Inline", "module": "# vpc ${CLUSTER_NAME}"}}}},
+    })
+}
+
+/// Hole 3. Tenant `evil` creates a CAPTCluster whose `spec.workspaceTemplateApplyName` names
+/// the VPC apply of another stack (`victim`) in the same namespace, and deletes it. Before the
+/// fix the deletion deleted whatever the name named; now only an apply whose owner labels name
+/// the deleted object is deleted (with a uid precondition), and the refusal is a Warning Event.
+#[tokio::test]
+async fn hole3_deleting_a_capt_object_never_deletes_an_apply_it_does_not_own() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-apply").await?;
+    let system = System::start(&ns.name, 50).await?;
+    // The victim's apply, labelled as the controller labels a CAPTCluster's VPC apply.
+    let victim = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "victim-vpc", "namespace": ns.name, "labels": {
+            OWNER_KIND_LABEL: "CAPTCluster", OWNER_NAME_LABEL: "victim", OWNER_NAMESPACE_LABEL: ns.name}},
+        "spec": {"templateRef": {"name": "vpc"}, "variables": {"CLUSTER_NAME": "victim"}},
+    });
+    apply(&[vpc_template(&ns.name), victim])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let victim_ws = workspace_name(&ns.name, "victim-vpc");
+    // The controller has seen the victim's apply once it rendered its Workspace.
+    system
+        .wait_for("the victim's Workspace", WAIT, || async {
+            Ok(workspaces.get_opt(&victim_ws).await?.is_some())
+        })
+        .await?;
+
+    let evil = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "evil", "namespace": ns.name},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"},
+                 "workspaceTemplateApplyName": "victim-vpc"},
+    });
+    apply(&[evil])?;
+    let ccs = capt_clusters(&client, &ns.name);
+    system
+        .wait_for("the controller's finalizer on evil", WAIT, || async {
+            Ok(ccs.get_opt("evil").await?.is_some_and(|c| {
+                c.finalizers()
+                    .iter()
+                    .any(|f| f == capt_controller::api::CAPT_CLUSTER_FINALIZER)
+            }))
+        })
+        .await?;
+    ccs.delete("evil", &DeleteParams::default()).await?;
+    // The attacker's deletion completed: the controller went through its deletion, whatever
+    // path it took.
+    system
+        .wait_for("evil gone", WAIT, || async {
+            Ok(ccs.get_opt("evil").await?.is_none())
+        })
+        .await?;
+
+    let survivor = applies
+        .get_opt("victim-vpc")
+        .await?
+        .context("the victim's apply still exists")?;
+    assert!(
+        survivor.meta().deletion_timestamp.is_none(),
+        "the victim's apply is being deleted"
+    );
+    let ws = workspaces
+        .get_opt(&victim_ws)
+        .await?
+        .context("the victim's Workspace still exists")?;
+    assert!(ws.meta().deletion_timestamp.is_none());
+    // Which path ran: the refusal, told on the attacker.
+    let notes = warnings(&ns.name, "WorkspaceTemplateApplyNotOwned", "evil")?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("victim-vpc") && n.contains("left alone")),
+        "a Warning Event on evil says the apply was left alone: {notes:?}"
+    );
+
+    applies
+        .delete("victim-vpc", &DeleteParams::default())
+        .await?;
+    system
+        .wait_for("the victim's Workspace gone", WAIT, || async {
+            Ok(workspaces.get_opt(&victim_ws).await?.is_none())
+        })
+        .await?;
+    Ok(())
+}
+
+/// Hole 3, the field: `spec.workspaceTemplateApplyName` may be set (on creation, or by the
+/// controller once), never changed nor removed, on both kinds. Checked by the API server
+/// alone (the CRD's CEL rules), so no controller runs.
+#[tokio::test]
+async fn hole3_the_apply_name_is_set_once() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-name").await?;
+    let cc = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "a", "namespace": ns.name},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"}},
+    });
+    let cp = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "a", "namespace": ns.name},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"}},
+    });
+    apply(&[cc, cp])?;
+    let params = PatchParams::default();
+    for api in [
+        capt_clusters(&client, &ns.name),
+        control_planes(&client, &ns.name),
+    ] {
+        let kind = api.resource_url().to_owned();
+        let set = |name: Value| Patch::Merge(json!({"spec": {"workspaceTemplateApplyName": name}}));
+        api.patch("a", &params, &set(json!("a-own")))
+            .await
+            .with_context(|| format!("{kind}: setting the name once is allowed"))?;
+        for (what, value) in [("changed", json!("victim-vpc")), ("removed", Value::Null)] {
+            let refused = api.patch("a", &params, &set(value)).await;
+            let err = match refused {
+                Err(kube::Error::Api(e)) => e,
+                other => panic!("{kind}: the name was {what}: {other:?}"),
+            };
+            assert_eq!(err.code, 422, "{kind}: {err:?}");
+            assert!(
+                err.message.contains("workspaceTemplateApplyName"),
+                "{kind}: the refusal names the field: {}",
+                err.message
+            );
+        }
+        let live = api.get("a").await?;
+        assert_eq!(live.data["spec"]["workspaceTemplateApplyName"], "a-own");
+    }
+    Ok(())
+}
+
+/// What a watch of `<cluster>-kubeconfig` saw: the controllers (owner uids) of each version,
+/// and whether it was deleted.
+#[derive(Default)]
+struct SecretHistory {
+    controllers: Vec<String>,
+    deleted: bool,
+}
+
+/// Watches the Secret `name` of `ns` from its current version on.
+async fn watch_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Arc<StdMutex<SecretHistory>>> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let current = api.get(name).await?;
+    let version = current.resource_version().unwrap_or_default();
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(290);
+    let mut stream = api.watch(&params, &version).await?.boxed();
+    let history = Arc::new(StdMutex::new(SecretHistory::default()));
+    let seen = history.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(event)) = stream.next().await {
+            let mut h = seen.lock().expect("not poisoned");
+            match event {
+                WatchEvent::Added(s) | WatchEvent::Modified(s) => {
+                    h.controllers.extend(controller_uid(&s));
+                }
+                WatchEvent::Deleted(_) => h.deleted = true,
+                _ => {}
+            }
+        }
+    });
+    Ok(history)
+}
+
+/// The uid of the Secret's controller owner reference.
+fn controller_uid(secret: &Secret) -> Option<String> {
+    let refs = secret.owner_references().iter();
+    let controller = refs.into_iter().find(|o| o.controller == Some(true));
+    controller.map(|o| o.uid.clone())
+}
+
+/// Hole 4, the decoy. Beside a provisioned stack (`demo`), tenant creates a CAPTControlPlane
+/// `decoy` labelled `cluster.x-k8s.io/cluster-name: demo`, which Cluster `demo` does not name
+/// in `spec.controlPlaneRef`. Before the fix the decoy built a control plane for Cluster
+/// `demo` and took `demo-kubeconfig` over (its owner reference replaced by the decoy's, so
+/// that the decoy's deletion would have the garbage collector delete it). Now the decoy gets
+/// nothing of `demo`, and a Warning Event says why.
+#[tokio::test]
+async fn hole4_a_decoy_control_plane_gets_nothing_of_the_cluster_it_names() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-decoy").await?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let cps = control_planes(&client, &ns.name);
+    let demo_uid = cps.get("demo").await?.uid().context("uid")?;
+    system
+        .wait_for("demo-kubeconfig, controlled by demo", WAIT, || async {
+            let secret = secrets.get_opt("demo-kubeconfig").await?;
+            Ok(secret.and_then(|s| controller_uid(&s)) == Some(demo_uid.clone()))
+        })
+        .await?;
+    let history = watch_secret(&client, &ns.name, "demo-kubeconfig").await?;
+
+    let decoy = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "decoy", "namespace": ns.name,
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"},
+                 "controlPlaneConfig": {"region": "ap-northeast-1"}},
+    });
+    apply(&[decoy])?;
+    let taken = || {
+        let h = history.lock().expect("not poisoned");
+        h.deleted || h.controllers.iter().any(|c| *c != demo_uid)
+    };
+    // Either the refusal (fixed) or the takeover (before the fix) shows the controller acted.
+    system
+        .wait_for(
+            "the decoy refused, or demo-kubeconfig taken",
+            WAIT,
+            || async {
+                let refused =
+                    !warnings(&ns.name, "ClusterDoesNotReferenceControlPlane", "decoy")?.is_empty();
+                Ok(refused || taken())
+            },
+        )
+        .await?;
+    assert!(!taken(), "the decoy took demo-kubeconfig over");
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        applies.get_opt("decoy-controlplane").await?.is_none(),
+        "the decoy got a WorkspaceTemplateApply for Cluster demo"
+    );
+
+    // The same for the infrastructure: a decoy CAPTCluster labelled demo would have its VPC
+    // built by Terraform with CLUSTER_NAME=demo.
+    let decoy_vpc = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "decoy", "namespace": ns.name,
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"}},
+    });
+    apply(&[decoy_vpc])?;
+    system
+        .wait_for("the decoy VPC refused, or built", WAIT, || async {
+            let refused =
+                !warnings(&ns.name, "ClusterDoesNotReferenceInfrastructure", "decoy")?.is_empty();
+            Ok(refused || applies.get_opt("decoy-vpc").await?.is_some())
+        })
+        .await?;
+    assert!(
+        applies.get_opt("decoy-vpc").await?.is_none(),
+        "the decoy CAPTCluster got a VPC apply for Cluster demo"
+    );
+    let ccs = capt_clusters(&client, &ns.name);
+    ccs.delete("decoy", &DeleteParams::default()).await?;
+
+    // The decoy's deletion takes nothing of demo with it.
+    cps.delete("decoy", &DeleteParams::default()).await?;
+    system
+        .wait_for("the decoys gone", WAIT, || async {
+            Ok(cps.get_opt("decoy").await?.is_none() && ccs.get_opt("decoy").await?.is_none())
+        })
+        .await?;
+    let secret = secrets
+        .get_opt("demo-kubeconfig")
+        .await?
+        .context("demo-kubeconfig survives the decoy")?;
+    assert_eq!(controller_uid(&secret), Some(demo_uid.clone()));
+    assert!(!taken(), "demo-kubeconfig was taken or deleted");
+    let cluster = system.get(&["cluster", "demo"])?.context("Cluster demo")?;
+    assert!(
+        cluster["spec"]["controlPlaneEndpoint"]["host"].is_string(),
+        "demo keeps its endpoint: {}",
+        cluster["spec"]
+    );
+    Ok(())
+}
+
+/// Hole 4, the Secret. Tenant provides `demo-kubeconfig` of type `cluster.x-k8s.io/secret`
+/// itself, controlled by no one, before the stack `demo` provisions. Before the fix the
+/// controller overwrote it (value, label, owner reference); now a Secret this control plane
+/// does not control is left alone, and a Warning Event on the control plane says so.
+#[tokio::test]
+async fn hole4_a_kubeconfig_secret_the_control_plane_does_not_control_is_left_alone() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-secret").await?;
+    let system = System::start(&ns.name, 50).await?;
+    let theirs = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "demo-kubeconfig", "namespace": ns.name},
+        "type": "cluster.x-k8s.io/secret",
+        "stringData": {"value": "the tenant's own kubeconfig"},
+    });
+    apply(&[theirs])?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let before = secrets.get("demo-kubeconfig").await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    let changed =
+        |s: &Secret| s.data != before.data || s.owner_references() != before.owner_references();
+    system
+        .wait_for("the refusal, or demo-kubeconfig written", WAIT, || async {
+            let refused = !warnings(&ns.name, "KubeconfigSecretNotControlled", "demo")?.is_empty();
+            let written = secrets.get("demo-kubeconfig").await.map(|s| changed(&s))?;
+            Ok(refused || written)
+        })
+        .await?;
+    let after = secrets.get("demo-kubeconfig").await?;
+    // Compared, never printed: Secret data stays out of test output too.
+    assert!(
+        after.data == before.data,
+        "the tenant's kubeconfig was overwritten"
+    );
+    assert!(
+        after.owner_references().is_empty(),
+        "the tenant's Secret gained owners: {:?}",
+        after.owner_references()
+    );
+    let notes = warnings(&ns.name, "KubeconfigSecretNotControlled", "demo")?;
+    assert!(
+        notes.iter().any(|n| n.contains("demo-kubeconfig")),
+        "{notes:?}"
+    );
+    Ok(())
+}
+
+/// The injection of hole 2: a Kubernetes version that closes the module's string and block
+/// and opens a resource of its own.
+const INJECTION: &str = r#"1.31" } resource "null_resource" "x" {"#;
+
+/// The WorkspaceTemplateApply CRD as it was before values had a pattern, applied for the
+/// life of the guard (the committed CRD is applied back on drop): what a cluster whose CRDs
+/// were not upgraded, or an apply written before, lets through to the renderer.
+struct RelaxedApplyCrd;
+
+const APPLY_CRD: &str =
+    "manifests/crds/workspacetemplateapplies.infrastructure.cluster.x-k8s.io.yaml";
+
+impl RelaxedApplyCrd {
+    fn apply() -> Result<Self> {
+        let path = capt_tests::repo_root().join(APPLY_CRD);
+        let mut crd: Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
+        let values = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["variables"]["additionalProperties"];
+        let values = values.as_object_mut().context("variables' values schema")?;
+        values
+            .remove("pattern")
+            .context("the CRD has the pattern")?;
+        apply(&[crd])?;
+        Ok(Self)
+    }
+}
+
+impl Drop for RelaxedApplyCrd {
+    fn drop(&mut self) {
+        let path = capt_tests::repo_root().join(APPLY_CRD);
+        let _ = env().kubectl_ok(
+            &["apply", "--server-side", "-f", &path.display().to_string()],
+            None,
+        );
+    }
+}
+
+/// Hole 2. A tenant's value pasted into the Terraform module would be code run with the
+/// platform's credentials. The API server refuses a CAPTControlPlane whose `spec.version` is
+/// not a version, and an apply whose variables are not plain literals (CRD patterns); and
+/// where such a value gets past it (the CRD without the pattern), the controller renders
+/// nothing: `Applied=False`, reason `UnsafeVariable`, and a Warning Event.
+#[tokio::test]
+async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-inject").await?;
+    let system = System::start(&ns.name, 50).await?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+
+    // Through the CAPT object: refused by the API server. (Before the fix it was stored,
+    // and the control plane's Workspace carried the resource.)
+    let cp = json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "demo", "namespace": ns.name},
+        "spec": {"version": INJECTION, "workspaceTemplateRef": {"name": "eks"}},
+    });
+    let created = control_planes(&client, &ns.name)
+        .create(&PostParams::default(), &serde_json::from_value(cp)?)
+        .await;
+    match created {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("spec.version"), "{}", e.message);
+        }
+        other => panic!("a CAPTControlPlane with an injected version was stored: {other:?}"),
+    }
+
+    // Through an apply the renderer sees: nothing rendered.
+    let template = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "eks", "namespace": ns.name},
+        "spec": {"template": {"spec": {"forProvider": {"source": "Inline",
+                 "module": "module \"eks\" {\n  version = \"${KUBERNETES_VERSION}\"\n}\n"}}}},
+    });
+    let injected = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "injected", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "eks"}, "variables": {"KUBERNETES_VERSION": INJECTION}},
+    });
+    apply(&[template])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let refused = applies
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(injected.clone())?,
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 422),
+        "an apply with an injected variable was stored: {refused:?}"
+    );
+    let relaxed = RelaxedApplyCrd::apply()?;
+    // The API server takes a CRD's new schema on shortly; no object reports when.
+    system
+        .wait_for("the apply stored under the relaxed CRD", WAIT, || async {
+            let body = serde_json::from_value(injected.clone())?;
+            Ok(applies.create(&PostParams::default(), &body).await.is_ok())
+        })
+        .await?;
+    drop(relaxed);
+    let ws_name = workspace_name(&ns.name, "injected");
+    let refusal = || async {
+        let apply = applies.get("injected").await?;
+        let status = serde_json::to_value(&apply.status)?;
+        Ok::<_, anyhow::Error>(
+            status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Applied" && c["reason"] == "UnsafeVariable"),
+        )
+    };
+    // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
+    system
+        .wait_for("the refusal, or the Workspace", WAIT, || async {
+            Ok(refusal().await? || workspaces.get_opt(&ws_name).await?.is_some())
+        })
+        .await?;
+    if let Some(ws) = workspaces.get_opt(&ws_name).await? {
+        let module = ws.spec.fields["forProvider"]["module"].to_string();
+        panic!("the injected value was rendered into Terraform: {module}");
+    }
+    assert!(refusal().await?, "Applied=False, reason UnsafeVariable");
+    let notes = warnings(&ns.name, "UnsafeVariable", "injected")?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("spec.variables.KUBERNETES_VERSION")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().all(|n| !n.contains("null_resource")),
+        "the value is not echoed: {notes:?}"
+    );
+    Ok(())
+}
+
+/// Hole 5. The ServiceAccount may `create` and `get` Secrets in every namespace (RBAC cannot
+/// limit `create` by name): without more, it could create a `kubernetes.io/service-account-token`
+/// Secret for any ServiceAccount and read the token the API server fills in. With the
+/// manifests' ValidatingAdmissionPolicy (`manifests/deploy/secret-policy.yaml`) the account
+/// creates and changes only Secrets of type `cluster.x-k8s.io/secret` named `*-kubeconfig`;
+/// others, administrators included, are not limited by it.
+#[tokio::test]
+async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-sa").await?;
+    install_rbac()?;
+    let user = "system:serviceaccount:capt-system:capt-controller";
+    let kubeconfig = impersonating_kubeconfig(user, &std::env::temp_dir().join(&ns.name))?;
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let account =
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(config, &options).await?)?;
+    let as_account: Api<Secret> = Api::namespaced(account, &ns.name);
+    let as_admin: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let secret = |name: &str, type_: &str, annotations: Value| -> Result<Secret> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns.name, "annotations": annotations},
+            "type": type_,
+        }))?)
+    };
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let token = secret(
+        "admin-token",
+        "kubernetes.io/service-account-token",
+        json!({"kubernetes.io/service-account.name": "default"}),
+    )?;
+    // The API server enforces a policy once it has loaded it, which no object reports: ask
+    // (dry runs, which store nothing) until the account's token Secret is refused, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let refusal = loop {
+        match as_account.create(&dry, &token).await {
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => break e,
+            Err(e) => return Err(e.into()),
+            Ok(_) if std::time::Instant::now() > deadline => {
+                panic!("the account may create a service-account-token Secret")
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert!(
+        refusal.message.contains("cluster.x-k8s.io/secret"),
+        "{}",
+        refusal.message
+    );
+    // For real, too: nothing is created, so there is no token to read.
+    let created = as_account.create(&PostParams::default(), &token).await;
+    assert!(
+        matches!(&created, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
+        "{created:?}"
+    );
+    assert!(as_admin.get_opt("admin-token").await?.is_none());
+    for (name, type_) in [
+        ("x-kubeconfig", "Opaque"),
+        ("x-kubeconfig", "kubernetes.io/dockerconfigjson"),
+        ("other", "cluster.x-k8s.io/secret"),
+    ] {
+        let s = secret(name, type_, json!({}))?;
+        let denied = as_account.create(&dry, &s).await;
+        assert!(
+            matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
+            "{name} of type {type_}: {denied:?}"
+        );
+    }
+    // What the controller writes still passes (RBAC and the policy), created and patched.
+    let kubeconfig_secret = secret("demo-kubeconfig", "cluster.x-k8s.io/secret", json!({}))?;
+    as_account
+        .create(&PostParams::default(), &kubeconfig_secret)
+        .await
+        .context("the account creates <cluster>-kubeconfig")?;
+    let label =
+        Patch::Merge(json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "demo"}}}));
+    as_account
+        .patch("demo-kubeconfig", &PatchParams::default(), &label)
+        .await
+        .context("the account patches <cluster>-kubeconfig")?;
+    // An administrator's Secret of any type is not the policy's business.
+    let opaque = secret("admins", "Opaque", json!({}))?;
+    as_admin.create(&PostParams::default(), &opaque).await?;
+    // Nor may the account change a Secret it did not make into something else.
+    let denied = as_account
+        .patch("admins", &PatchParams::default(), &label)
+        .await;
+    assert!(
+        matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
+        "{denied:?}"
+    );
+    Ok(())
+}
