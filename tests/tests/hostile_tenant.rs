@@ -436,7 +436,18 @@ impl RelaxedApplyCrd {
         values
             .remove("pattern")
             .context("the CRD has the pattern")?;
-        apply(&[crd])?;
+        // As the test environment installed it (`hack/testenv.sh`, manager `testenv`): the
+        // CRD's `spec.versions` is one atomic list, which another manager could not change.
+        env().kubectl_ok(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=testenv",
+                "-f",
+                "-",
+            ],
+            Some(&crd.to_string()),
+        )?;
         Ok(Self)
     }
 }
@@ -445,7 +456,13 @@ impl Drop for RelaxedApplyCrd {
     fn drop(&mut self) {
         let path = capt_tests::repo_root().join(APPLY_CRD);
         let _ = env().kubectl_ok(
-            &["apply", "--server-side", "-f", &path.display().to_string()],
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=testenv",
+                "-f",
+                &path.display().to_string(),
+            ],
             None,
         );
     }

@@ -440,18 +440,25 @@ impl Machine {
         }));
     }
 
-    /// Gives back the slot and the object of `key`, which may not be applied now: it waits,
-    /// ready, for the leadership to allow writes again (or stays idle, when no intent asks
-    /// for it any more).
-    fn hold(&mut self, key: &DesiredKey) {
+    /// Gives back the slot and the object `key` holds, if it holds them, and makes it idle.
+    fn free(&mut self, key: &DesiredKey) {
         if let Some(object) = self.objects.get_mut(&key.object)
             && object.busy.as_ref() == Some(key)
         {
             object.busy = None;
             self.running -= 1;
         }
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.phase = Phase::Idle;
+        }
+    }
+
+    /// Gives back the slot and the object of `key`, which may not be applied now: it waits,
+    /// ready, for the leadership to allow writes again (or stays idle, when no intent asks
+    /// for it any more).
+    fn hold(&mut self, key: &DesiredKey) {
+        self.free(key);
         let entry = self.entries.get_mut(key).expect("a key");
-        entry.phase = Phase::Idle;
         if entry.from_intent {
             set_phase(entry, &mut self.pending, Phase::Ready);
             self.ready.push_front(key.clone());
@@ -599,14 +606,8 @@ impl Machine {
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
-        if let Some(object) = self.objects.get_mut(&key.object)
-            && object.busy.as_ref() == Some(key)
-        {
-            object.busy = None;
-            self.running -= 1;
-        }
+        self.free(key);
         let entry = self.entries.get_mut(key).expect("a key");
-        entry.phase = Phase::Idle;
         entry.uid_reread = false;
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters)
             .into_iter()
