@@ -202,24 +202,14 @@ impl System {
     }
 
     /// Waits until `check` answers true, failing after `timeout` with `what` and the logs.
-    pub async fn wait_for<F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> Result<()>
+    pub async fn wait_for<F, Fut>(&self, what: &str, timeout: Duration, check: F) -> Result<()>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<bool>>,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if check().await.unwrap_or(false) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "timed out waiting for {what}\n--- controller log:\n{}",
-                    self.controller_log_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_until(what, timeout, check).await.map_err(|e| {
+            anyhow::anyhow!("{e}\n--- controller log:\n{}", self.controller_log_text())
+        })
     }
 
     /// Waits until the Cluster is Provisioned.
@@ -357,6 +347,25 @@ impl Drop for System {
             eprintln!("--- controller log:\n{}", self.controller_log_text());
             eprintln!("--- fake provider log:\n{}", self.provider.log_text());
         }
+    }
+}
+
+/// Waits until `check` answers true (an error counts as not yet), checking every 100 ms;
+/// fails after `timeout`, naming `what`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await.unwrap_or(false) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

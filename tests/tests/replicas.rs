@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail, ensure};
 use capt_tests::audit_log::AuditLog;
 use capt_tests::fake_provider::FakeProvider;
 use capt_tests::pod::{Election, LEASE_NAMESPACE, Pod};
-use capt_tests::system::{APPLY_NAMESPACE_LABEL, apply_samples, set_endpoint_output};
+use capt_tests::system::{APPLY_NAMESPACE_LABEL, apply_samples, set_endpoint_output, wait_until};
 use capt_tests::{TestNamespace, env, repo_root};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -28,7 +28,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::RwLock;
 
 const LEASE_SECONDS: u64 = 4;
@@ -466,23 +466,6 @@ fn testenv(command: &str) -> Result<()> {
         .status()?;
     ensure!(status.success(), "hack/testenv.sh {command} failed");
     Ok(())
-}
-
-async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await.unwrap_or(false) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn tail(text: &str, lines: usize) -> String {
