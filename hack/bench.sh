@@ -28,4 +28,5 @@ trap 'hack/testenv.sh stop' EXIT
 hack/testenv.sh stop >/dev/null 2>&1 || true
 eval "$(hack/testenv.sh start)"
 cargo build --release -p status-applier -p capt-controller -p capt-tests --bins
-CAPT_BENCH_COMMAND="hack/bench.sh $*" "${CARGO_TARGET_DIR:-target}/release/bench-system" --restart-environment "$@"
+# The binary finds the repository as cargo would tell a test (repo_root in tests/src/lib.rs).
+CARGO_MANIFEST_DIR="$ROOT/tests" CAPT_BENCH_COMMAND="hack/bench.sh $*" "${CARGO_TARGET_DIR:-target}/release/bench-system" --restart-environment "$@"

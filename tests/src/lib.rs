@@ -61,9 +61,19 @@ pub(crate) fn process_log(default: &str) -> String {
 
 /// The repository's root directory.
 pub fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        // Cargo sets it at run time too (`cargo test`, `cargo run`); the compile-time value
+        // may name another clone that shared the target directory (CI's, say): cargo
+        // rebuilds on changed files, not on a moved tree.
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        manifest
+            .parent()
+            .expect("tests/ has a parent")
+            .to_path_buf()
+    })
 }
 
 /// The environment, started by `hack/testenv.sh start` on first use in this process.

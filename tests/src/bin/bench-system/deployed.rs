@@ -294,6 +294,7 @@ pub(crate) struct Process {
     child: Child,
     log: PathBuf,
     starts: u32,
+    killed: bool,
 }
 
 impl Process {
@@ -305,6 +306,7 @@ impl Process {
             child,
             log,
             starts: 1,
+            killed: false,
         })
     }
 
@@ -316,6 +318,13 @@ impl Process {
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.killed = true;
+    }
+
+    /// Not killed by the benchmark (a process that crashed on its own is not noticed here:
+    /// its probes fail).
+    pub(crate) fn running(&self) -> bool {
+        !self.killed
     }
 
     /// Starts the same program again, same arguments and environment, logging to a new file.
@@ -324,6 +333,7 @@ impl Process {
         self.starts += 1;
         self.log = self.log.with_extension(format!("{}.log", self.starts));
         self.child = spawn(&self.launch, &self.log)?;
+        self.killed = false;
         Ok(())
     }
 

@@ -36,12 +36,15 @@
 //!    from the Workspace's new output to the CAPTControlPlane's new endpoint (core never
 //!    changes a Cluster's endpoint once set, so that is where a change ends);
 //! 5. peak RSS and CPU seconds of each process;
-//! 6. restart: the pod's processes killed and started again the same way: the time until
-//!    ready, until the controller leads, until its reconcile counter stops moving for 3 s;
+//! 6. restart: the leading pod's processes killed and started again the same way, its
+//!    standby beside it: the time until ready, until a controller leads, until its reconcile counter stops moving for 3 s;
 //!    the writes meanwhile (ours: target 0; the provider's polls are counted apart) and
 //!    each process's LIST, GET and WATCH requests (told apart by their tokens' ids);
-//! 7. burst (sidecar only): `--burst` intents for one object sent straight to the applier's
-//!    socket, and the applies they became.
+//! 7. fail-over (sidecar, with the Deployment's two replicas): the leading pod killed for
+//!    good; the time until the standby pod leads and has worked through its queue, our writes
+//!    meanwhile, and any write by a pod that does not lead (target: none);
+//! 8. burst (sidecar only): `--burst` intents for one object sent straight to the leading
+//!    applier's socket, and the applies they became.
 //!
 //! `hack/bench.sh` builds in release mode, starts a fresh environment and runs it.
 //!

@@ -241,6 +241,33 @@ impl Probe<'_> {
         Ok(reads)
     }
 
+    /// The writes (carried out) of any object each of `who` (name, credential id) sent
+    /// between two offsets, by name: Leases and Events are not in the audit log.
+    pub(crate) fn writes_by(
+        &self,
+        from: u64,
+        to: u64,
+        who: &[(&str, &str)],
+    ) -> Result<BTreeMap<String, u64>> {
+        let mut writes = BTreeMap::new();
+        for event in self.events(from, to)? {
+            let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+            if !event["verb"].as_str().is_some_and(is_write)
+                || event["stage"] != "ResponseComplete"
+                || !(200..300).contains(&code)
+            {
+                continue;
+            }
+            let id = event["user"]["extra"][CREDENTIAL_ID][0]
+                .as_str()
+                .unwrap_or("");
+            if let Some((name, _)) = who.iter().find(|(_, cid)| *cid == id) {
+                *writes.entry((*name).to_owned()).or_default() += 1;
+            }
+        }
+        Ok(writes)
+    }
+
     /// The field manager of an audited write to one of this round's objects.
     fn write_of_round(&self, event: &Value) -> Option<String> {
         if !event["verb"].as_str().is_some_and(is_write) {

@@ -9,7 +9,7 @@ use crate::stacks::{
     Watches, change_output, create_stack, create_templates, endpoint_host, own_template,
     probe_name, resource, stack_name,
 };
-use crate::system::BenchSystem;
+use crate::system::{BenchSystem, process_name};
 use crate::{Args, Mode};
 use anyhow::{Context, Result};
 use capt_controller::render::workspace_name;
@@ -54,6 +54,11 @@ pub(crate) struct Round {
     pub(crate) controller: ProcessStats,
     pub(crate) applier: Option<ProcessStats>,
     pub(crate) restart: Restart,
+    /// The leading pod killed for good, a standby pod taking over (sidecar mode with two or
+    /// more replicas, as the Deployment ships).
+    pub(crate) fail_over: Option<Restart>,
+    /// The standby pods' processes before the restart, by process name.
+    pub(crate) standby: Vec<(String, ProcessStats)>,
     /// How each process was started.
     pub(crate) launches: Vec<Launch>,
 }
@@ -93,12 +98,15 @@ pub(crate) struct Changes {
     pub(crate) delta: Delta,
 }
 
-/// The restart of the pod's processes (the baseline: its controller).
+/// The restart of the leading pod's processes (the baseline: its controller), or its death
+/// and a standby pod's taking over.
 pub(crate) struct Restart {
-    /// Kill → every process answers `/readyz` (baseline: `/healthz`).
+    /// Kill → every live process answers `/readyz` (baseline: `/healthz`).
     pub(crate) ready_s: f64,
-    /// Kill → the controller logs `Leading`.
+    /// Kill → a controller logs `Leading`.
     pub(crate) leading_s: f64,
+    /// The pod that leads afterwards.
+    pub(crate) leader: String,
     /// Kill → the reconcile counter's last move before `RESTART_QUIET` without one; `None`
     /// when it never stopped within `RESTART_LIMIT`.
     pub(crate) quiet_s: Option<f64>,
@@ -110,6 +118,9 @@ pub(crate) struct Restart {
     pub(crate) refused: BTreeMap<String, u64>,
     /// Reads by (process, verb, resource).
     pub(crate) reads: BTreeMap<(String, String, String), u64>,
+    /// Writes of any object by the processes of the pods that did not lead afterwards, by
+    /// process (target: none).
+    pub(crate) writes_by_others: BTreeMap<String, u64>,
     pub(crate) controller: ProcessStats,
     pub(crate) applier: Option<ProcessStats>,
 }
@@ -173,7 +184,30 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     census_task.abort();
     let changes = output_changes(&round, &system, &client, &watches, &own).await?;
     let (controller, applier) = measure_processes(&system)?;
-    let restart = restart(&round, &mut system).await?;
+    let standby = system
+        .standbys()
+        .flat_map(|pod| {
+            let mut processes = vec![("capt-controller", &pod.controller)];
+            processes.extend(pod.applier.iter().map(|a| ("status-applier", a)));
+            processes.into_iter().map(|(name, process)| {
+                Ok((process_name(&pod.name, name), process_stats(process.pid())?))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let restart = take_over(&round, &mut system, "restart", BenchSystem::restart).await?;
+    // Before the burst, whose condition no controller computes: a new leader would remove
+    // it. The round's system has one pod less afterwards.
+    let fail_over = if system.pods.len() > 1 {
+        Some(
+            take_over(&round, &mut system, "fail-over", |s| {
+                s.kill_leader();
+                Ok(())
+            })
+            .await?,
+        )
+    } else {
+        None
+    };
     // After the restart: the burst's condition stays on the object, and is no part of what
     // the restart should find up to date.
     let socket_burst = match mode {
@@ -196,6 +230,8 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         controller,
         applier,
         restart,
+        fail_over,
+        standby,
         launches: system.launches.clone(),
     })
 }
@@ -515,8 +551,8 @@ async fn socket_burst(
 /// Phase 6, the processes: peak RSS and CPU time of the controller and (sidecar only) of
 /// the status-applier, before the restart.
 fn measure_processes(system: &BenchSystem) -> Result<(ProcessStats, Option<ProcessStats>)> {
-    let controller = process_stats(system.controller.pid())?;
-    let applier = match &system.applier {
+    let controller = process_stats(system.leader().controller.pid())?;
+    let applier = match &system.leader().applier {
         Some(a) => Some(process_stats(a.pid())?),
         None => None,
     };
@@ -528,14 +564,21 @@ async fn reconciles(system: &BenchSystem) -> Option<f64> {
     metric_value(&text, "capt_reconciles_total", &[]).ok()
 }
 
-/// Phase 7, restart: the pod's processes killed (SIGKILL) and started again the same way
-/// over the provisioned stacks. The controller has worked through its initial queue when
-/// its reconcile counter, having moved, stays still for `RESTART_QUIET` (scraped every
-/// 250 ms); if it never moves, 30 s after it leads.
-async fn restart(round: &Probe<'_>, system: &mut BenchSystem) -> Result<Restart> {
+/// Phase 7, restart (and, last, fail-over): `kill` stops the leading pod's processes (and
+/// starts them again, or not), and a pod takes the Lease: the same after a restart, or a
+/// standby one. The controller has worked through its initial queue when its reconcile
+/// counter, having moved, stays still for `RESTART_QUIET` (scraped every 250 ms); if it
+/// never moves, 30 s after it leads.
+async fn take_over(
+    round: &Probe<'_>,
+    system: &mut BenchSystem,
+    phase: &str,
+    kill: impl FnOnce(&mut BenchSystem) -> Result<()>,
+) -> Result<Restart> {
     let from = round.audit_end()?;
     let killed = Instant::now();
-    system.restart()?;
+    kill(system)?;
+    // A fail-over waits out the Lease (15 s as deployed) before a standby may lead.
     let (ready, leading) = system.wait_ready(Duration::from_secs(120)).await?;
     let mut last = reconciles(system).await.unwrap_or(0.0);
     let mut moved_at = Instant::now();
@@ -560,7 +603,7 @@ async fn restart(round: &Probe<'_>, system: &mut BenchSystem) -> Result<Restart>
             break None;
         }
         if reported.elapsed() > PROGRESS {
-            eprintln!("  restart: {last} reconciles so far");
+            eprintln!("  {phase}: {last} reconciles so far");
             reported = Instant::now();
         }
     };
@@ -571,26 +614,40 @@ async fn restart(round: &Probe<'_>, system: &mut BenchSystem) -> Result<Restart>
         .iter()
         .map(|(n, id)| (n.as_str(), id.as_str()))
         .collect();
+    let leader = system.leader();
+    let others: Vec<(&str, &str)> = system
+        .identities
+        .iter()
+        .filter(|(n, _)| {
+            *n != process_name(&leader.name, "capt-controller")
+                && *n != process_name(&leader.name, "status-applier")
+        })
+        .map(|(n, id)| (n.as_str(), id.as_str()))
+        .collect();
     let restart = Restart {
         ready_s: (ready - killed).as_secs_f64(),
         leading_s: (leading - killed).as_secs_f64(),
+        leader: leader.name.clone(),
         quiet_s,
         reconciles: last,
         writes: writes.made,
         refused: writes.refused,
         reads: round.reads_by(from, to, &who)?,
-        controller: process_stats(system.controller.pid())?,
-        applier: match &system.applier {
+        writes_by_others: round.writes_by(from, to, &others)?,
+        controller: process_stats(leader.controller.pid())?,
+        applier: match &leader.applier {
             Some(a) => Some(process_stats(a.pid())?),
             None => None,
         },
     };
     eprintln!(
-        "  restart: ready {:.1} s, leading {:.1} s, quiet {}, {} writes",
+        "  {phase}: ready {:.1} s, {} leads at {:.1} s, quiet {}, {} writes, {} by the other pods",
         restart.ready_s,
+        restart.leader,
         restart.leading_s,
         quiet_s.map_or("never".into(), |q| format!("{q:.1} s")),
-        restart.writes.values().sum::<u64>()
+        restart.writes.values().sum::<u64>(),
+        restart.writes_by_others.values().sum::<u64>()
     );
     Ok(restart)
 }

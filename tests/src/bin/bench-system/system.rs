@@ -1,7 +1,8 @@
 //! The system of one round: the fake provider (as deployed: its default 10 min poll, one
-//! Workspace at a time), and either the pod as deployed (status-applier + capt-controller,
-//! from `deployed`) or the naive baseline (the `manager` container alone, plus
-//! `--baseline-full-update`). Each round has a fresh pod name; a restart keeps it.
+//! Workspace at a time), and either the Deployment's pods (each a status-applier and a
+//! capt-controller, from `deployed`; as many as its replicas, one leading) or the naive
+//! baseline (one `manager` container alone, plus `--baseline-full-update`). Each round has
+//! fresh pod names; a restart keeps them.
 
 use crate::deployed::{APPLIER, Launch, MANAGER, Pod, Process};
 use crate::identity::{self, Identity};
@@ -12,11 +13,97 @@ use status_applier::client::Client;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// One pod's processes: its status-applier (sidecar mode) and its controller.
+pub(crate) struct PodProcesses {
+    /// The pod's name (`POD_NAME`): its identity in the leader Lease.
+    pub(crate) name: String,
+    pub(crate) controller: Process,
+    pub(crate) applier: Option<Process>,
+}
+
+impl PodProcesses {
+    /// Starts the pod's containers as the Deployment runs them, the applier first.
+    fn start(
+        mode: Mode,
+        pod: &Pod,
+        dir: &Path,
+        name: &str,
+        identities: &mut Vec<(String, String)>,
+        launches: &mut Vec<Launch>,
+    ) -> Result<Self> {
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir)?;
+        let applier = match mode {
+            Mode::Sidecar => {
+                let id = identity::pod(&pod.namespace, &dir, APPLIER)?;
+                let launch = pod.launch(APPLIER, &dir, name, &id.kubeconfig, &[])?;
+                identities.push((process_name(name, APPLIER), id.credential_id));
+                launches.push(launch.clone());
+                Some(Process::start(launch, &dir)?)
+            }
+            Mode::Baseline => None,
+        };
+        let (id, extra) = match mode {
+            Mode::Sidecar => (identity::pod(&pod.namespace, &dir, "controller")?, vec![]),
+            Mode::Baseline => (
+                identity::baseline(&pod.namespace, &dir)?,
+                vec!["--baseline-full-update".to_owned()],
+            ),
+        };
+        let launch = pod.launch(MANAGER, &dir, name, &id.kubeconfig, &extra)?;
+        identities.push((process_name(name, "capt-controller"), id.credential_id));
+        launches.push(launch.clone());
+        let controller = Process::start(launch, &dir)?;
+        Ok(Self {
+            name: name.to_owned(),
+            controller,
+            applier,
+        })
+    }
+
+    async fn ready(&self) -> bool {
+        match &self.applier {
+            Some(applier) => {
+                applier.probe("/readyz").await == 200
+                    && self.controller.probe("/readyz").await == 200
+            }
+            None => self.controller.probe("/healthz").await == 200,
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.controller.running()
+    }
+
+    fn leads(&self) -> bool {
+        self.controller.log_text().contains("Leading")
+    }
+
+    /// SIGKILL to every container, as when the node loses the pod.
+    pub(crate) fn kill(&mut self) {
+        self.controller.kill();
+        if let Some(a) = &mut self.applier {
+            a.kill();
+        }
+    }
+}
+
+/// How the tables name a process: `<process>` for the first pod's, `<process> (<pod>)` for
+/// the others'.
+pub(crate) fn process_name(pod: &str, process: &str) -> String {
+    match pod.strip_suffix("-a") {
+        Some(_) => process.to_owned(),
+        None => format!("{process} ({pod})"),
+    }
+}
+
 pub(crate) struct BenchSystem {
     /// Kept for its lifetime: dropped, it is killed.
     _provider: FakeProvider,
-    pub(crate) controller: Process,
-    pub(crate) applier: Option<Process>,
+    /// The Deployment's replicas (the baseline: one). The first leads when the round starts;
+    /// `leader` follows the Lease through `fail_over`.
+    pub(crate) pods: Vec<PodProcesses>,
+    leader: usize,
     /// (process, credential id): who sent what, in the audit log.
     pub(crate) identities: Vec<(String, String)>,
     /// What changed from the Deployment, per container.
@@ -25,6 +112,9 @@ pub(crate) struct BenchSystem {
 }
 
 impl BenchSystem {
+    /// Starts the fake provider and the pods: the first alone until it leads, so that the
+    /// round knows which pod writes, then the others (sidecar mode: as many as the
+    /// Deployment's replicas), which stand by.
     pub(crate) async fn start(args: &Args, mode: Mode, pod: &Pod, dir: &Path) -> Result<Self> {
         identity::install(&pod.namespace)?;
         let scraper = identity::scraper(&pod.namespace, dir)?;
@@ -40,46 +130,94 @@ impl BenchSystem {
             &capt_tests::env().kubeconfig,
         )
         .await?;
-        let pod_name = format!("capt-controller-bench-{}", std::process::id());
+        let replicas = match mode {
+            Mode::Sidecar => pod.replicas.max(1) as usize,
+            Mode::Baseline => 1,
+        };
         let mut identities = Vec::new();
         let mut launches = Vec::new();
-        let applier = match mode {
-            Mode::Sidecar => {
-                let id = identity::pod(&pod.namespace, dir, APPLIER)?;
-                let launch = pod.launch(APPLIER, dir, &pod_name, &id.kubeconfig, &[])?;
-                identities.push((APPLIER.to_owned(), id.credential_id));
-                launches.push(launch.clone());
-                Some(Process::start(launch, dir)?)
-            }
-            Mode::Baseline => None,
-        };
-        let (id, extra) = match mode {
-            Mode::Sidecar => (identity::pod(&pod.namespace, dir, "controller")?, vec![]),
-            Mode::Baseline => (
-                identity::baseline(&pod.namespace, dir)?,
-                vec!["--baseline-full-update".to_owned()],
-            ),
-        };
-        let launch = pod.launch(MANAGER, dir, &pod_name, &id.kubeconfig, &extra)?;
-        identities.push(("capt-controller".to_owned(), id.credential_id));
-        launches.push(launch.clone());
-        let controller = Process::start(launch, dir)?;
-        let system = Self {
+        let mut system = Self {
             _provider: provider,
-            controller,
-            applier,
-            identities,
-            launches,
+            pods: Vec::new(),
+            leader: 0,
+            identities: Vec::new(),
+            launches: Vec::new(),
             scraper,
         };
-        system.wait_ready(Duration::from_secs(60)).await?;
+        for i in 0..replicas {
+            let name = format!(
+                "capt-controller-bench-{}-{}",
+                std::process::id(),
+                char::from(b'a' + i as u8)
+            );
+            // The tables list the first pod's launches: the others differ only in the pod's
+            // name, their local paths and ports.
+            let mut pod_launches = Vec::new();
+            let processes =
+                PodProcesses::start(mode, pod, dir, &name, &mut identities, &mut pod_launches)?;
+            if i == 0 {
+                launches = pod_launches;
+            }
+            system.pods.push(processes);
+            let timeout = Duration::from_secs(60);
+            if i == 0 {
+                system.wait_ready(timeout).await?;
+            } else {
+                system.wait_standby(i, timeout).await?;
+            }
+        }
+        system.identities = identities;
+        system.launches = launches;
         Ok(system)
     }
 
-    /// Waits until the processes answer their probes and the controller leads: `/readyz` of
-    /// both in the sidecar mode; `/healthz` in the baseline's (its `/readyz` asks the
-    /// applier it does not have). Returns (ready, leading) times.
-    pub(crate) async fn wait_ready(&self, timeout: Duration) -> Result<(Instant, Instant)> {
+    /// The pod that leads.
+    pub(crate) fn leader(&self) -> &PodProcesses {
+        &self.pods[self.leader]
+    }
+
+    /// The pods that stand by.
+    pub(crate) fn standbys(&self) -> impl Iterator<Item = &PodProcesses> {
+        let leader = self.leader;
+        self.pods
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != leader)
+            .map(|(_, p)| p)
+    }
+
+    /// Waits until the standby pod `i` answers its probes (a standby is ready: its applier
+    /// keeps its caches warm) and its controller waits for the Lease.
+    async fn wait_standby(&self, i: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let pod = &self.pods[i];
+        loop {
+            if pod.ready().await && pod.controller.log_text().contains("Waiting for the leader") {
+                if pod.leads() {
+                    bail!(
+                        "the standby pod {} leads beside {}",
+                        pod.name,
+                        self.leader().name
+                    );
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the standby pod {} was not ready within {timeout:?}\n--- controller log:\n{}",
+                    pod.name,
+                    pod.controller.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every live pod answers its probes (`/readyz` of both processes in the
+    /// sidecar mode; `/healthz` in the baseline's, whose `/readyz` asks the applier it does
+    /// not have) and one pod's controller leads, which becomes the leader. Returns (ready,
+    /// leading) times.
+    pub(crate) async fn wait_ready(&mut self, timeout: Duration) -> Result<(Instant, Instant)> {
         let deadline = Instant::now() + timeout;
         let (mut ready, mut leading) = (None, None);
         loop {
@@ -87,7 +225,10 @@ impl BenchSystem {
             if ready.is_none() && self.ready().await {
                 ready = Some(now);
             }
-            if leading.is_none() && self.controller.log_text().contains("Leading") {
+            if leading.is_none()
+                && let Some(i) = self.pods.iter().position(|p| p.alive() && p.leads())
+            {
+                self.leader = i;
                 leading = Some(now);
             }
             if let (Some(r), Some(l)) = (ready, leading) {
@@ -96,7 +237,7 @@ impl BenchSystem {
             if now > deadline {
                 bail!(
                     "the system was not ready and leading within {timeout:?}\n--- controller log:\n{}",
-                    self.controller.log_text()
+                    self.leader().controller.log_text()
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -104,29 +245,32 @@ impl BenchSystem {
     }
 
     async fn ready(&self) -> bool {
-        match &self.applier {
-            Some(applier) => {
-                applier.probe("/readyz").await == 200
-                    && self.controller.probe("/readyz").await == 200
+        for pod in self.pods.iter().filter(|p| p.alive()) {
+            if !pod.ready().await {
+                return false;
             }
-            None => self.controller.probe("/healthz").await == 200,
         }
+        true
     }
 
     pub(crate) async fn controller_metrics(&self) -> Result<String> {
-        self.controller.metrics(&self.scraper.token).await
+        self.leader().controller.metrics(&self.scraper.token).await
     }
 
     pub(crate) async fn applier_metrics(&self) -> Result<Option<String>> {
-        match &self.applier {
+        match &self.leader().applier {
             Some(a) => Ok(Some(a.metrics(&self.scraper.token).await?)),
             None => Ok(None),
         }
     }
 
-    /// A client of the applier's socket (the Deployment's socket path, made local).
+    /// A client of the leading applier's socket (the Deployment's socket path, made local).
     pub(crate) fn applier_client(&self) -> Result<Client> {
-        let applier = self.applier.as_ref().context("no status-applier")?;
+        let applier = self
+            .leader()
+            .applier
+            .as_ref()
+            .context("no status-applier")?;
         let socket: PathBuf = applier
             .launch
             .env
@@ -137,16 +281,23 @@ impl BenchSystem {
         Ok(Client::new(socket))
     }
 
-    /// Kills the pod's processes and starts them again the same way (applier first, then
-    /// the controller, without waiting between them, as a pod's containers start).
+    /// Kills the leading pod's processes and starts them again the same way (applier first,
+    /// then the controller, without waiting between them, as a pod's containers start): the
+    /// pod keeps its name, so its controller may take the Lease back before it expires.
     pub(crate) fn restart(&mut self) -> Result<()> {
-        self.controller.kill();
-        if let Some(a) = &mut self.applier {
-            a.kill();
-        }
-        if let Some(a) = &mut self.applier {
+        let pod = &mut self.pods[self.leader];
+        pod.kill();
+        if let Some(a) = &mut pod.applier {
             a.restart()?;
         }
-        self.controller.restart()
+        pod.controller.restart()
+    }
+
+    /// Kills the leading pod for good (the node lost it, or it was deleted): a standby pod
+    /// takes the Lease once it expires. Returns the killed pod's name.
+    pub(crate) fn kill_leader(&mut self) -> String {
+        let pod = &mut self.pods[self.leader];
+        pod.kill();
+        pod.name.clone()
     }
 }

@@ -6,7 +6,7 @@
 use crate::Args;
 use crate::deployed::{DEPLOYMENT, Pod, env_summary};
 use crate::probe::{STATUS_MANAGERS, ours};
-use crate::round::{CREATE_CONCURRENCY, RESTART_QUIET, Round};
+use crate::round::{CREATE_CONCURRENCY, RESTART_QUIET, Restart, Round};
 use anyhow::Result;
 use std::fmt::Write;
 
@@ -270,9 +270,16 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     row("restart: reconciles", &|r| {
         format!("{:.0}", r.restart.reconciles)
     });
+    row("restart: the pod that leads afterwards", &|r| {
+        r.restart.leader.clone()
+    });
     row("restart: our writes (capt-* managers)", &|r| {
         ours(&r.restart.writes).to_string()
     });
+    row(
+        "restart: writes by the pods that do not lead (any object)",
+        &|r| r.restart.writes_by_others.values().sum::<u64>().to_string(),
+    );
     row("restart: our write requests refused", &|r| {
         ours(&r.restart.refused).to_string()
     });
@@ -313,6 +320,51 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             .map_or("n/a".into(), |a| format!("{:.1}", a.peak_rss_mib))
     });
     row(
+        "standby pod: controller / status-applier peak RSS (MiB)",
+        &|r| {
+            if r.standby.is_empty() {
+                return "n/a".into();
+            }
+            r.standby
+                .iter()
+                .map(|(p, stats)| format!("{p} {:.1}", stats.peak_rss_mib))
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
+    );
+    let fail_over = |r: &Round, f: &dyn Fn(&Restart) -> String| match &r.fail_over {
+        Some(x) => f(x),
+        None => "n/a".into(),
+    };
+    row(
+        "fail-over (the leading pod killed for good): kill → ready (s)",
+        &|r| fail_over(r, &|x| format!("{:.2}", x.ready_s)),
+    );
+    row("fail-over: kill → a standby leads (s)", &|r| {
+        fail_over(r, &|x| format!("{:.2} ({})", x.leading_s, x.leader))
+    });
+    row(
+        &format!(
+            "fail-over: kill → initial queue done (reconciles still for {} s) (s)",
+            RESTART_QUIET.as_secs()
+        ),
+        &|r| {
+            fail_over(r, &|x| {
+                x.quiet_s.map_or("never".into(), |q| format!("{q:.1}"))
+            })
+        },
+    );
+    row("fail-over: reconciles", &|r| {
+        fail_over(r, &|x| format!("{:.0}", x.reconciles))
+    });
+    row("fail-over: our writes (capt-* managers)", &|r| {
+        fail_over(r, &|x| ours(&x.writes).to_string())
+    });
+    row(
+        "fail-over: writes by the pods that do not lead (any object)",
+        &|r| fail_over(r, &|x| x.writes_by_others.values().sum::<u64>().to_string()),
+    );
+    row(
         &format!("burst of {} intents on one object: applies", args.burst),
         &|r| match &r.socket_burst {
             Some(b) => format!(
@@ -334,6 +386,7 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             ("output changes", Some(&r.changes.delta.writes)),
             ("restart", Some(&r.restart.writes)),
             ("burst", r.socket_burst.as_ref().map(|b| &b.delta.writes)),
+            ("fail-over", r.fail_over.as_ref().map(|x| &x.writes)),
         ];
         for (phase, writes) in phases {
             let Some(writes) = writes else { continue };
@@ -461,8 +514,11 @@ fn differences(out: &mut String, rounds: &[Round], pod: &Pod, args: &Args) {
             pod.resources(crate::deployed::MANAGER).unwrap_or_default()
         ),
         format!(
-            "One replica instead of {}: leader election is on (the `capt-controller` Lease in {}), \
-             with one candidate. A restart keeps the pod's name (a container restarted in its pod).",
+            "{} replicas, as the Deployment ships them (the baseline: one), with leader election \
+             (the `capt-controller` Lease in {}): the first pod leads, the others stand by, \
+             started as the first is below but for the pod's name, local paths and ports. A \
+             restart keeps the pod's name (a container restarted in its pod); the fail-over, after \
+             it, kills the leading pod for good and no new pod replaces it.",
             pod.replicas, pod.namespace
         ),
         "Both processes reach the API server (on 127.0.0.1: no network) with a kubeconfig holding a \
