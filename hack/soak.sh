@@ -8,7 +8,7 @@
 #   N                 seeds to run (default 100)
 #   -j J              replays at once (default 4; each runs its own status-applier)
 #   --applier-args    extra arguments of the replays' status-applier, for example
-#                     "--apply-lone-intents-at-once"
+#                     "--apply-lone-intents-at-once=false"
 #   --writes          the generator: all (default), or limited (what the pure model covers,
 #                     the generator the named regression seeds were found with)
 #

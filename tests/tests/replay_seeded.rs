@@ -126,7 +126,7 @@ fn writes() -> Writes {
 }
 
 /// Extra arguments of the replay's applier (`REPLAY_APPLIER_ARGS`, split on spaces), e.g.
-/// `--apply-lone-intents-at-once`.
+/// `--apply-lone-intents-at-once=false`.
 fn applier_args() -> Vec<String> {
     let mut args = vec!["--no-events".to_owned()];
     if let Ok(extra) = std::env::var("REPLAY_APPLIER_ARGS") {
@@ -682,11 +682,15 @@ async fn replay_seed_1795665243398715498() -> Result<()> {
 }
 
 #[tokio::test]
-async fn replay_seed_1795660497016337610_with_lone_intents_at_once() -> Result<()> {
+async fn replay_seed_1795660497016337610_on_the_trailing_edge() -> Result<()> {
+    // The other coalescing mode than the default's: every apply waits a quiet window.
     replay(
         1795660497016337610,
         Writes::Limited,
-        &["--no-events".into(), "--apply-lone-intents-at-once".into()],
+        &[
+            "--no-events".into(),
+            "--apply-lone-intents-at-once=false".into(),
+        ],
     )
     .await
 }

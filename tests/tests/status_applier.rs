@@ -220,32 +220,36 @@ async fn lone_intent_latency(prefix: &str, args: &[&str]) -> Result<Duration> {
 }
 
 #[tokio::test]
-async fn a_lone_intent_waits_one_window_unless_applied_at_once() -> Result<()> {
+async fn a_lone_intent_is_applied_at_once_by_default_and_waits_a_window_on_trailing_edge()
+-> Result<()> {
     // A 2 s window: applied at once means well under it; delayed means at least it.
     let window = ["--coalesce-window-ms", "2000"];
-    let delayed = lone_intent_latency("sa-lone", &window).await?;
-    let at_once = lone_intent_latency(
-        "sa-lone-at-once",
-        &[&window[..], &["--apply-lone-intents-at-once"]].concat(),
+    let at_once = lone_intent_latency("sa-lone", &window).await?;
+    let delayed = lone_intent_latency(
+        "sa-lone-trailing",
+        &[&window[..], &["--apply-lone-intents-at-once=false"]].concat(),
     )
     .await?;
-    println!("lone intent: {delayed:?} by default, {at_once:?} with --apply-lone-intents-at-once");
+    println!(
+        "lone intent: {at_once:?} by default, {delayed:?} with --apply-lone-intents-at-once=false"
+    );
     assert!(at_once < Duration::from_millis(1000), "{at_once:?}");
     assert!(delayed >= Duration::from_millis(2000), "{delayed:?}");
     Ok(())
 }
 
 #[tokio::test]
-async fn a_burst_of_100_intents_for_one_object_makes_exactly_1_apply() -> Result<()> {
+async fn a_burst_of_100_intents_for_one_object_makes_at_most_2_applies() -> Result<()> {
     let f = fixture("sa-burst").await?;
-    // The default settings (a 10 ms trailing window); outputs merge key by key here (by
-    // default they are replaced whole).
+    // The default settings (leading edge: the first intent is applied at once, the rest
+    // coalesce into one more apply); outputs merge key by key here (by default they are
+    // replaced whole).
     let applier = Applier::start(&[
         "--replace",
         "CAPTControlPlane.controlplane.cluster.x-k8s.io:status.workspaceStatus.atProvider",
     ])
     .await?;
-    // 100 intents at once, each adding one output: all must land, in one apply.
+    // 100 intents at once, each adding one output: all must land, in at most two applies.
     let intents: Vec<Intent> = (0..100)
         .map(|i| {
             f.status(
@@ -289,10 +293,9 @@ async fn a_burst_of_100_intents_for_one_object_makes_exactly_1_apply() -> Result
                 .any(|m| l.starts_with(&format!("status_applier_{m}")))
         })
         .collect();
-    assert_eq!(
-        (writes, coalesced),
-        (1.0, 99.0),
-        "(writes, intents coalesced); {detail:#?}"
+    assert!(
+        (1.0..=2.0).contains(&writes),
+        "{writes} writes, {coalesced} intents coalesced; {detail:#?}"
     );
     Ok(())
 }

@@ -28,9 +28,10 @@ pub struct Settings {
     /// How long a queued key waits for more intents before its apply: the apply starts once
     /// no intent arrived for this long (and at the latest after ten windows).
     pub coalesce_window: Duration,
-    /// Apply an intent for a key that saw no intent for a window at once: a lone change pays
-    /// no window; what arrives while that apply runs coalesces into the next one, so a burst
-    /// becomes two applies.
+    /// Apply an intent for a key that saw no intent for a window at once (leading edge, the
+    /// default): a lone change pays no window; what arrives while that apply runs or within
+    /// the window coalesces into the next one, so a burst becomes at most two applies. Off,
+    /// every apply waits a quiet window (trailing edge): a burst is one apply.
     pub apply_lone_intents_at_once: bool,
     /// Keys being read or applied at once (one key per object at a time).
     pub max_concurrent_applies: usize,
@@ -48,7 +49,7 @@ impl Settings {
     /// The defaults, as a constant: the command line's flags take theirs from it.
     pub const DEFAULT: Settings = Settings {
         coalesce_window: Duration::from_millis(10),
-        apply_lone_intents_at_once: false,
+        apply_lone_intents_at_once: true,
         max_concurrent_applies: 16,
         backoff_base: Duration::from_millis(200),
         backoff_max: Duration::from_secs(60),

@@ -83,6 +83,14 @@ fn intent(key: &DesiredKey, fragment: Value) -> ValidIntent {
 }
 
 /// A machine, a clock, and what the driver's watch cache would hold.
+/// The settings the scenarios run on: the defaults, on the trailing edge.
+fn trailing() -> Settings {
+    Settings {
+        apply_lone_intents_at_once: false,
+        ..Settings::default()
+    }
+}
+
 struct Harness {
     machine: Machine,
     start: Instant,
@@ -104,8 +112,11 @@ impl Harness {
         }
     }
 
+    /// On the trailing edge: the scenarios step through a coalescing window, so their
+    /// first apply comes a window after the intent. The default (leading edge) has tests of
+    /// its own, which say so.
     fn default() -> Self {
-        Self::new(Settings::default())
+        Self::new(trailing())
     }
 
     /// Moves the clock to `ms` after the start.
@@ -333,11 +344,39 @@ fn a_steady_stream_of_intents_is_applied_after_ten_windows_at_the_latest() {
 }
 
 #[test]
-fn a_lone_intent_is_applied_at_once_when_configured_and_a_burst_then_coalesces() {
-    let mut h = Harness::new(Settings {
-        apply_lone_intents_at_once: true,
-        ..Settings::default()
-    });
+fn by_default_a_burst_of_100_intents_is_two_applies_and_the_last_state_wins() {
+    let mut h = Harness::new(Settings::default());
+    h.observe(fresh_widget());
+    let mut sent = Vec::new();
+    for n in 0..100 {
+        let (_, effects) = h.submit(intent(&status_key(), json!({"status": {"n": n}})), false);
+        sent.extend(applies(&effects).into_iter().cloned());
+    }
+    assert_eq!(sent.len(), 1, "the first intent, at once");
+    assert_eq!(sent[0]["status"]["n"], 0);
+    let effects = h.at(3).applied(
+        &status_key(),
+        Ok(widget_with_ours(
+            6,
+            json!({"n": 0}),
+            json!({"f:status": {"f:n": {}}}),
+        )),
+    );
+    assert!(applies(&effects).is_empty());
+    assert_eq!(
+        wakes(&effects),
+        vec![h.ms(13)],
+        "a window after the first apply's answer"
+    );
+    let effects = h.at(13).timer(&status_key());
+    let second = applies(&effects);
+    assert_eq!(second.len(), 1, "the other 99, as one apply");
+    assert_eq!(second[0]["status"]["n"], 99);
+}
+
+#[test]
+fn by_default_a_lone_intent_is_applied_at_once_and_what_follows_coalesces() {
+    let mut h = Harness::new(Settings::default());
     h.observe(fresh_widget());
     let (_, effects) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
     assert_eq!(the_apply(&effects)["status"], json!({"a": "1"}));
@@ -545,7 +584,7 @@ fn one_key_per_object_at_a_time_and_the_second_is_planned_on_the_firsts_answer()
 fn no_more_applies_run_at_once_than_configured() {
     let mut h = Harness::new(Settings {
         max_concurrent_applies: 2,
-        ..Settings::default()
+        ..trailing()
     });
     let keys: Vec<DesiredKey> = (0..3)
         .map(|i| {
@@ -1020,13 +1059,13 @@ fn an_apply_the_server_refuses_for_a_null_it_would_leave_keeps_our_values_there_
 
 #[test]
 fn an_intent_that_rides_a_queued_check_is_still_told_what_it_kept() {
-    let mut h = Harness::new(Settings::default());
+    let mut h = Harness::new(trailing());
     h.machine = Machine::new(
         Arc::new(Policy {
             protected: vec!["Widget.example.com:status.a".parse().unwrap()],
             ..Policy::default()
         }),
-        Settings::default(),
+        trailing(),
         7,
     );
     h.apply_a1(6);

@@ -36,10 +36,17 @@ async fn main() -> Result<()> {
     // Each path writes its own objects, so no manager meets another's fields.
     let settings: [(&str, &[&str]); 3] = [
         ("window 0 ms", &["--coalesce-window-ms", "0"]),
-        ("window 10 ms, the default", &["--coalesce-window-ms", "10"]),
         (
-            "window 10 ms, lone intents at once",
-            &["--coalesce-window-ms", "10", "--apply-lone-intents-at-once"],
+            "window 10 ms, trailing edge",
+            &[
+                "--coalesce-window-ms",
+                "10",
+                "--apply-lone-intents-at-once=false",
+            ],
+        ),
+        (
+            "window 10 ms, leading edge (the default)",
+            &["--coalesce-window-ms", "10"],
         ),
     ];
     for (set, (label, args)) in settings.iter().enumerate() {

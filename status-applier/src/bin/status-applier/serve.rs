@@ -29,7 +29,8 @@ pub(crate) struct ServeArgs {
     diagnostics: DiagnosticsArgs,
     /// Also serve the whole intent API, without authentication, on this TCP address: a
     /// loopback address only (127.0.0.1, ::1; anything else is refused). For debugging
-    /// only: off by default.
+    /// only: off by default. Never in production: `kubectl port-forward` reaches the pod's
+    /// loopback, so whoever may port-forward to the pod writes with the applier's rights.
     #[arg(long, env = "STATUS_APPLIER_DEBUG_TCP_ADDR", value_parser = loopback_address)]
     debug_tcp_addr: Option<SocketAddr>,
     #[command(flatten)]
@@ -183,10 +184,19 @@ struct TuningArgs {
     /// How long a queued document waits for more intents before its apply.
     #[arg(long, env = "STATUS_APPLIER_COALESCE_WINDOW_MS", default_value_t = DEFAULTS.coalesce_window.as_millis() as u64)]
     coalesce_window_ms: u64,
-    /// Apply a lone intent at once instead of after a quiet window: lower latency, a burst
-    /// becomes two applies, and an apply may be planned on a cache that has not yet seen a
-    /// write made just before the intent (see docs/status-applier.md: off by default).
-    #[arg(long, env = "STATUS_APPLIER_APPLY_LONE_INTENTS_AT_ONCE")]
+    /// Apply an intent for a key that was quiet for a window at once (leading edge, the
+    /// default); what follows within the window, or while that apply runs, coalesces into
+    /// the next apply, so a burst is at most two applies. `=false`: every apply waits for a
+    /// quiet window (trailing edge; a burst is one apply, a lone change pays the window).
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_APPLY_LONE_INTENTS_AT_ONCE",
+        default_value_t = DEFAULTS.apply_lone_intents_at_once,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
     apply_lone_intents_at_once: bool,
     /// Applies in flight at once.
     #[arg(
@@ -290,6 +300,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let state = AppState {
         engine,
         registry: Arc::new(registry),
+        api_probe: Arc::default(),
     };
 
     let socket = &args.socket.socket;
