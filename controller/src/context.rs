@@ -5,6 +5,7 @@ use crate::publish::{Publication, PublishError, Published, Publisher};
 use crate::rewake::Rewake;
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
 use crate::watches::Caches;
+use crate::workspace_policy::WorkspacePolicy;
 use crate::write_loops::{Basis, WriteLoops};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
@@ -24,6 +25,8 @@ pub struct Settings {
     /// Namespaces whose WorkspaceTemplates objects of any namespace may use
     /// (`--allow-template-namespace`). Every other reference stays in its object's namespace.
     pub allowed_template_namespaces: BTreeSet<String>,
+    /// What a rendered Workspace may ask of the provider (`--allow-provider-config`).
+    pub workspace_policy: WorkspacePolicy,
 }
 
 /// How often to look again, by default, while waiting for something not watched.
@@ -35,6 +38,7 @@ impl Default for Settings {
             stuck_deletion_after: DEFAULT_STUCK_AFTER,
             poll_interval: DEFAULT_POLL_INTERVAL,
             allowed_template_namespaces: BTreeSet::new(),
+            workspace_policy: WorkspacePolicy::default(),
         }
     }
 }

@@ -18,4 +18,5 @@ pub mod telemetry;
 pub mod tenancy;
 pub mod variables;
 pub mod watches;
+pub mod workspace_policy;
 pub mod write_loops;

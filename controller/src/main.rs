@@ -52,6 +52,17 @@ struct Args {
         value_delimiter = ','
     )]
     allow_template_namespaces: Vec<String>,
+    /// Let the applies of NAMESPACE render Workspaces on the ProviderConfig NAME (its cloud
+    /// credentials); `*=NAME` for every namespace. Repeatable, or comma-separated in the
+    /// environment variable. Any other ProviderConfig is refused (docs/security.md).
+    #[arg(
+        long = "allow-provider-config",
+        value_name = "NAMESPACE=NAME",
+        env = "CAPT_ALLOW_PROVIDER_CONFIGS",
+        value_delimiter = ',',
+        default_value = "*=default"
+    )]
+    allow_provider_configs: Vec<String>,
     /// Report an object (a `capt_write_loops_total` count and a Warning Event, reason
     /// WriteLoop) once our managers write it more than this many times within
     /// --write-loop-window-seconds without a change of its spec or of what the writes observe.
@@ -140,6 +151,9 @@ async fn main() -> anyhow::Result<()> {
         wake_on_every_change: args.baseline_full_update,
         concurrency: args.max_concurrent_reconciles.max(1),
     };
+    let workspace_policy =
+        capt_controller::workspace_policy::WorkspacePolicy::parse(&args.allow_provider_configs)
+            .map_err(anyhow::Error::msg)?;
     let templates_elsewhere = !args.allow_template_namespaces.is_empty();
     let watches = capt_controller::run::Watches::new(&client, &scope, templates_elsewhere);
     let ctx = Arc::new(Context {
@@ -156,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),
             poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
             allowed_template_namespaces: args.allow_template_namespaces.into_iter().collect(),
+            workspace_policy,
         },
         events: capt_controller::context::recorder(client.clone()),
         write_loops: std::sync::Mutex::new(capt_controller::write_loops::WriteLoops::new(

@@ -232,9 +232,18 @@ fn labelled_ref<K: Resource<DynamicType = ()>>(
     Some(ObjectRef::new(labels.get(name_label)?).within(labels.get(ns_label)?))
 }
 
-/// The CAPT object of kind `K` an apply or a Workspace serves (from its owner labels).
+/// The CAPT object of kind `K` an apply or a Workspace serves (from its owner labels). A
+/// tenant may write those labels (on an apply, or through a template onto its Workspace), so
+/// they count only when they name the labelled object's own namespace (a Workspace's: its
+/// apply's): another namespace's reconcilers are never woken by them.
 fn owner_of<K: Resource<DynamicType = ()>, O: Resource>(obj: &O) -> Option<ObjectRef<K>> {
-    (obj.meta().labels.as_ref()?.get(OWNER_KIND_LABEL)? == &*K::kind(&())).then_some(())?;
+    let labels = obj.meta().labels.as_ref()?;
+    (labels.get(OWNER_KIND_LABEL)? == &*K::kind(&())).then_some(())?;
+    let own = match &obj.meta().namespace {
+        Some(ns) => ns,
+        None => labels.get(APPLY_NAMESPACE_LABEL)?,
+    };
+    (labels.get(OWNER_NAMESPACE_LABEL)? == own).then_some(())?;
     labelled_ref(obj, OWNER_NAMESPACE_LABEL, OWNER_NAME_LABEL)
 }
 
@@ -302,4 +311,73 @@ fn referenced<K: Resource<DynamicType = ()>>(
 /// The Cluster an object belongs to.
 fn owning_cluster_ref<O: Resource>(obj: &O) -> Option<ObjectRef<Cluster>> {
     Some(ObjectRef::new(&cluster_name(obj)?).within(obj.meta().namespace.as_deref()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn labelled<K: serde::de::DeserializeOwned>(
+        kind: &str,
+        namespace: Option<&str>,
+        labels: serde_json::Value,
+    ) -> K {
+        let (api_version, kind) = match kind {
+            "Workspace" => ("tf.upbound.io/v1beta1", kind),
+            _ => ("infrastructure.cluster.x-k8s.io/v1beta1", kind),
+        };
+        serde_json::from_value(json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": "x", "namespace": namespace, "labels": labels},
+            "spec": {"templateRef": {"name": "t"}, "forProvider": {}},
+        }))
+        .expect("a valid object")
+    }
+
+    fn owner_labels(namespace: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut labels = json!({
+            OWNER_KIND_LABEL: "CAPTCluster", OWNER_NAMESPACE_LABEL: namespace, OWNER_NAME_LABEL: "c",
+        });
+        labels
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        labels
+    }
+
+    #[test]
+    fn owner_labels_wake_only_an_object_of_the_labelled_ones_namespace() {
+        let own: WorkspaceTemplateApply = labelled(
+            "WorkspaceTemplateApply",
+            Some("team-a"),
+            owner_labels("team-a", json!({})),
+        );
+        assert_eq!(
+            owner_of::<CAPTCluster, _>(&own),
+            Some(ObjectRef::new("c").within("team-a"))
+        );
+        let foreign: WorkspaceTemplateApply = labelled(
+            "WorkspaceTemplateApply",
+            Some("team-a"),
+            owner_labels("team-b", json!({})),
+        );
+        assert_eq!(owner_of::<CAPTCluster, _>(&foreign), None);
+
+        let ws = |owner_ns: &str| -> TerraformWorkspace {
+            labelled(
+                "Workspace",
+                None,
+                owner_labels(owner_ns, json!({APPLY_NAMESPACE_LABEL: "team-a"})),
+            )
+        };
+        assert_eq!(
+            owner_of::<CAPTCluster, _>(&ws("team-a")),
+            Some(ObjectRef::new("c").within("team-a"))
+        );
+        assert_eq!(owner_of::<CAPTCluster, _>(&ws("team-b")), None);
+        let unlabelled: TerraformWorkspace =
+            labelled("Workspace", None, owner_labels("team-a", json!({})));
+        assert_eq!(owner_of::<CAPTCluster, _>(&unlabelled), None);
+    }
 }

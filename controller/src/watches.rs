@@ -40,8 +40,55 @@ pub trait Watched:
 impl Watched for CAPTCluster {}
 impl Watched for CAPTControlPlane {}
 impl Watched for WorkspaceTemplateApply {}
-impl Watched for WorkspaceTemplate {}
-impl Watched for TerraformWorkspace {}
+
+/// Templates are written by tenants: one larger than [`MAX_TEMPLATE_BYTES`] is cached
+/// without its body (and refused by every apply that uses it, `reconcile/apply.rs`), so that
+/// what a tenant writes cannot grow the shared controller's memory without bound.
+impl Watched for WorkspaceTemplate {
+    fn trim(&mut self) {
+        let size = serde_json::to_vec(&self.spec).map_or(0, |v| v.len());
+        if size > MAX_TEMPLATE_BYTES {
+            self.spec = Default::default();
+            self.meta_mut()
+                .annotations
+                .get_or_insert_default()
+                .insert(TOO_LARGE_ANNOTATION.to_owned(), size.to_string());
+        }
+    }
+}
+
+/// A Workspace's inline module is most of its size, and no reconciler reads it: the apply
+/// only compares it with what it renders. The cache keeps its digest ([`module_digest`]).
+impl Watched for TerraformWorkspace {
+    fn trim(&mut self) {
+        let module = self
+            .spec
+            .fields
+            .get_mut("forProvider")
+            .and_then(|f| f.get_mut("module"));
+        if let Some(module) = module
+            && let Some(text) = module.as_str()
+        {
+            *module = serde_json::Value::String(module_digest(text));
+        }
+    }
+}
+
+/// The largest WorkspaceTemplate spec (serialized JSON) the controller renders: an inline
+/// module of a whole EKS stack is tens of KiB.
+pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+/// Set on the cached copy (never written) of a template over [`MAX_TEMPLATE_BYTES`]: its
+/// size in bytes. Its body is not kept.
+pub const TOO_LARGE_ANNOTATION: &str = "capt.cache/too-large-bytes";
+
+/// What the Workspace cache keeps of an inline module, and what a rendered module is compared
+/// as: `sha256:<hex>` of its text.
+pub fn module_digest(module: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(module.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
 
 /// A Cluster's status is core's (or, without core, what `capt-cluster` computes from our
 /// objects): no reconciler reads it, and core's conditions are most of a Cluster's size.
@@ -278,6 +325,7 @@ pub fn cached_beside<K: Watched, O: Resource>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::WorkspaceTemplateSpec;
     use crate::reconcile::lifecycle;
     use serde_json::json;
 
@@ -377,5 +425,44 @@ mod tests {
             cluster.metadata.finalizers.as_deref(),
             Some(&["cluster.cluster.x-k8s.io".to_owned()][..])
         );
+    }
+
+    #[test]
+    fn a_template_over_the_limit_is_cached_without_its_body_and_marked() {
+        let template = |module: String| -> WorkspaceTemplate {
+            serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+                "metadata": {"name": "t", "namespace": "ns"},
+                "spec": {"template": {"spec": {"forProvider": {"module": module}}}},
+            }))
+            .expect("a template")
+        };
+        let mut small = template("m".repeat(1024));
+        let kept = small.clone();
+        small.trim();
+        assert_eq!(small.spec, kept.spec);
+        assert_eq!(small.metadata, kept.metadata);
+        let mut large = template("m".repeat(MAX_TEMPLATE_BYTES));
+        large.trim();
+        assert_eq!(large.spec, WorkspaceTemplateSpec::default());
+        let size: usize = kube::ResourceExt::annotations(&large)[TOO_LARGE_ANNOTATION]
+            .parse()
+            .unwrap();
+        assert!(size > MAX_TEMPLATE_BYTES, "{size}");
+    }
+
+    #[test]
+    fn a_cached_workspace_keeps_its_module_as_a_digest() {
+        let mut ws: TerraformWorkspace = serde_json::from_value(json!({
+            "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+            "metadata": {"name": "w"},
+            "spec": {"forProvider": {"module": "x".repeat(100_000), "source": "Inline"}},
+        }))
+        .expect("a Workspace");
+        ws.trim();
+        let module = ws.spec.fields["forProvider"]["module"].as_str().unwrap();
+        assert_eq!(module, module_digest(&"x".repeat(100_000)));
+        assert_ne!(module, module_digest("y"));
+        assert_eq!(ws.spec.fields["forProvider"]["source"], "Inline");
     }
 }

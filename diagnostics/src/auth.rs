@@ -25,6 +25,10 @@ pub const ALLOW_TTL: Duration = Duration::from_secs(60);
 pub const DENY_TTL: Duration = Duration::from_secs(10);
 /// At most this many tokens are remembered.
 pub const MAX_CACHED: usize = 1024;
+/// At most this many reviews are asked of the API server at once: every unknown token costs
+/// a TokenReview, so anyone who can reach the port could otherwise make the pod hammer the
+/// API server. A scrape beyond it is answered 503 at once, without a review.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 4;
 
 /// What the API server says about a token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,10 +152,20 @@ impl Cache {
     }
 }
 
-/// A reviewer with its cache.
+/// A reviewer with its cache and its cap on reviews in flight.
 pub(crate) struct Gate<R> {
     reviewer: R,
     cache: Mutex<Cache>,
+    reviews: tokio::sync::Semaphore,
+}
+
+/// Why a token was not decided.
+#[derive(Debug)]
+enum Undecided {
+    /// [`MAX_REVIEWS_IN_FLIGHT`] reviews are already being asked.
+    Busy,
+    /// The review could not be asked.
+    Failed(anyhow::Error),
 }
 
 impl<R: Reviewer> Gate<R> {
@@ -159,10 +173,11 @@ impl<R: Reviewer> Gate<R> {
         Self {
             reviewer,
             cache: Mutex::default(),
+            reviews: tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
         }
     }
 
-    async fn decide(&self, token: &str) -> anyhow::Result<Decision> {
+    async fn decide(&self, token: &str) -> Result<Decision, Undecided> {
         let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
             .as_ref()
             .try_into()
@@ -175,7 +190,14 @@ impl<R: Reviewer> Gate<R> {
         {
             return Ok(decision);
         }
-        let decision = self.reviewer.review(token).await?;
+        let Ok(_permit) = self.reviews.try_acquire() else {
+            return Err(Undecided::Busy);
+        };
+        let decision = self
+            .reviewer
+            .review(token)
+            .await
+            .map_err(Undecided::Failed)?;
         self.cache
             .lock()
             .expect("cache lock")
@@ -213,7 +235,13 @@ async fn authorize<R: Reviewer>(
             )
                 .into_response()
         }
-        Err(error) => {
+        Err(Undecided::Busy) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "Too many tokens under review; try again\n",
+        )
+            .into_response(),
+        Err(Undecided::Failed(error)) => {
             tracing::warn!(%error, "Cannot review a metrics scraper's token");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -369,5 +397,66 @@ mod tests {
         let mut first = [0u8; 32];
         first[..8].copy_from_slice(&0u64.to_le_bytes());
         assert!(!cache.entries.contains_key(&first), "the oldest went first");
+    }
+
+    /// Holds every review until released; counts those in flight and the most at once.
+    struct Slow {
+        release: tokio::sync::Semaphore,
+        in_flight: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    impl Reviewer for Arc<Slow> {
+        async fn review(&self, _token: &str) -> anyhow::Result<Decision> {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let _released = self.release.acquire().await?;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok(Decision::Unauthenticated)
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_tokens_cost_at_most_the_cap_of_reviews_at_once() {
+        let slow = Arc::new(Slow {
+            release: tokio::sync::Semaphore::new(0),
+            in_flight: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+        });
+        let app = authorized(
+            Arc::new(Gate::new(slow.clone())),
+            get(|| async { "metrics" }),
+        );
+        let waiting: Vec<_> = (0..MAX_REVIEWS_IN_FLIGHT)
+            .map(|i| {
+                let app = app.clone();
+                tokio::spawn(async move {
+                    status(&app, "/metrics", Some(&format!("Bearer random-{i}"))).await
+                })
+            })
+            .collect();
+        while slow.in_flight.load(Ordering::SeqCst) < MAX_REVIEWS_IN_FLIGHT {
+            tokio::task::yield_now().await;
+        }
+        // The cap is reached: more random tokens are turned away without a review. (Were
+        // they reviewed, they would wait for the held reviews: the timeout ends that.)
+        for i in 0..10 {
+            let token = format!("Bearer more-{i}");
+            let answered = tokio::time::timeout(
+                Duration::from_secs(5),
+                status(&app, "/metrics", Some(&token)),
+            )
+            .await;
+            assert_eq!(
+                answered.ok(),
+                Some(StatusCode::SERVICE_UNAVAILABLE),
+                "a token beyond the cap"
+            );
+        }
+        assert_eq!(slow.most.load(Ordering::SeqCst), MAX_REVIEWS_IN_FLIGHT);
+        slow.release.add_permits(MAX_REVIEWS_IN_FLIGHT);
+        for w in waiting {
+            assert_eq!(w.await.unwrap(), StatusCode::UNAUTHORIZED);
+        }
     }
 }

@@ -16,6 +16,9 @@ use tokio_rustls::server::TlsStream;
 
 /// A handshake not done by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// At most this many handshakes at once: a connection beyond it is closed unanswered, so
+/// that slow or half-open clients cannot hold unbounded memory and tasks (a scraper retries).
+pub(crate) const MAX_HANDSHAKES: usize = 32;
 
 /// The server configuration: `tls.crt` and `tls.key` of `cert_dir`, else a self-signed
 /// certificate for `localhost`, `127.0.0.1` and `::1` (scrapers of a self-signed endpoint
@@ -80,6 +83,7 @@ impl TlsListener {
         let local = tcp.local_addr().expect("a bound listener has an address");
         let acceptor = TlsAcceptor::from(config);
         let (tx, ready) = mpsc::channel(64);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = match tcp.accept().await {
@@ -94,8 +98,13 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
+                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, "Too many TLS handshakes on the metrics port; closed");
+                    continue;
+                };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
@@ -143,6 +152,28 @@ mod tests {
         assert!(
             error.contains("tls.crt") && error.contains("--metrics-cert-dir"),
             "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_beyond_the_handshake_cap_is_closed_at_once() {
+        use tokio::io::AsyncReadExt as _;
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let _listener = TlsListener::new(tcp, server_config(None).unwrap());
+        // Clients that never say hello hold every handshake slot (until HANDSHAKE_TIMEOUT).
+        let mut silent = Vec::new();
+        for _ in 0..MAX_HANDSHAKES {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // Accepted after them (the accept loop takes connections in order), the next one
+        // finds no slot and is closed: its read ends long before a handshake would time out.
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(HANDSHAKE_TIMEOUT / 2, extra.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the connection beyond the cap was kept: {read:?}"
         );
     }
 }

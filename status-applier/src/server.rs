@@ -34,6 +34,39 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// The metrics registry.
     pub registry: Arc<Registry>,
+    /// `/readyz`'s last look at the API server.
+    pub api_probe: Arc<ApiProbe>,
+}
+
+/// How long `/readyz` trusts its last look at the API server.
+pub const API_PROBE_TTL: Duration = Duration::from_secs(1);
+
+/// The API server's last answer to `/readyz`'s probe, kept for [`API_PROBE_TTL`]: however
+/// many probes arrive (kubelets, or anyone who reaches the port), the API server is asked at
+/// most once per TTL, and never twice at once (callers wait for the probe in flight).
+#[derive(Default)]
+pub struct ApiProbe {
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
+}
+
+impl ApiProbe {
+    /// `Ok` when the API server answered `/version` within 2 s, now or within the TTL.
+    pub async fn reachable(&self, client: &kube::Client) -> Result<(), String> {
+        let mut last = self.last.lock().await;
+        if let Some((at, answer)) = &*last
+            && at.elapsed() < API_PROBE_TTL
+        {
+            return answer.clone();
+        }
+        let answer =
+            match tokio::time::timeout(Duration::from_secs(2), client.apiserver_version()).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("API server unreachable: {e}")),
+                Err(_) => Err("API server did not answer within 2s".to_owned()),
+            };
+        *last = Some((std::time::Instant::now(), answer.clone()));
+        answer
+    }
 }
 
 /// The whole API.
@@ -197,20 +230,10 @@ async fn conflicts(State(state): State<AppState>) -> Response {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     let client = state.engine.live().client().clone();
-    let reachable = tokio::time::timeout(Duration::from_secs(2), client.apiserver_version()).await;
-    match reachable {
-        Ok(Ok(_)) if state.engine.live().synced() => (StatusCode::OK, "ok").into_response(),
-        Ok(Ok(_)) => (StatusCode::SERVICE_UNAVAILABLE, "caches are not synced yet").into_response(),
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("API server unreachable: {e}"),
-        )
-            .into_response(),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "API server did not answer within 2s",
-        )
-            .into_response(),
+    match state.api_probe.reachable(&client).await {
+        Ok(()) if state.engine.live().synced() => (StatusCode::OK, "ok").into_response(),
+        Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, "caches are not synced yet").into_response(),
+        Err(message) => (StatusCode::SERVICE_UNAVAILABLE, message).into_response(),
     }
 }
 
@@ -223,4 +246,51 @@ async fn metrics(State(state): State<AppState>) -> Response {
         crate::metrics::encode(&state.registry),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// An API server that answers `/version` and counts the requests.
+    async fn counting_api_server() -> (kube::Client, Arc<AtomicUsize>) {
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = count.clone();
+        let app = Router::new().route(
+            "/version",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Json(json!({"major": "1", "minor": "34", "gitVersion": "v1.34.4",
+                        "gitCommit": "", "gitTreeState": "", "buildDate": "", "goVersion": "",
+                        "compiler": "", "platform": ""}))
+                }
+            }),
+        );
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", tcp.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(tcp, app).await });
+        let config = kube::Config::new(url.parse().unwrap());
+        (kube::Client::try_from(config).unwrap(), count)
+    }
+
+    #[tokio::test]
+    async fn readiness_probes_ask_the_api_server_at_most_once_per_ttl() {
+        let (client, asked) = counting_api_server().await;
+        let probe = Arc::new(ApiProbe::default());
+        let probes: Vec<_> = (0..50)
+            .map(|_| {
+                let (probe, client) = (probe.clone(), client.clone());
+                tokio::spawn(async move { probe.reachable(&client).await })
+            })
+            .collect();
+        for p in probes {
+            assert_eq!(p.await.unwrap(), Ok(()));
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "50 probes, one request");
+        tokio::time::sleep(API_PROBE_TTL).await;
+        probe.reachable(&client).await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 2, "asked again after the TTL");
+    }
 }

@@ -101,6 +101,17 @@ async fn clusterctl_generates_both_providers_from_the_local_repository() -> Resu
         env_value(deployment, "manager", "CAPT_STUCK_DELETION_SECONDS"),
         Some("900")
     );
+    assert_eq!(
+        env_value(deployment, "manager", "CAPT_ALLOW_PROVIDER_CONFIGS"),
+        Some("*=default")
+    );
+    // The admission policy that narrows the Secret rights, and who may connect, come along.
+    find(
+        &infra,
+        "ValidatingAdmissionPolicy",
+        "capt-controller-secrets",
+    );
+    find(&infra, "NetworkPolicy", "capt-controller");
     let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
         .as_str()
         .unwrap_or_default();

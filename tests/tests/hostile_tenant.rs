@@ -3,6 +3,9 @@
 //! Cluster API core. Each test performs one attack and checks that it is refused, with the
 //! condition or Warning Event that says so (`docs/security.md`, "Threat model"):
 //!
+//! - hole 1: a template naming another team's ProviderConfig, another Terraform state
+//!   (`crossplane.io/external-name`, `-backend-config`) or `publishConnectionDetailsTo` is
+//!   refused and nothing rendered;
 //! - hole 3: a CAPT object whose `spec.workspaceTemplateApplyName` names another stack's
 //!   WorkspaceTemplateApply, then deleted, leaves that apply alone; the name is set once;
 //! - hole 4: a decoy CAPTControlPlane (or CAPTCluster) labelled with another Cluster's name
@@ -10,6 +13,9 @@
 //!   control plane does not control is left alone;
 //! - hole 2: a value that would be Terraform code is refused by the API server (CRD
 //!   patterns), and, where it gets past it, never rendered;
+//! - hole 8: an apply waiting for another namespace's Workspace (cluster-scoped, named)
+//!   stays waiting, as if it did not exist;
+//! - hole 6: templates over the size limit are cached without their bodies and refused;
 //! - hole 5: the ServiceAccount, whose RBAC may create Secrets anywhere, creates and changes
 //!   only `cluster.x-k8s.io/secret` Secrets named `*-kubeconfig` (an admission policy).
 //!
@@ -565,6 +571,302 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
     assert!(
         notes.iter().all(|n| !n.contains("null_resource")),
         "the value is not echoed: {notes:?}"
+    );
+    Ok(())
+}
+
+/// Hole 1. A tenant's template names the credentials, the Terraform state or where outputs
+/// go: another team's ProviderConfig, Crossplane's `default` once the operator named the
+/// namespace's own, `crossplane.io/external-name` (another workspace's state in the
+/// backend), a `-backend-config` init argument, `publishConnectionDetailsTo`. Each is
+/// refused (`Applied=False`, reason `WorkspaceNotAllowed`, a Warning Event naming the field)
+/// and no Workspace is rendered; the namespace's own ProviderConfig renders. Before the fix
+/// every one was rendered.
+#[tokio::test]
+async fn hole1_a_template_chooses_neither_credentials_nor_state_nor_where_outputs_go() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-render").await?;
+    let own_config = format!("{}=tenant-config", ns.name);
+    let system =
+        System::start_with(&ns.name, 50, &["--allow-provider-config", &own_config]).await?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let module = json!({"source": "Inline", "module": "# ${CLUSTER_NAME}"});
+    // (name, template spec, template annotations, the field the refusal names; None: renders)
+    let cases = [
+        (
+            "own",
+            json!({"providerConfigRef": {"name": "tenant-config"}, "forProvider": module}),
+            json!({}),
+            None,
+        ),
+        (
+            "other",
+            json!({"providerConfigRef": {"name": "team-b"}, "forProvider": module}),
+            json!({}),
+            Some("spec.providerConfigRef"),
+        ),
+        (
+            "default",
+            json!({"forProvider": module}),
+            json!({}),
+            Some("spec.providerConfigRef"),
+        ),
+        (
+            "state",
+            json!({"providerConfigRef": {"name": "tenant-config"}, "forProvider": module}),
+            json!({"crossplane.io/external-name": "team-b-eks"}),
+            Some("crossplane.io/external-name"),
+        ),
+        (
+            "backend",
+            json!({"providerConfigRef": {"name": "tenant-config"},
+            "forProvider": {"source": "Inline", "module": "# x", "initArgs": ["-backend-config=secret_suffix=team-b-eks"]}}),
+            json!({}),
+            Some("spec.forProvider.initArgs[0]"),
+        ),
+        (
+            "publish",
+            json!({"providerConfigRef": {"name": "tenant-config"}, "forProvider": module,
+            "publishConnectionDetailsTo": {"name": "eks", "configRef": {"name": "vault"}}}),
+            json!({}),
+            Some("spec.publishConnectionDetailsTo"),
+        ),
+    ];
+    for (name, spec, annotations, _) in &cases {
+        apply(&[
+            json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+                "metadata": {"name": name, "namespace": ns.name},
+                "spec": {"template": {"metadata": {"annotations": annotations}, "spec": spec}},
+            }),
+            json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+                "metadata": {"name": name, "namespace": ns.name},
+                "spec": {"templateRef": {"name": name}, "variables": {"CLUSTER_NAME": name}},
+            }),
+        ])?;
+    }
+    let refused = |name: &'static str| {
+        let applies = applies.clone();
+        async move {
+            let apply = applies.get(name).await?;
+            let status = serde_json::to_value(&apply.status)?;
+            Ok::<_, anyhow::Error>(
+                status["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Applied" && c["reason"] == "WorkspaceNotAllowed"),
+            )
+        }
+    };
+    for (name, _, _, field) in cases {
+        let ws_name = workspace_name(&ns.name, name);
+        // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
+        system
+            .wait_for(
+                &format!("apply {name} refused or rendered"),
+                WAIT,
+                || async {
+                    Ok(refused(name).await? || workspaces.get_opt(&ws_name).await?.is_some())
+                },
+            )
+            .await?;
+        let rendered = workspaces.get_opt(&ws_name).await?;
+        match field {
+            None => {
+                let ws = rendered.context("the namespace's own ProviderConfig renders")?;
+                assert_eq!(ws.spec.fields["providerConfigRef"]["name"], "tenant-config");
+            }
+            Some(field) => {
+                assert!(rendered.is_none(), "apply {name}: a Workspace was rendered");
+                assert!(
+                    refused(name).await?,
+                    "apply {name}: Applied=False, WorkspaceNotAllowed"
+                );
+                let notes = warnings(&ns.name, "WorkspaceNotAllowed", name)?;
+                assert!(
+                    notes.iter().any(|n| n.contains(field)),
+                    "apply {name}: {notes:?}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Hole 8 (`waitForWorkspaces`). Workspaces are cluster-scoped, so an apply could wait for
+/// another namespace's Workspace by its name, learn when it is ready, and render then. Only
+/// a Workspace rendered for an apply of the waiting apply's namespace counts: another
+/// namespace's Ready Workspace leaves it waiting, with the message it would have if that
+/// Workspace did not exist. Before the fix the apply rendered at once.
+#[tokio::test]
+async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-wait").await?;
+    let victim = TestNamespace::create(&client, "hostile-waited").await?;
+    let system = System::start(&ns.name, 50).await?;
+    // The victim's Workspace as the controller renders it, Ready as the provider reports it.
+    let victim_ws = workspace_name(&victim.name, "eks");
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let ws = json!({
+        "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+        "metadata": {"name": victim_ws, "labels": {
+            capt_controller::render::APPLY_NAMESPACE_LABEL: victim.name,
+            capt_controller::render::APPLY_NAME_LABEL: "eks"}},
+        "spec": {"forProvider": {"source": "Inline", "module": "# victim"}},
+    });
+    workspaces
+        .create(&PostParams::default(), &serde_json::from_value(ws)?)
+        .await?;
+    let ready = json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+        "status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "Available", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Synced", "status": "True", "reason": "ReconcileSuccess", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    workspaces
+        .patch_status(
+            &victim_ws,
+            &PatchParams::apply("hostile-tenant-test").force(),
+            &Patch::Apply(&ready),
+        )
+        .await?;
+    let template = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "eks", "namespace": ns.name},
+        "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": "# tenant"}}}},
+    });
+    let waiting = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "eks", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "eks"}, "waitForWorkspaces": [{"name": victim_ws}]},
+    });
+    apply(&[template, waiting])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let own_ws = workspace_name(&ns.name, "eks");
+    let message = || async {
+        let apply = applies.get("eks").await?;
+        let status = serde_json::to_value(&apply.status)?;
+        Ok::<_, anyhow::Error>(
+            status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Applied" && c["reason"] == "WaitingForWorkspaces")
+                .and_then(|c| c["message"].as_str().map(str::to_owned)),
+        )
+    };
+    // Waiting (fixed) or rendered (before the fix) shows the controller decided.
+    system
+        .wait_for("the apply waiting, or its Workspace", WAIT, || async {
+            Ok(message().await?.is_some() || workspaces.get_opt(&own_ws).await?.is_some())
+        })
+        .await?;
+    assert!(
+        workspaces.get_opt(&own_ws).await?.is_none(),
+        "the apply rendered on another namespace's Ready Workspace"
+    );
+    assert_eq!(
+        message().await?.as_deref(),
+        Some(
+            format!(
+                "Workspace {victim_ws} of an apply of namespace {} is not ready yet",
+                ns.name
+            )
+            .as_str()
+        )
+    );
+    workspaces
+        .delete(&victim_ws, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// The resident memory of a process, in MiB.
+fn rss_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("VmRSS")?
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+/// Hole 6. Templates are the tenant's and every one is cached by the shared controller:
+/// before the fix, templates of 1 MiB each stayed whole in its memory (a hundred of 1.5 MB
+/// crash-looped it). A template over the limit (256 KiB) is now cached without its body,
+/// and an apply that uses it is refused (`Applied=False`, reason `TemplateTooLarge`).
+#[tokio::test]
+async fn hole6_a_tenants_oversized_templates_cost_the_controller_no_memory() -> Result<()> {
+    const TEMPLATES: usize = 48;
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-size").await?;
+    let system = System::start(&ns.name, 50).await?;
+    let before = rss_mib(system.controller_pid())?;
+    // 1 MiB of module each (the API server takes up to 3 MiB a request, etcd 1.5 MiB).
+    let module = format!("# {}", "x".repeat(1024 * 1024));
+    for i in 0..TEMPLATES {
+        apply(&[json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": format!("large-{i}"), "namespace": ns.name},
+            "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": module}}}},
+        })])?;
+    }
+    // Created after every template: once the controller has the last one, it has them all
+    // (one watch, in order).
+    let last = format!("large-{}", TEMPLATES - 1);
+    apply(&[json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "large", "namespace": ns.name},
+        "spec": {"templateRef": {"name": last}},
+    })])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let ws_name = workspace_name(&ns.name, "large");
+    let refused = || async {
+        let apply = applies.get("large").await?;
+        let status = serde_json::to_value(&apply.status)?;
+        Ok::<_, anyhow::Error>(
+            status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Applied" && c["reason"] == "TemplateTooLarge")
+                .and_then(|c| c["message"].as_str().map(str::to_owned)),
+        )
+    };
+    system
+        .wait_for("the refusal, or the Workspace", WAIT, || async {
+            Ok(refused().await?.is_some() || workspaces.get_opt(&ws_name).await?.is_some())
+        })
+        .await?;
+    let after = rss_mib(system.controller_pid())?;
+    // Whole, the templates are 48 MiB in the cache; without their bodies only what
+    // deserializing them left in the allocator remains.
+    let grown = after - before;
+    eprintln!(
+        "controller RSS {before:.1} MiB → {after:.1} MiB after {TEMPLATES} templates of 1 MiB"
+    );
+    assert!(
+        grown < TEMPLATES as f64 / 2.0,
+        "the controller grew by {grown:.1} MiB for {TEMPLATES} MiB of templates it does not render"
+    );
+    assert!(
+        workspaces.get_opt(&ws_name).await?.is_none(),
+        "an oversized template was rendered"
+    );
+    let message = refused()
+        .await?
+        .context("Applied=False, TemplateTooLarge")?;
+    assert!(
+        message.contains(&last) && message.contains("262144"),
+        "{message}"
     );
     Ok(())
 }

@@ -205,3 +205,38 @@ async fn a_lease_the_controller_may_not_use_is_reported_and_retried_not_a_crash(
     let _ = controller.wait();
     Ok(())
 }
+
+/// The status-applier's debug listener serves the intent API without authentication, and
+/// `kubectl port-forward` reaches the pod's loopback it listens on: the shipped Deployment
+/// never turns it on (docs/status-applier.md).
+#[test]
+fn the_deployment_does_not_turn_the_unauthenticated_debug_listener_on() -> Result<()> {
+    let text = std::fs::read_to_string(repo_root().join("manifests/deploy/deployment.yaml"))?;
+    let deployment = capt_tests::yaml_documents(&text)?
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    for c in containers {
+        let words = c["command"]
+            .as_array()
+            .into_iter()
+            .chain(c["args"].as_array())
+            .flatten()
+            .filter_map(|w| w.as_str());
+        for word in words {
+            assert!(!word.contains("debug-tcp-addr"), "{}: {word}", c["name"]);
+        }
+        for var in c["env"].as_array().into_iter().flatten() {
+            assert_ne!(
+                var["name"], "STATUS_APPLIER_DEBUG_TCP_ADDR",
+                "{}",
+                c["name"]
+            );
+        }
+    }
+    assert!(!containers.is_empty());
+    Ok(())
+}

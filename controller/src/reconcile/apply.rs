@@ -113,11 +113,29 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         publish(&apply, &ctx, &name, own, false, Some(refusal)).await?;
         return Ok(Action::requeue(ctx.settings.poll_interval));
     };
+    if let Some(size) = template
+        .annotations()
+        .get(crate::watches::TOO_LARGE_ANNOTATION)
+    {
+        let message = format!(
+            "WorkspaceTemplate {template_ns}/{} is {size} bytes, over the limit of {} bytes; \
+             nothing is rendered",
+            apply.spec.template_ref.name,
+            crate::watches::MAX_TEMPLATE_BYTES
+        );
+        let refusal = blocked("TemplateTooLarge", message);
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
     let mut rendered = render_workspace(&apply, &template, &name)?;
     // What the template brings (its connection Secret, Secrets in its body) stays in the
     // apply's namespace too.
     if let Some(crossing) = rendered_cross_namespace(&namespace, &rendered["spec"]) {
         let refusal = Refusal::cross_namespace(&crossing, &namespace);
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
+    // The credentials, the state and where outputs go are the operator's, not the template's.
+    if let Some(message) = ctx.settings.workspace_policy.refusal(&namespace, &rendered) {
+        let refusal = blocked(crate::workspace_policy::NOT_ALLOWED, message);
         return refuse(&apply, &ctx, own_name, own, refusal).await;
     }
     let changed = needs_apply(own, &rendered);
@@ -227,7 +245,15 @@ async fn waiting(
         }
     }
     for wanted in apply.spec.wait_for_workspaces.iter().flatten() {
-        let found = cached(&ctx.caches.workspaces, None, &wanted.name);
+        // Workspaces are cluster-scoped: only one rendered for an apply of this namespace
+        // counts, so that no tenant learns whether another namespace's Workspace is ready
+        // (the message is the same whether it exists elsewhere or not at all).
+        let found = cached(&ctx.caches.workspaces, None, &wanted.name).filter(|w| {
+            w.labels()
+                .get(crate::render::APPLY_NAMESPACE_LABEL)
+                .map(String::as_str)
+                == Some(namespace)
+        });
         let ready = found
             .map(|w| {
                 crate::status::workspace::WorkspaceObservation::from_json(
@@ -239,19 +265,29 @@ async fn waiting(
         if !ready {
             return Ok(Some((
                 "WaitingForWorkspaces",
-                format!("Workspace {} is not ready yet", wanted.name),
+                format!(
+                    "Workspace {} of an apply of namespace {namespace} is not ready yet",
+                    wanted.name
+                ),
             )));
         }
     }
-    let _ = namespace;
     Ok(None)
 }
 
-/// True when the live Workspace lacks what was rendered. Fields the API server defaulted
-/// (`managementPolicies`, `providerConfigRef`, ...) are not ours and are not compared.
+/// True when the live Workspace, as cached (its module as a digest:
+/// [`crate::watches::Watched::trim`]), lacks what was rendered. Fields the API server
+/// defaulted (`managementPolicies`, `providerConfigRef`, ...) are not ours and are not
+/// compared.
 fn needs_apply(live: Option<&TerraformWorkspace>, rendered: &Value) -> bool {
     let Some(live) = live else { return true };
     let live = serde_json::to_value(live).unwrap_or_default();
+    let mut rendered = rendered.clone();
+    if let Some(module) = rendered["spec"]["forProvider"].get_mut("module")
+        && let Some(text) = module.as_str()
+    {
+        *module = Value::String(crate::watches::module_digest(text));
+    }
     !["spec", "metadata"]
         .iter()
         .all(|k| contains(&live[*k], &rendered[*k]))
@@ -383,6 +419,31 @@ async fn delete(
             }
             return Ok(Action::requeue(ctx.settings.poll_interval));
         }
+        (Placement::Use { name, .. }, None) if !retain => {
+            // The cache may not show a Workspace rendered just before the deletion: the
+            // finalizer goes only once the API server says there is none of ours, or the
+            // Workspace (and its cloud resources) would be orphaned.
+            let live = workspaces
+                .get_opt(name)
+                .await
+                .map_err(kube_err(apply, "looking for its Workspace"))?;
+            let ours = live.as_ref().is_some_and(|ws| {
+                crate::tenancy::workspace_owner(
+                    &apply.namespace().unwrap_or_default(),
+                    &apply.name_any(),
+                    apply.uid().as_deref(),
+                    ws.labels(),
+                ) == crate::tenancy::WorkspaceOwner::Ours
+            });
+            if ours {
+                tracing::info!(
+                    apply = apply.name_any(),
+                    workspace = name,
+                    "Its Workspace is not in the cache yet; waiting for it before deleting it"
+                );
+                return Ok(Action::requeue(ctx.settings.poll_interval));
+            }
+        }
         _ => {}
     }
     set_finalizer(applies, apply, APPLY_FINALIZER, false)
@@ -400,15 +461,17 @@ async fn delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watches::Watched as _;
 
     #[test]
     fn defaulted_fields_do_not_make_a_workspace_look_changed() {
-        let live: TerraformWorkspace = serde_json::from_value(json!({
+        let mut live: TerraformWorkspace = serde_json::from_value(json!({
             "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
             "metadata": {"name": "w", "labels": {"a": "1", "other": "x"}},
             "spec": {"forProvider": {"module": "m", "source": "Inline"}, "managementPolicies": ["*"]},
         }))
         .unwrap();
+        live.trim();
         let rendered = json!({"metadata": {"name": "w", "labels": {"a": "1"}}, "spec": {"forProvider": {"module": "m", "source": "Inline"}}});
         assert!(!needs_apply(Some(&live), &rendered));
         let changed = json!({"metadata": {"name": "w", "labels": {"a": "1"}}, "spec": {"forProvider": {"module": "m2", "source": "Inline"}}});
@@ -440,7 +503,8 @@ mod tests {
         metadata.retain(|_, v| v.as_object().is_none_or(|m| !m.is_empty()));
         stored["spec"]["managementPolicies"] = json!(["*"]);
         stored["spec"]["providerConfigRef"] = json!({"name": "default"});
-        let live: TerraformWorkspace = serde_json::from_value(stored).unwrap();
+        let mut live: TerraformWorkspace = serde_json::from_value(stored).unwrap();
+        live.trim();
         assert!(!needs_apply(Some(&live), &rendered), "{rendered}");
     }
 }
