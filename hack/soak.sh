@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the seeded replay (tests/tests/replay_seeded.rs) with N new random seeds against the
-# real API server, J at a time, and ends with `N passed, M failed`. Each failing seed is
-# listed with the command that reruns it; keep it as a named regression test.
+# real API server, J at a time, and ends with `N passed, M failed` and a `record:` line for
+# docs/concurrency.md's table (command, commit, result). Each seed is printed as it is drawn;
+# each failing seed is listed with the command that reruns it: keep it as a named
+# regression test.
 #
 #   hack/soak.sh [N] [-j J] [--applier-args "ARGS"] [--writes all|limited]
 #
@@ -64,6 +66,7 @@ seeds=()
 for ((i = 0; i < count; i++)); do
 	seeds+=("$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')")
 done
+log "seeds: ${seeds[*]}"
 
 export REPLAY_APPLIER_ARGS="$applier_args" REPLAY_WRITES="$writes" binary run
 one() {
@@ -91,5 +94,13 @@ printf '%s\n' "${seeds[@]}" | xargs -P "$jobs" -I{} bash -c 'one {}' | {
 		echo "rerun: REPLAY_SEED=$seed REPLAY_WRITES=$writes REPLAY_APPLIER_ARGS='$applier_args' cargo test -p capt-tests --test replay_seeded a_seeded_replay (log: $run/$seed.log)"
 	done
 	echo "soak: $passed passed, $failed failed"
+	# The row docs/concurrency.md's table takes as it is: the command, the commit the
+	# binaries were built from (-dirty: with uncommitted changes), the result.
+	commit=$(git rev-parse --short HEAD)
+	git diff --quiet HEAD -- . ':!.soak' 2>/dev/null || commit="$commit-dirty"
+	args=""
+	[[ -n $applier_args ]] && args+=" --applier-args '$applier_args'"
+	[[ $writes != all ]] && args+=" --writes $writes"
+	echo "record: | \`hack/soak.sh $count -j $jobs$args\` | $commit | $passed passed, $failed failed ($(($(date +%s) - started)) s) |"
 	((failed == 0))
 }

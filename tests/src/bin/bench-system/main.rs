@@ -85,8 +85,9 @@ struct Args {
     /// Length of the steady-state observation.
     #[arg(long, default_value_t = 60)]
     steady_seconds: u64,
-    /// Probe stacks (latency), and output changes of provisioned stacks (writes per change).
-    #[arg(long, default_value_t = 100)]
+    /// Probe stacks (latency), and output changes of provisioned stacks (writes per change):
+    /// at least 200, so that a p99 is a percentile and not the largest sample.
+    #[arg(long, default_value_t = 200)]
     changes: usize,
     /// Size of the burst of intents.
     #[arg(long, default_value_t = 100)]
