@@ -14,7 +14,6 @@ pub mod render;
 pub mod rewake;
 pub mod run;
 pub mod status;
-pub mod telemetry;
 pub mod tenancy;
 pub mod variables;
 pub mod watches;

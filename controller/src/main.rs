@@ -139,7 +139,7 @@ struct LeaderArgs {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    capt_controller::telemetry::init_logging(args.log_json);
+    diagnostics::telemetry::init_logging(args.log_json);
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
@@ -194,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let metrics = get(move || {
         let registry = registry.clone();
-        async move { metrics_text(&registry) }
+        async move { diagnostics::metrics_text(&registry) }
     });
     diagnostics::serve_metrics(&options, client.clone(), metrics).await?;
     if args.leader.no_leader_election {
@@ -274,13 +274,6 @@ async fn readyz(State(applier): State<status_applier_api::Client>) -> (StatusCod
         ),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
-}
-
-fn metrics_text(registry: &Registry) -> String {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry)
-        .expect("writing to a String cannot fail");
-    out
 }
 
 #[cfg(test)]

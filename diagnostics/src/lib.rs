@@ -14,12 +14,16 @@
 //! - **probes** (`/healthz`, `/readyz`) on a plain-HTTP port that serves nothing else, for
 //!   the kubelet.
 //!
+//! Also what else both binaries share of a process's plumbing: the logging set-up
+//! ([`telemetry`]) and the metrics' text ([`metrics_text`]).
+//!
 //! The process needs `create` on `tokenreviews` and `subjectaccessreviews`; a scraper needs
 //! `get` on the non-resource URL `/metrics` (the `capt-controller-metrics-reader` ClusterRole
 //! of `manifests/deploy/rbac.yaml`).
 #![forbid(unsafe_code)]
 
 mod auth;
+pub mod telemetry;
 mod tls;
 
 pub use auth::{ALLOW_TTL, DENY_TTL, Decision, KubeReviewer, MAX_CACHED, Reviewer};
@@ -30,6 +34,14 @@ use axum::routing::MethodRouter;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// The Prometheus text exposition of `registry`, as both binaries serve it.
+pub fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)
+        .expect("writing to a String cannot fail");
+    out
+}
 
 /// The only path the metrics listener serves, and the non-resource URL a scraper must be
 /// allowed to `get`.

@@ -27,7 +27,6 @@ pub mod outcome;
 pub mod ownership;
 pub mod policy;
 pub mod server;
-pub mod telemetry;
 pub mod view;
 
 /// The client of the intent API, from the API crate.

@@ -179,14 +179,6 @@ impl Metrics {
     }
 }
 
-/// The Prometheus text exposition of `registry`.
-pub fn encode(registry: &Registry) -> String {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry)
-        .expect("writing to a String cannot fail");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,7 +194,7 @@ mod tests {
                 action: Action::conflict,
             })
             .inc();
-        let text = encode(&registry);
+        let text = diagnostics::metrics_text(&registry);
         assert!(
             text.contains(r#"intents_total{manager="m",action="conflict"} 1"#),
             "{text}"

@@ -243,7 +243,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::metrics::encode(&state.registry),
+        diagnostics::metrics_text(&state.registry),
     )
         .into_response()
 }

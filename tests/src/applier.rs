@@ -293,7 +293,7 @@ pub fn registered_families() -> &'static [String] {
                 resource_type: "r".into(),
             })
             .observe(1.0);
-        let mut text = status_applier::metrics::encode(&registry);
+        let mut text = diagnostics::metrics_text(&registry);
         prometheus_client::encoding::text::encode(&mut text, &controller_registry)
             .expect("writing to a String cannot fail");
         text.lines()

@@ -221,7 +221,7 @@ struct TuningArgs {
 }
 
 pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
-    status_applier::telemetry::init_logging(args.log_json);
+    diagnostics::telemetry::init_logging(args.log_json);
     let file = args.policy.file.read()?;
     let flags = args.policy;
     // A flag (or its environment variable) given replaces the file's section.

@@ -1,4 +1,4 @@
-//! Logging set-up of the status-applier (the controller has its own, alike).
+//! Logging set-up, the same for both binaries.
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text or as JSON lines.
 pub fn init_logging(json: bool) {
