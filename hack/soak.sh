@@ -44,7 +44,11 @@ if ! hack/testenv.sh env >/dev/null 2>&1; then
 fi
 eval "$(hack/testenv.sh start)"
 
-log "building the status-applier and the replay test"
+# The commit the binaries are built from (-dirty: with uncommitted changes), for the record.
+commit=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- . ':!.soak' 2>/dev/null || commit="$commit-dirty"
+export commit
+log "building the status-applier and the replay test (commit $commit)"
 hack/cargo-progress.sh soak build --workspace --bins
 binary=$(cargo test --quiet -p capt-tests --test replay_seeded --no-run --message-format=json 2>/dev/null |
 	python3 -c 'import json,sys
@@ -95,9 +99,7 @@ printf '%s\n' "${seeds[@]}" | xargs -P "$jobs" -I{} bash -c 'one {}' | {
 	done
 	echo "soak: $passed passed, $failed failed"
 	# The row docs/concurrency.md's table takes as it is: the command, the commit the
-	# binaries were built from (-dirty: with uncommitted changes), the result.
-	commit=$(git rev-parse --short HEAD)
-	git diff --quiet HEAD -- . ':!.soak' 2>/dev/null || commit="$commit-dirty"
+	# binaries were built from, the result.
 	args=""
 	[[ -n $applier_args ]] && args+=" --applier-args '$applier_args'"
 	[[ $writes != all ]] && args+=" --writes $writes"

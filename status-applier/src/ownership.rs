@@ -96,6 +96,12 @@ pub struct AuditArgs {
     pub output: AuditFormat,
     #[command(flatten)]
     pub policy: PolicyFileArg,
+    /// Read the policy from this ConfigMap of the cluster (`NAMESPACE/NAME`; its one key, or
+    /// `policy.yaml`) instead of a file. Without --policy and this flag, an audit of the
+    /// cluster reads the ConfigMap labelled `app.kubernetes.io/component=status-applier-policy`
+    /// when there is exactly one (as the applier is deployed).
+    #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "policy_file")]
+    pub policy_configmap: Option<String>,
     #[command(flatten)]
     pub connection: ConnectionArgs,
     /// Protected paths and their only owners, as Kind.group:field.path=manager[|manager]
@@ -137,15 +143,85 @@ pub enum AuditFormat {
     Yaml,
 }
 
+/// The label of the ConfigMap that holds a deployed applier's policy (`--policy-configmap`).
+pub const POLICY_CONFIGMAP_LABEL: &str = "app.kubernetes.io/component=status-applier-policy";
+
+/// The policy of an audit: the file, the named ConfigMap, or (reading from the cluster with
+/// neither) the one labelled [`POLICY_CONFIGMAP_LABEL`], else none.
+async fn audit_policy(args: &AuditArgs, client: Option<&kube::Client>) -> Result<PolicyFile> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ListParams};
+    if args.policy.policy_file.is_some() {
+        return args.policy.read();
+    }
+    let Some(client) = client else {
+        if args.policy_configmap.is_some() {
+            bail!("--policy-configmap reads the cluster; with -f, give --policy FILE");
+        }
+        return Ok(PolicyFile::default());
+    };
+    let config_map = match &args.policy_configmap {
+        Some(named) => {
+            let (ns, name) = named.split_once('/').with_context(|| {
+                format!("--policy-configmap {named:?}: expected NAMESPACE/NAME")
+            })?;
+            Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get(name)
+                .await
+                .with_context(|| format!("reading the policy ConfigMap {named}"))?
+        }
+        None => {
+            let list = Api::<ConfigMap>::all(client.clone())
+                .list(&ListParams::default().labels(POLICY_CONFIGMAP_LABEL))
+                .await
+                .context("looking for the applier's policy ConfigMap")?;
+            match list.items.len() {
+                0 => return Ok(PolicyFile::default()),
+                1 => list.items.into_iter().next().expect("one"),
+                _ => bail!(
+                    "{} ConfigMaps are labelled {POLICY_CONFIGMAP_LABEL} ({}): name one with \
+                     --policy-configmap NAMESPACE/NAME, or give --policy FILE",
+                    list.items.len(),
+                    list.items
+                        .iter()
+                        .map(|c| format!(
+                            "{}/{}",
+                            c.metadata.namespace.as_deref().unwrap_or_default(),
+                            c.metadata.name.as_deref().unwrap_or_default()
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+    };
+    let where_ = format!(
+        "ConfigMap {}/{}",
+        config_map.metadata.namespace.as_deref().unwrap_or_default(),
+        config_map.metadata.name.as_deref().unwrap_or_default()
+    );
+    let data = config_map.data.unwrap_or_default();
+    let text = match (data.get("policy.yaml"), data.len()) {
+        (Some(text), _) => text.clone(),
+        (None, 1) => data.into_values().next().expect("one key"),
+        _ => bail!("{where_}: no policy.yaml key, and not exactly one key"),
+    };
+    PolicyFile::parse(&text).map_err(|e| anyhow::anyhow!("policy of {where_}: {e}"))
+}
+
 /// Runs the audit the flags describe and prints it.
 pub async fn audit(args: AuditArgs) -> Result<Verdict> {
-    let policy = args.policy.read()?;
     // From a file, nothing is read from the cluster (and the source checks, which read it,
     // are skipped).
-    let (objects, client) = match &args.file {
-        Some(file) => (read_objects(file)?, None),
-        None => {
-            let client = args.connection.client().await?;
+    let client = match &args.file {
+        Some(_) => None,
+        None => Some(args.connection.client().await?),
+    };
+    let policy = audit_policy(&args, client.as_ref()).await?;
+    let (objects, client) = match (&args.file, client) {
+        (Some(file), _) => (read_objects(file)?, None),
+        (None, client) => {
+            let client = client.expect("a client without -f");
             let namespace = match (&args.namespace, args.all_namespaces, args.default_scope) {
                 (Some(ns), _, _) => Some(ns.clone()),
                 (None, true, _) | (None, false, DefaultScope::AllNamespaces) => None,

@@ -145,3 +145,57 @@ async fn kubectl_finds_the_plugin_and_it_audits_with_kubectls_conventions() -> R
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
+
+/// On a management cluster the policy is the deployed ConfigMap: with no `--policy`, the
+/// plugin reads the ConfigMap labelled `app.kubernetes.io/component=status-applier-policy`
+/// (the kustomization's, as deployed) and audits the kinds it lists; `--policy-configmap`
+/// names one. Before, it ended in "nothing to audit" (exit 2) without a local policy file.
+#[tokio::test]
+async fn without_a_policy_file_the_deployed_policy_configmap_is_read() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "plugin-policy").await?;
+    let rendered = env().kubectl_ok(
+        &[
+            "kustomize",
+            &capt_tests::repo_root().join("manifests").to_string_lossy(),
+        ],
+        None,
+    )?;
+    let mut policy = capt_tests::yaml_documents(&rendered)?
+        .into_iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"].is_object())
+        .expect("the kustomization's labelled policy ConfigMap");
+    policy["metadata"]["namespace"] = json!(ns.name);
+    let name = policy["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&policy.to_string()),
+    )?;
+
+    // An object of a kind the policy lists (and no target named on the command line).
+    let cp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "demo", "namespace": ns.name},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "eks"}}});
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&cp.to_string()),
+    )?;
+    let configmap = format!("{}/{name}", ns.name);
+    for args in [
+        vec!["-n", &ns.name],
+        vec!["-n", &ns.name, "--policy-configmap", &configmap],
+    ] {
+        let out = kubectl_ownership(&env().kubeconfig, &args)?;
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("CAPTControlPlane/{}/demo", ns.name)),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    Ok(())
+}
