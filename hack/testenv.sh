@@ -2,8 +2,8 @@
 # The real test environment: etcd, kube-apiserver and kube-controller-manager (garbage
 # collector and namespace controller only) on free 127.0.0.1 ports, built from the Go module
 # proxy by hack/tools/kubernetes, with our CRDs, all Cluster API core CRDs and the Workspace
-# CRD; and the real Cluster API core manager (hack/tools/cluster-api) with its admission
-# webhooks, served on 127.0.0.1 with a self-signed certificate (see docs/testenv.md).
+# CRD; and the real Cluster API core manager (hack/tools/cluster-api) with its admission and
+# conversion webhooks, served on 127.0.0.1 with a self-signed certificate (see docs/testenv.md).
 #
 #   hack/testenv.sh build   build the binaries (cached; the first build takes many minutes)
 #   hack/testenv.sh start [--no-core]   build if needed, start everything, install CRDs and
@@ -15,7 +15,8 @@
 #   hack/testenv.sh core-stop|core-start   the Cluster API core manager alone; its webhook
 #                           configurations stay, so Cluster API writes fail while it is stopped
 #
-# Environment: CAPT_TESTENV_DIR (state; default .testenv in the repo), CAPT_CACHE_DIR
+# Environment: CAPT_TESTENV_DIR (state; default .testenv in the repo), CAPT_CORE_MODULE (see
+# CAPI_TOOLS below), CAPT_CACHE_DIR
 # (built binaries; default ~/.cache/capt-testenv), CAPT_TESTENV_CORE (1: with the Cluster API
 # core manager and its webhooks, the default; 0: without both, like `start --no-core`).
 # `start` on a running environment reuses it; it fails if CAPT_TESTENV_CORE or --no-core asks
@@ -24,7 +25,10 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS="$ROOT/hack/tools/kubernetes"
-CAPI_TOOLS="$ROOT/hack/tools/cluster-api"
+# CAPT_CORE_MODULE: another module pinning the Cluster API version to build core from and
+# read its CRDs and webhooks from (hack/core-suite.sh; hack/tools/crds then gives the
+# Workspace CRD only).
+CAPI_TOOLS=${CAPT_CORE_MODULE:-$ROOT/hack/tools/cluster-api}
 CRD_MODULE="$ROOT/hack/tools/crds"
 STATE=${CAPT_TESTENV_DIR:-$ROOT/.testenv}
 CACHE=${CAPT_CACHE_DIR:-$HOME/.cache/capt-testenv}
@@ -124,7 +128,9 @@ build_capi() {
 	vflags="-X sigs.k8s.io/cluster-api/version.gitVersion=$version -X sigs.k8s.io/cluster-api/version.gitMajor=$major"
 	vflags+=" -X sigs.k8s.io/cluster-api/version.gitMinor=$minor -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
 	[[ -n "$commit" ]] && vflags+=" -X sigs.k8s.io/cluster-api/version.gitCommit=$commit"
-	[[ -x "$tmp/manager" ]] || build_one "$CAPI_TOOLS" sigs.k8s.io/cluster-api "$tmp/manager" "-s -w $vflags"
+	local main=sigs.k8s.io/cluster-api
+	[[ "$(capi_core_dir)" == */core ]] && main+=/core
+	[[ -x "$tmp/manager" ]] || build_one "$CAPI_TOOLS" "$main" "$tmp/manager" "-s -w $vflags"
 	[[ -x "$tmp/clusterctl" ]] || build_one "$CAPI_TOOLS" sigs.k8s.io/cluster-api/cmd/clusterctl "$tmp/clusterctl" "-s -w $vflags"
 	rm -f "$tmp"/*.build.log
 	mv "$tmp" "$bin"
@@ -144,19 +150,33 @@ capi_version() {
 	grep -oE 'sigs\.k8s\.io/cluster-api v[^ ]+' "$1/go.mod" | head -n 1 | cut -d' ' -f2
 }
 
-# The Cluster API module's source in the Go module cache (downloaded if missing): the one the
-# manager is built from, so its CRDs and webhook configurations match the manager.
+# The Cluster API module's source in the Go module cache (downloaded if missing).
+capi_module_dir() {
+	(cd "$CAPI_TOOLS" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+}
+
+# The core provider in the module: its main package and config/ are under core/ since v1.14
+# (at the module's root before, as in v1.13).
+capi_core_dir() {
+	local dir
+	dir=$(capi_module_dir)
+	if [[ -f "$dir/core/main.go" ]]; then echo "$dir/core"; else echo "$dir"; fi
+}
+
+# The core provider's directory in the Cluster API module's source in the Go module cache:
+# the one the manager is built from, so its CRDs (config/crd/bases) and webhook
+# configurations (config/webhook) match the manager.
 capi_dir() {
 	local dir
-	[[ "$(capi_version "$CAPI_TOOLS")" == "$(capi_version "$CRD_MODULE")" ]] ||
+	[[ -n "${CAPT_CORE_MODULE:-}" || "$(capi_version "$CAPI_TOOLS")" == "$(capi_version "$CRD_MODULE")" ]] ||
 		die "hack/tools/cluster-api and hack/tools/crds pin different Cluster API versions"
-	dir=$(cd "$CAPI_TOOLS" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	dir=$(capi_core_dir)
 	[[ -f "$dir/config/crd/bases/cluster.x-k8s.io_clusters.yaml" ]] || die "Cluster CRD not found under $dir"
 	[[ -f "$dir/config/webhook/manifests.yaml" ]] || die "webhook configurations not found under $dir"
 	echo "$dir"
 }
 
-# All Cluster API core CRDs (config/crd/bases of the module the manager is built from) and
+# All Cluster API core CRDs (config/crd/bases of the core provider the manager is built from) and
 # provider-terraform's Workspace CRD.
 cmd_crds() {
 	local capi tf
@@ -305,7 +325,12 @@ EOF
 		>"$STATE/kube-controller-manager.log" 2>&1 &
 	echo $! >"$STATE/kube-controller-manager.pid"
 
-	install_crds
+	if [[ "$core" == 1 ]]; then
+		# The core CRDs name core's conversion webhook, so its port and CA come first.
+		webhook_certs
+		free_port >"$STATE/webhook/port"
+	fi
+	install_crds "$core"
 	if [[ "$core" == 1 ]]; then
 		start_core
 	else
@@ -314,15 +339,49 @@ EOF
 	print_env
 }
 
+# Our CRDs, core's and the Workspace. Core's CRDs serve v1beta1 and v1beta2 and store v1beta2
+# (since v1.11). With core ($1 = 1) they convert through core's conversion webhook (/convert,
+# as a release's kustomize patches configure it), called at https://127.0.0.1:<webhook port>
+# with our CA. Without core there is no conversion webhook, and upstream's strategy (None:
+# only apiVersion changes) would prune a v1beta1 Cluster to the v1beta2 schema (its
+# references lose apiVersion), so they keep v1beta1 alone, stored: the Cluster API that the
+# tests without core write and our controller reads.
 install_crds() {
-	local files=("$ROOT"/manifests/crds/*.yaml) upstream args=()
+	local core=$1 files=("$ROOT"/manifests/crds/*.yaml) upstream args=() f
 	mapfile -t upstream < <(cmd_crds)
 	((${#upstream[@]} > 1)) || die "no upstream CRDs found"
-	for f in "${files[@]}" "${upstream[@]}"; do args+=(-f "$f"); done
+	local core_crds=("${upstream[@]:0:${#upstream[@]}-1}") workspace=${upstream[-1]} ca=""
+	for f in "${files[@]}"; do args+=(-f "$f"); done
+	[[ "$core" == 1 ]] && ca=$(base64 -w0 "$STATE/webhook/ca.crt")
+	for f in "${core_crds[@]}"; do printf -- '-f\0%s\0' "$f"; done | xargs -0 kubectl create --dry-run=client -o json |
+		CORE=$core CA_BUNDLE=$ca PORT=$(cat "$STATE/webhook/port" 2>/dev/null || true) python3 -c '
+import json, os, sys
+text, at, items = sys.stdin.read(), 0, []
+while text[at:].strip():  # kubectl prints one JSON object after the other
+    at += len(text[at:]) - len(text[at:].lstrip())
+    item, at = json.JSONDecoder().raw_decode(text, at)
+    items += item["items"] if item.get("kind") == "List" else [item]
+for crd in items:
+    versions = crd["spec"]["versions"]
+    if os.environ["CORE"] == "1":
+        crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:%s/convert" % os.environ["PORT"],
+                             "caBundle": os.environ["CA_BUNDLE"]}}}
+    elif len(versions) > 1 and any(v["name"] == "v1beta1" for v in versions):
+        crd["spec"]["versions"] = [dict(v, storage=True) for v in versions if v["name"] == "v1beta1"]
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+' >"$STATE/core-crds.json"
+	args+=(-f "$STATE/core-crds.json" -f "$workspace")
 	kubectl apply --server-side --field-manager testenv "${args[@]}" >/dev/null
 	kubectl wait --for condition=Established --timeout 60s crd --all >/dev/null
-	log "installed $((${#args[@]} / 2)) CRDs: ${#files[@]} ours from manifests/crds, $((${#upstream[@]} - 1)) Cluster API core and the Workspace from the Go module cache"
-	log "  (${args[*]})"
+	log "installed $((${#files[@]} + ${#upstream[@]})) CRDs: ${#files[@]} ours from manifests/crds, ${#core_crds[@]} Cluster API core and the Workspace from the Go module cache"
+	log "  (${files[*]} ${upstream[*]})"
+	if [[ "$core" == 1 ]]; then
+		log "  core's with its conversion webhook: $STATE/core-crds.json"
+	else
+		log "  core's serving and storing v1beta1 alone (no conversion webhook without core): $STATE/core-crds.json"
+	fi
 }
 
 # A CA and a serving certificate for 127.0.0.1, where the API server calls the webhooks.
@@ -368,16 +427,15 @@ json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 	log "webhook configurations: $(kubectl get mutatingwebhookconfigurations,validatingwebhookconfigurations -o name | tr '\n' ' ')"
 }
 
-# The Cluster API core manager: its webhooks on a free port, health and diagnostics on
-# 127.0.0.1. Returns when its readyz is OK and its webhooks answer the API server.
+# The Cluster API core manager: its webhooks on the port the CRDs name, health and diagnostics
+# on 127.0.0.1. Returns when its readyz is OK and its webhooks answer the API server.
 start_core() {
 	local capi webhook_port health_port diag_port started
 	capi=$(cat "$STATE/capi-dir")
-	webhook_port=$(free_port)
+	webhook_port=$(cat "$STATE/webhook/port")
 	health_port=$(free_port)
 	diag_port=$(free_port)
 	started=$(date +%s.%N)
-	webhook_certs
 	local manager=("$capi/manager" --kubeconfig "$STATE/kubeconfig" --leader-elect=false
 		--webhook-port "$webhook_port" --webhook-cert-dir "$STATE/webhook"
 		--health-addr "127.0.0.1:$health_port" --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics)
@@ -398,13 +456,15 @@ start_core() {
 }
 
 # Ready: the manager's readyz, then a server-side dry run of a Cluster create, which passes
-# through the defaulting and the validating webhook.
+# through the conversion (v1beta1 to the stored v1beta2), the defaulting and the validating
+# webhook (since v1.11 a Cluster needs a reference or a topology).
 wait_core() {
 	cat >"$STATE/webhook/probe-cluster.yaml" <<EOF
 apiVersion: cluster.x-k8s.io/v1beta1
 kind: Cluster
 metadata: {name: testenv-webhook-probe, namespace: default}
-spec: {}
+spec:
+  infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: CAPTCluster, name: testenv-webhook-probe}
 EOF
 	local readyz i
 	readyz="http://127.0.0.1:$(cat "$STATE/cluster-api-manager.health-port")/readyz"
@@ -419,6 +479,7 @@ EOF
 		fi
 		sleep 0.2
 	done
+	kubectl create --dry-run=server -f "$STATE/webhook/probe-cluster.yaml" >&2 || true
 	die "the Cluster API core manager did not become ready; see $STATE/cluster-api-manager.log"
 }
 

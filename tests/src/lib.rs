@@ -59,6 +59,12 @@ pub(crate) fn process_log(default: &str) -> String {
     PROCESS_LOG.get().copied().unwrap_or(default).to_owned()
 }
 
+/// The Cluster in Cluster API's `v1beta1` (`kubectl get` names the resource so): core v1.11+
+/// stores and shows `v1beta2`, and serves `v1beta1` through its conversion webhook with the
+/// fields the v1beta1 contract is about (`infrastructureReady`, `controlPlaneReady`, and the
+/// `Ready` summary with severities in `status.conditions`), which core still computes.
+pub const CLUSTER_V1BETA1: &str = "clusters.v1beta1.cluster.x-k8s.io";
+
 /// The repository's root directory.
 pub fn repo_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();

@@ -1,14 +1,15 @@
-//! `clusterctl move` (the real clusterctl v1.10.4 of `hack/testenv.sh`, `move
+//! `clusterctl move` (the real clusterctl of `hack/testenv.sh`, v1.14.2, `move
 //! --to-kubeconfig`) of a Provisioned cluster from one API server to another, with Cluster API
 //! core and the whole system (status-applier, capt-controller, fake Terraform provider) running
 //! on both.
 //!
-//! Two environments of this test's own (`.testenv-move-source`, `.testenv-move-target`; both
+//! Two environments of this test's own (`.testenv-move-source`, `.testenv-move-target`, beside
+//! `CAPT_TESTENV_DIR` when it is set; both
 //! started fresh and stopped at the end), not the shared one of [`capt_tests::env`]: the test
 //! labels CRDs and creates the clusterctl inventory, which the other tests must not see.
 //!
 //! Set up by hand, because `clusterctl init` cannot run here (it downloads core and
-//! cert-manager from GitHub), faithfully to what init would create (v1.10.4,
+//! cert-manager from GitHub), faithfully to what init would create (v1.10.4, still so in v1.14.2,
 //! `cmd/clusterctl/client/cluster/inventory.go`, `installer.go`,
 //! `client/repository/components.go`), on both API servers:
 //! - the inventory CRD `providers.clusterctl.cluster.x-k8s.io` from the module's
@@ -23,7 +24,7 @@
 //!   (`tests/tests/clusterctl.rs`). provider-terraform's Workspace CRD is not clusterctl's and
 //!   stays unlabelled;
 //! - the `Provider` objects (`components.InventoryObject`): `cluster-api` in `capi-system`
-//!   (CoreProvider v1.10.4), `infrastructure-capt` and `control-plane-capt` in `capt-system`
+//!   (CoreProvider at clusterctl's own version), `infrastructure-capt` and `control-plane-capt` in `capt-system`
 //!   (v0.1.0); `move` checks that the target has every provider of the source at least at
 //!   the source's version (`mover.go` `checkTargetProviders`).
 //!
@@ -95,10 +96,14 @@ impl Drop for Envs {
     }
 }
 
-/// A fresh environment with core in `.testenv-<name>` (one left running by an earlier run is
-/// stopped first: the inventory below is created, not applied).
+/// A fresh environment with core in `.testenv-<name>` (`$CAPT_TESTENV_DIR-<name>` when set, so
+/// that `hack/core-suite.sh` keeps its own; one left running by an earlier run is stopped
+/// first: the inventory below is created, not applied).
 fn fresh_env(name: &str) -> Result<Env> {
-    let dir = repo_root().join(format!(".testenv-{name}"));
+    let dir = match std::env::var("CAPT_TESTENV_DIR") {
+        Ok(dir) => PathBuf::from(format!("{dir}-{name}")),
+        Err(_) => repo_root().join(format!(".testenv-{name}")),
+    };
     let _ = Command::new(repo_root().join("hack/testenv.sh"))
         .arg("stop")
         .env("CAPT_TESTENV_DIR", &dir)
@@ -109,7 +114,7 @@ fn fresh_env(name: &str) -> Result<Env> {
 }
 
 /// The Cluster API module the core manager is built from (`hack/testenv.sh crds` lists its
-/// CRDs: `<module>/config/crd/bases/…`).
+/// CRDs: `<module>/core/config/crd/bases/…` since v1.14, `<module>/config/crd/bases/…` before).
 fn cluster_api_module(env: &Env) -> Result<PathBuf> {
     let out = Command::new(repo_root().join("hack/testenv.sh"))
         .arg("crds")
@@ -123,7 +128,9 @@ fn cluster_api_module(env: &Env) -> Result<PathBuf> {
     let (module, _) = first
         .split_once("/config/crd/")
         .with_context(|| format!("a CRD of the module: {first}"))?;
-    Ok(PathBuf::from(module))
+    Ok(PathBuf::from(
+        module.strip_suffix("/core").unwrap_or(module),
+    ))
 }
 
 fn documents(yaml: &str) -> Result<Vec<Value>> {
@@ -137,10 +144,25 @@ fn get_json(env: &Env, args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_str(&env.kubectl_ok(&all, None)?)?)
 }
 
-/// What `clusterctl init --infrastructure capt --control-plane capt` (with core v1.10.4)
-/// leaves for `clusterctl move` to read: see the module documentation.
+/// The version of the real clusterctl (`clusterctl version -o short`): core's, as both are
+/// built from one module. `clusterctl init` records it as the CoreProvider's version.
+fn clusterctl_version(env: &Env) -> Result<String> {
+    let home = std::env::temp_dir().join(unique_name("clusterctl-version-home"));
+    std::fs::create_dir_all(&home)?;
+    let out = env
+        .clusterctl(&home)?
+        .args(["version", "-o", "short"])
+        .output()?;
+    std::fs::remove_dir_all(&home)?;
+    ensure!(out.status.success(), "clusterctl version: {out:?}");
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// What `clusterctl init --infrastructure capt --control-plane capt` (with the core of the
+/// test environment) leaves for `clusterctl move` to read: see the module documentation.
 fn install_inventory(env: &Env) -> Result<()> {
     let module = cluster_api_module(env)?;
+    let core_version = clusterctl_version(env)?;
     let manifest = module.join("cmd/clusterctl/config/manifest/clusterctl-api.yaml");
     let mut inventory = documents(&std::fs::read_to_string(&manifest)?)?;
     for o in &mut inventory {
@@ -194,7 +216,7 @@ fn install_inventory(env: &Env) -> Result<()> {
             "cluster-api",
             "cluster-api",
             "CoreProvider",
-            "v1.10.4",
+            core_version.as_str(),
         ),
         (
             "capt-system",

@@ -1,5 +1,5 @@
-//! Beside the real Cluster API core manager (v1.10, started by `hack/testenv.sh` with its
-//! webhooks): the provider contract (the contract label, pausing, `externalManagedControlPlane`,
+//! Beside the real Cluster API core manager (v1.14, started by `hack/testenv.sh` with its
+//! admission and conversion webhooks; `hack/core-suite.sh` runs them beside v1.13 too): the provider contract (the contract label, pausing, `externalManagedControlPlane`,
 //! the kubeconfig Secret), sharing the Cluster with core, deletion through core's finalizer,
 //! and bad input. Each test runs its own status-applier, controller and fake provider; they
 //! take turns.
@@ -8,7 +8,7 @@ use anyhow::{Context, Result, ensure};
 use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions};
 use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::system::System;
-use capt_tests::{TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA1, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -48,7 +48,7 @@ async fn provisioned(prefix: &str) -> Result<(TestNamespace, System)> {
 /// Waits until core reports the Cluster `demo` Ready (its v1beta1 `Ready` condition).
 async fn wait_ready(system: &System) -> Result<()> {
     let ready = || async {
-        let cluster = system.get(&["cluster", "demo"])?;
+        let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?;
         Ok(cluster.is_some_and(|c| is_true(&c, "Ready")))
     };
     let timeout = Duration::from_secs(30);
@@ -135,7 +135,9 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
     }
     let (ns, system) = provisioned("core-up").await?;
     wait_ready(&system).await?;
-    let cluster = system.get(&["cluster", "demo"])?.context("the Cluster")?;
+    let cluster = system
+        .get(&[CLUSTER_V1BETA1, "demo"])?
+        .context("the Cluster")?;
     assert!(
         cluster["metadata"]["finalizers"]
             .as_array()
@@ -147,7 +149,10 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         let owner = &obj["metadata"]["ownerReferences"][0];
         assert_eq!(owner["kind"], "Cluster", "{kind}: adopted by core");
         assert_eq!(owner["uid"], cluster["metadata"]["uid"], "{kind}");
-        assert_eq!(owner["controller"], true, "{kind}");
+        // Since v1.11 core's reference names the stored v1beta2 and is a plain one (v1.10
+        // set `controller` and `blockOwnerDeletion`); the controller finds the Cluster by any
+        // reference of that group and kind (`shared.rs` `cluster_name`).
+        assert_eq!(owner["apiVersion"], "cluster.x-k8s.io/v1beta2", "{kind}");
     }
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"],
@@ -425,7 +430,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
         .wait_for(
             "the Cluster to be gone",
             Duration::from_secs(60),
-            || async { Ok(system.get(&["cluster", "demo"])?.is_none()) },
+            || async { Ok(system.get(&[CLUSTER_V1BETA1, "demo"])?.is_none()) },
         )
         .await?;
     let left = env().kubectl_ok(
@@ -462,7 +467,7 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     env().kubectl_ok(&["apply", "-f", "-"], Some(&text.join("\n")))?;
     system
         .wait_for("both explained", Duration::from_secs(30), || async {
-            let cluster = system.get(&["cluster", "lost"])?.unwrap_or_default();
+            let cluster = system.get(&[CLUSTER_V1BETA1, "lost"])?.unwrap_or_default();
             let infra = cluster["status"]["v1beta2"]["conditions"]
                 .as_array()
                 .into_iter()
@@ -611,7 +616,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         .wait_for(
             "the Cluster to be gone",
             Duration::from_secs(60),
-            || async { Ok(system.get(&["cluster", "demo"])?.is_none()) },
+            || async { Ok(system.get(&[CLUSTER_V1BETA1, "demo"])?.is_none()) },
         )
         .await?;
     let conflicts = system
@@ -663,7 +668,9 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
         )
         .await?;
     tokio::time::sleep(Duration::from_secs(1)).await; // core's mirror of it
-    let cluster = system.get(&["cluster", "demo"])?.context("the Cluster")?;
+    let cluster = system
+        .get(&[CLUSTER_V1BETA1, "demo"])?
+        .context("the Cluster")?;
     let mirrored = condition(&cluster, "ControlPlaneReady").context("ControlPlaneReady")?;
     assert_eq!(mirrored["status"], "False", "{mirrored}");
     assert_eq!(mirrored["severity"], "Info", "{mirrored}");

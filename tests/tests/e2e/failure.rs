@@ -5,6 +5,7 @@
 
 use crate::common::{ONE_AT_A_TIME, annotate_workspace, provisioned, workspace_name};
 use anyhow::Result;
+use capt_tests::CLUSTER_V1BETA1;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -72,7 +73,7 @@ async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_r
         "{}",
         cp["status"]
     );
-    let cluster = system.get(&["cluster", "demo"])?.unwrap();
+    let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
     assert!(
         cluster["status"].get("failureMessage").is_none()
             && cluster["status"]["phase"] == "Provisioned",
@@ -92,7 +93,7 @@ async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_r
             Duration::from_secs(30),
             || async {
                 let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-                let cluster = system.get(&["cluster", "demo"])?.unwrap();
+                let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
                 Ok(cp["status"]["phase"] == "Ready"
                     && failed_message(&cp).is_none()
                     && cluster["status"].get("failureMessage").is_none()

@@ -4,7 +4,7 @@
 use crate::common::{ENDPOINT_HOST, ONE_AT_A_TIME, provisioned};
 use anyhow::Result;
 use capt_tests::system::System;
-use capt_tests::{TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA1, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -32,7 +32,7 @@ async fn a_cluster_goes_from_nothing_to_provisioned_with_its_endpoint_set() -> R
         cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["cluster_endpoint"],
         format!("https://{ENDPOINT_HOST}")
     );
-    let cluster = system.get(&["cluster", "demo"])?.unwrap();
+    let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"],
         json!({"host": ENDPOINT_HOST, "port": 443})
