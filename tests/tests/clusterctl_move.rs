@@ -362,7 +362,7 @@ fn generations(env: &Env, ns: &str) -> Result<BTreeMap<String, Value>> {
 
 fn applied_lines(system: &System) -> usize {
     system
-        .provider
+        .provider()
         .log_text()
         .lines()
         .filter(|l| l.contains("applied"))
