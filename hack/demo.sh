@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a local API server with the real Cluster API core
 # manager beside it (hack/testenv.sh), the whole system running on it (status-applier,
-# capt-controller, and the fake Terraform provider in place of Crossplane), and the sample
-# Cluster of manifests/samples/ going to Provisioned with its Ready condition True.
+# capt-controller, and Crossplane's provider-terraform running OpenTofu, out of cluster), and
+# the sample Cluster of manifests/samples/ going to Provisioned with its Ready condition True.
+# The sample modules need no cloud and no registry (terraform_data and outputs).
 #
-#   hack/demo.sh          run until the Cluster is Provisioned, show it, stop everything
-#   hack/demo.sh --keep   leave it all running and print how to point kubectl at it
+#   hack/demo.sh                  run until the Cluster is Provisioned, show it, stop everything
+#   hack/demo.sh --keep           leave it all running and print how to point kubectl at it
+#   hack/demo.sh --fake-provider  the tests' fake provider in place of provider-terraform
+#                                 (nothing to build in Go beyond the API server; faster)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 keep=false
-case "${1:-}" in
---keep) keep=true ;;
-"") ;;
-*) echo "usage: $0 [--keep]" >&2; exit 2 ;;
-esac
+fake=false
+for arg in "$@"; do
+	case "$arg" in
+	--keep) keep=true ;;
+	--fake-provider) fake=true ;;
+	*) echo "usage: $0 [--keep] [--fake-provider]" >&2; exit 2 ;;
+	esac
+done
 
 RUN=${CAPT_DEMO_DIR:-$ROOT/.testenv/demo}
 pids=()
@@ -31,8 +37,13 @@ say "building the binaries (cargo build; about 11 minutes cold on two cores, cac
 hack/cargo-progress.sh demo build --workspace --bins
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 POLICY=$ROOT/manifests/deploy/status-applier-policy.yaml # CAPT's policy, as deployed
-say "starting the local API server"
-exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start) # with Cluster API core
+if $fake; then
+	say "starting the local API server"
+	exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start) # with Cluster API core
+else
+	say "starting the local API server and provider-terraform (the first run builds it and OpenTofu from the Go module proxy: 23 minutes measured on two busy cores)"
+	exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start --real-provider)
+fi
 eval "$exports"
 mkdir -p "$RUN" && rm -f "$RUN"/*.sock
 
@@ -41,14 +52,19 @@ mkdir -p "$RUN" && rm -f "$RUN"/*.sock
 	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/status-applier.log" 2>&1 &
 pids+=($!)
-"$BIN/fake-terraform-provider" --delay-ms 1500 >"$RUN/fake-terraform-provider.log" 2>&1 &
-pids+=($!)
+if $fake; then
+	"$BIN/fake-terraform-provider" --delay-ms 1500 >"$RUN/fake-terraform-provider.log" 2>&1 &
+	pids+=($!)
+	provider="fake-terraform-provider (log in $RUN)"
+else
+	provider="provider-terraform (log in $(dirname "$KUBECONFIG")/provider-terraform.log)"
+fi
 for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
 "$BIN/capt-controller" --applier-socket "$RUN/applier.sock" \
 	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/capt-controller.log" 2>&1 &
 pids+=($!)
-say "status-applier, capt-controller and fake-terraform-provider running (logs in $RUN)"
+say "status-applier and capt-controller (logs in $RUN), and $provider running"
 
 # Cluster API core (started by hack/testenv.sh) adopts the CAPTCluster and CAPTControlPlane.
 kubectl apply --server-side -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml

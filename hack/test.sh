@@ -7,8 +7,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-# Tests that must not see Cluster API core get an environment of their own (see tests/src/lib.rs).
-trap 'hack/testenv.sh stop; CAPT_TESTENV_DIR=${CAPT_TESTENV_DIR:-$ROOT/.testenv}-nocore hack/testenv.sh stop' EXIT
+# Tests that must not see Cluster API core get an environment of their own, and so do the
+# tests against the real provider-terraform (tests/tests/real_provider.rs; see tests/src/lib.rs).
+trap 'hack/testenv.sh stop; CAPT_TESTENV_DIR=${CAPT_TESTENV_DIR:-$ROOT/.testenv}-nocore hack/testenv.sh stop; CAPT_TESTENV_DIR=${CAPT_TESTENV_DIR:-$ROOT/.testenv}-real hack/testenv.sh stop' EXIT
 eval "$(hack/testenv.sh start)"
 echo "== cargo test (API server: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}'))"
 hack/cargo-progress.sh test build --workspace --bins

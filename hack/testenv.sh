@@ -37,6 +37,10 @@ KUBE_VERSION=v1.34.4
 export GONOSUMDB=github.com/upbound/provider-terraform
 export GOFLAGS=-mod=mod
 
+# The real provider-terraform (build_provider, provider-start/stop): hack/real-provider.sh.
+# shellcheck source=hack/real-provider.sh
+source "$ROOT/hack/real-provider.sh"
+
 log() { printf '[testenv %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -142,6 +146,7 @@ cmd_build() {
 	command -v go >/dev/null || die "go is not installed (see .ci/run)"
 	build_kubernetes
 	build_capi
+	build_provider
 	bin_dir
 }
 
@@ -203,6 +208,7 @@ print_env() {
 	echo "export KUBECONFIG=$STATE/kubeconfig"
 	echo "export PATH=$path:\$PATH"
 	echo "export CAPT_TESTENV_CORE=$core"
+	print_provider_env
 }
 
 wait_for() {
@@ -217,6 +223,8 @@ wait_for() {
 
 # The core setting asked for: CAPT_TESTENV_CORE or `start --no-core`; empty when not asked.
 CORE_REQUESTED=""
+# `start --real-provider`: also start the real provider-terraform (hack/real-provider.sh).
+REAL_PROVIDER=""
 
 cmd_start() {
 	local arg
@@ -229,7 +237,8 @@ cmd_start() {
 		case "$arg" in
 		--no-core) CORE_REQUESTED=0 ;;
 		--core) CORE_REQUESTED=1 ;;
-		*) die "start: unknown argument $arg (--no-core, --core)" ;;
+		--real-provider) REAL_PROVIDER=1 ;;
+		*) die "start: unknown argument $arg (--no-core, --core, --real-provider)" ;;
 		esac
 	done
 	if is_running kube-apiserver; then
@@ -240,6 +249,7 @@ cmd_start() {
 		fi
 		log "already running (CAPT_TESTENV_CORE=$running)"
 		[[ "$running" == 1 ]] && ! is_running cluster-api-manager && log "warning: the Cluster API core manager is stopped (hack/testenv.sh core-start)"
+		[[ -n "$REAL_PROVIDER" ]] && cmd_provider_start
 		print_env
 		return
 	fi
@@ -336,6 +346,7 @@ EOF
 	else
 		log "without the Cluster API core manager and its webhooks (CAPT_TESTENV_CORE=0)"
 	fi
+	[[ -n "$REAL_PROVIDER" ]] && cmd_provider_start
 	print_env
 }
 
@@ -485,6 +496,7 @@ EOF
 
 cmd_stop() {
 	local name pid
+	cmd_provider_stop
 	for name in cluster-api-manager kube-controller-manager kube-apiserver etcd; do
 		[[ -f "$STATE/$name.pid" ]] || continue
 		pid=$(cat "$STATE/$name.pid")
@@ -559,5 +571,7 @@ start) shift; cmd_start "$@" ;;
 stop) cmd_stop ;;
 env) is_running kube-apiserver || die "not running (hack/testenv.sh start)"; print_env ;;
 crds) cmd_crds ;;
+provider-start) cmd_provider_start ;;
+provider-stop) cmd_provider_stop ;;
 *) echo "usage: $0 build|start [--no-core]|stop|env|crds|apiserver-stop|apiserver-start|core-stop|core-start" >&2; exit 2 ;;
 esac

@@ -35,6 +35,10 @@ pub struct Env {
     pub core: bool,
     /// Where the Cluster API core manager and `clusterctl` were built, when core runs.
     pub cluster_api_bin: Option<PathBuf>,
+    /// True when the real provider-terraform runs in it (`hack/testenv.sh start
+    /// --real-provider`): no fake provider may run beside it, the two would fight over every
+    /// Workspace.
+    pub real_provider: bool,
 }
 
 static WITHOUT_CORE: AtomicBool = AtomicBool::new(false);
@@ -43,6 +47,17 @@ static WITHOUT_CORE: AtomicBool = AtomicBool::new(false);
 /// first in every test of a binary that needs it (whichever test runs first decides).
 pub fn without_core() {
     WITHOUT_CORE.store(true, Ordering::SeqCst);
+}
+
+static WITH_REAL_PROVIDER: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`env`] an environment with the real provider-terraform and OpenTofu, with Cluster
+/// API core, in this test process (`.testenv-real`; see `hack/real-provider.sh`): the
+/// [`system::System`]s of this process then start no fake provider. Call it first in every
+/// test of a binary that needs it. One real provider runs per machine (its metrics port is
+/// fixed): `hack/testenv.sh` holds a machine-wide lock while it runs.
+pub fn with_real_provider() {
+    WITH_REAL_PROVIDER.store(true, Ordering::SeqCst);
 }
 
 static PROCESS_LOG: OnceLock<&'static str> = OnceLock::new();
@@ -91,9 +106,13 @@ pub fn env() -> &'static Env {
 fn start_env() -> Result<Env> {
     let mut cmd = Command::new(repo_root().join("hack/testenv.sh"));
     cmd.arg("start");
-    if WITHOUT_CORE.load(Ordering::SeqCst) {
-        let dir = std::env::var("CAPT_TESTENV_DIR")
-            .unwrap_or_else(|_| repo_root().join(".testenv").display().to_string());
+    let dir = std::env::var("CAPT_TESTENV_DIR")
+        .unwrap_or_else(|_| repo_root().join(".testenv").display().to_string());
+    if WITH_REAL_PROVIDER.load(Ordering::SeqCst) {
+        cmd.arg("--real-provider")
+            .env("CAPT_TESTENV_DIR", format!("{dir}-real"))
+            .env("CAPT_TESTENV_CORE", "1");
+    } else if WITHOUT_CORE.load(Ordering::SeqCst) {
         cmd.env("CAPT_TESTENV_DIR", format!("{dir}-nocore"))
             .env("CAPT_TESTENV_CORE", "0");
     }
@@ -132,6 +151,7 @@ fn run_start(mut cmd: Command) -> Result<Env> {
         bin_dir: export("PATH")?.into(),
         core: export("CAPT_TESTENV_CORE")? == "1",
         cluster_api_bin,
+        real_provider: export("CAPT_TESTENV_REAL_PROVIDER").is_ok_and(|v| v == "1"),
     })
 }
 

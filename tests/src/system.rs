@@ -1,6 +1,8 @@
 //! The whole system as separate processes against the test environment: the status-applier,
 //! the controller (scoped to one namespace) and the fake Terraform provider (scoped to that
-//! namespace's Workspaces), plus the sample manifests of `manifests/samples/`.
+//! namespace's Workspaces), plus the sample manifests of `manifests/samples/`. In an
+//! environment with the real provider-terraform ([`crate::with_real_provider`]) no fake
+//! provider starts: the real one, shared by the environment, plays the Workspaces.
 
 use crate::applier::{Applier, binary, metric_value};
 use crate::fake_provider::FakeProvider;
@@ -19,8 +21,8 @@ pub use capt_controller::render::APPLY_NAMESPACE_LABEL;
 pub struct System {
     /// The status-applier.
     pub applier: Applier,
-    /// The fake provider.
-    pub provider: FakeProvider,
+    /// The fake provider; `None` beside the real provider-terraform.
+    provider: Option<FakeProvider>,
     controller: Child,
     controller_log: std::path::PathBuf,
     metrics_addr: String,
@@ -112,21 +114,27 @@ impl System {
         // API server stores nothing for; tests that count writes tell them apart
         // (`AuditLog::writes_in` with the Workspaces' resourceVersions).
         let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
-        let provider = FakeProvider::start_as(
-            &[
-                "--delay-ms",
-                &delay,
-                "--selector",
-                &selector,
-                "--poll-interval-ms",
-                "1000",
-                "--backoff-base-ms",
-                "100",
-            ],
-            &filter,
-            &on.kubeconfig,
-        )
-        .await?;
+        let provider = if on.real_provider {
+            None
+        } else {
+            Some(
+                FakeProvider::start_as(
+                    &[
+                        "--delay-ms",
+                        &delay,
+                        "--selector",
+                        &selector,
+                        "--poll-interval-ms",
+                        "1000",
+                        "--backoff-base-ms",
+                        "100",
+                    ],
+                    &filter,
+                    &on.kubeconfig,
+                )
+                .await?,
+            )
+        };
         let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
         let controller_log = applier.socket.with_file_name("controller.log");
         // Each system elects its leader on a Lease of its own namespace.
@@ -178,6 +186,17 @@ impl System {
             )
             .await?;
         Ok(system)
+    }
+
+    /// The fake provider (panics beside the real provider-terraform: a test that drives the
+    /// fake one has no business there).
+    pub fn provider(&self) -> &FakeProvider {
+        self.provider.as_ref().expect("the fake provider runs")
+    }
+
+    /// [`System::provider`], to stop it.
+    pub fn provider_mut(&mut self) -> &mut FakeProvider {
+        self.provider.as_mut().expect("the fake provider runs")
     }
 
     /// Applies the sample templates and Cluster into the namespace ([`apply_samples`]).
@@ -328,6 +347,11 @@ impl System {
         self.controller.id()
     }
 
+    /// The environment it runs against.
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace
@@ -345,7 +369,9 @@ impl Drop for System {
         let _ = self.controller.wait();
         if std::thread::panicking() {
             eprintln!("--- controller log:\n{}", self.controller_log_text());
-            eprintln!("--- fake provider log:\n{}", self.provider.log_text());
+            if let Some(provider) = &self.provider {
+                eprintln!("--- fake provider log:\n{}", provider.log_text());
+            }
         }
     }
 }

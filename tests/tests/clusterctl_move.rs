@@ -384,7 +384,7 @@ fn generations(env: &Env, ns: &str) -> Result<BTreeMap<String, Value>> {
 
 fn applied_lines(system: &System) -> usize {
     system
-        .provider
+        .provider()
         .log_text()
         .lines()
         .filter(|l| l.contains("applied"))
@@ -609,9 +609,14 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         applied_lines(&source),
         source_applied,
         "{}",
-        source.provider.log_text()
+        source.provider().log_text()
     );
-    assert_eq!(applied_lines(&target), 0, "{}", target.provider.log_text());
+    assert_eq!(
+        applied_lines(&target),
+        0,
+        "{}",
+        target.provider().log_text()
+    );
     assert_eq!(generations(&envs.source, &ns)?, source_generations);
     let target_generations = generations(&envs.target, &ns)?;
     assert_eq!(

@@ -162,7 +162,7 @@ async fn secret_values_reach_the_kubeconfig_secret_and_nothing_else() -> Result<
     let mut places: Vec<(String, String)> = vec![
         ("controller log".into(), system.controller_log_text()),
         ("status-applier log".into(), system.applier.log_text()),
-        ("fake provider log".into(), system.provider.log_text()),
+        ("fake provider log".into(), system.provider().log_text()),
         (
             "Events (core/v1)".into(),
             kubectl_json(&["get", "events", "-A"])?,

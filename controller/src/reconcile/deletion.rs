@@ -43,6 +43,8 @@ pub struct ApplyFacts {
     pub apply: Option<WorkspaceTemplateApply>,
     /// That apply's Workspace exists.
     pub workspace_present: bool,
+    /// That Workspace's `Synced=False` message, if any.
+    pub workspace_problem: Option<String>,
     /// When an apply of that name exists and is not the object's: why. The deletion then
     /// goes on as if there were none, and leaves it alone.
     pub refused: Option<String>,
@@ -70,12 +72,16 @@ pub fn apply_facts<K: Resource<DynamicType = ()>>(
         }
         None => (None, None),
     };
-    let workspace_present = apply
+    let workspace = apply.as_ref().and_then(|a| observe_workspace(ctx, a));
+    let workspace_problem = workspace
         .as_ref()
-        .is_some_and(|a| observe_workspace(ctx, a).is_some());
+        .and_then(|w| w.synced.as_ref())
+        .filter(|c| c.status == "False" && !c.message.is_empty())
+        .map(|c| c.message.clone());
     ApplyFacts {
         apply,
-        workspace_present,
+        workspace_present: workspace.is_some(),
+        workspace_problem,
         refused,
     }
 }

@@ -181,6 +181,7 @@ pub fn deletion_of<O: ApplyOwner>(
     let deletion::ApplyFacts {
         apply,
         workspace_present,
+        workspace_problem,
         refused,
     } = deletion::apply_facts(ctx, owner, &owner.apply_name());
     let facts = DeletionFacts {
@@ -191,6 +192,7 @@ pub fn deletion_of<O: ApplyOwner>(
             .as_ref()
             .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
         workspace_present,
+        workspace_problem,
         retain: false,
         started: deletion::started(owner),
         now: Timestamp::now(),

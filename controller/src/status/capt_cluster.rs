@@ -42,7 +42,7 @@ pub const DEFAULT_VPC_READY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 pub mod reason {
     pub use crate::status::conditions::reason::{
         VPC_READY_TIMEOUT, WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING,
-        WORKSPACE_DELETING, WORKSPACE_FAILED,
+        WORKSPACE_DEGRADED, WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_PAUSED,
     };
     /// `spec.existingVpcId` names the VPC.
     pub const EXISTING_VPC: &str = "ExistingVPC";
@@ -168,6 +168,32 @@ fn observed_outcome(input: &CaptClusterInput, vpc_id: Option<&str>) -> Outcome {
             reason::WAITING_FOR_VPC_ID,
             format!("Workspace {name} is ready but has no vpc_id output"),
         ),
+        (Some((WorkspaceState::Degraded { message }, name)), Some(id)) => Outcome::Ready {
+            reason: reason::WORKSPACE_DEGRADED,
+            message: format!(
+                "VPC {id} is ready, but its provider cannot check it: Workspace {name}: {message}"
+            ),
+        },
+        (Some((WorkspaceState::Degraded { message }, name)), None) => Outcome::Failed {
+            reason: reason::WORKSPACE_FAILED.into(),
+            message: format!("Workspace {name}: {message}"),
+        },
+        // Paused when ready: the VPC is as the provider last saw it.
+        (Some((WorkspaceState::Paused { ready: true }, name)), Some(id)) => Outcome::Ready {
+            reason: reason::WORKSPACE_PAUSED,
+            message: format!(
+                "VPC {id} is ready, but Workspace {name} is paused (crossplane.io/paused): \
+                 changes wait until the annotation is removed"
+            ),
+        },
+        (Some((WorkspaceState::Paused { .. }, name)), _) => Outcome::Waiting {
+            reason: reason::WORKSPACE_PAUSED,
+            message: format!(
+                "Workspace {name} is paused (crossplane.io/paused): provider-terraform does not \
+                 reconcile it until the annotation is removed"
+            ),
+            timed: false,
+        },
         (Some((WorkspaceState::Deleting, name)), _) => waiting(
             reason::WORKSPACE_DELETING,
             format!("Workspace {name} is being deleted"),

@@ -117,6 +117,12 @@ pub mod reason {
     pub const WORKSPACE_CREATING: &str = "WorkspaceCreating";
     /// The Workspace is being deleted.
     pub const WORKSPACE_DELETING: &str = "WorkspaceDeleting";
+    /// The Workspace stays ready, but its provider cannot observe it (`observe failed: …`,
+    /// e.g. a broken module's plan): ready, with the provider's message.
+    pub const WORKSPACE_DEGRADED: &str = "WorkspaceDegraded";
+    /// The Workspace is paused (`crossplane.io/paused`) and not ready: nothing happens until
+    /// someone removes the annotation, so the wait has no timeout.
+    pub const WORKSPACE_PAUSED: &str = "WorkspacePaused";
     /// The VPC was not ready within its timeout.
     pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
     /// No Cluster owns the object yet; nothing is built before one does.

@@ -6,6 +6,7 @@
 //! Creating --(ReconcileError | InvalidEndpoint | timeout)--> Failed
 //! Ready    --(ReconcileError, e.g. a failed update)--> Failed
 //! Ready    --(Workspace not Ready, e.g. recreated)--> Creating
+//! Ready    --(Workspace paused, Ready kept)--> Ready; paused and not ready: Creating, untimed
 //! Failed   --(failure cleared, or a new generation)--> Creating (or Ready at once)
 //! ```
 //!
@@ -47,8 +48,8 @@ pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 5] = [
 pub mod reason {
     pub use crate::status::conditions::reason::{
         CONTROL_PLANE_TIMEOUT, INVALID_ENDPOINT, INVALID_TIMEOUT, VPC_READY_TIMEOUT,
-        WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING, WORKSPACE_DELETING,
-        WORKSPACE_FAILED,
+        WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING, WORKSPACE_DEGRADED,
+        WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_PAUSED,
     };
     /// The VPC is not ready yet.
     pub const WAITING_FOR_VPC: &str = "WaitingForVPC";
@@ -103,6 +104,13 @@ pub struct ControlPlaneDesired {
 #[derive(Clone, Debug, PartialEq)]
 enum Outcome {
     Ready(ApiEndpoint),
+    /// Ready, but the provider does not look at the Workspace (`observe failed`, or paused):
+    /// shown, and the spec's version not taken as applied.
+    Degraded {
+        endpoint: ApiEndpoint,
+        reason: &'static str,
+        message: String,
+    },
     Waiting {
         reason: &'static str,
         message: String,
@@ -122,7 +130,7 @@ pub fn desired_control_plane(input: &ControlPlaneInput) -> ControlPlaneDesired {
         other => (other, None),
     };
     let phase = match outcome {
-        Outcome::Ready(_) => ControlPlanePhase::Ready,
+        Outcome::Ready(_) | Outcome::Degraded { .. } => ControlPlanePhase::Ready,
         Outcome::Waiting { .. } => ControlPlanePhase::Creating,
         Outcome::Failed { .. } => ControlPlanePhase::Failed,
     };
@@ -161,6 +169,18 @@ fn observed_outcome(
             message: format!("Workspace {}: {message}", ws.name),
         },
         (WorkspaceState::Ready, Some(Ok(e))) => Outcome::Ready(e.clone()),
+        (WorkspaceState::Degraded { message }, Some(Ok(e))) => Outcome::Degraded {
+            endpoint: e.clone(),
+            reason: reason::WORKSPACE_DEGRADED,
+            message: format!(
+                "its provider cannot check it: Workspace {}: {message}",
+                ws.name
+            ),
+        },
+        (WorkspaceState::Degraded { message }, _) => Outcome::Failed {
+            reason: reason::WORKSPACE_FAILED.into(),
+            message: format!("Workspace {}: {message}", ws.name),
+        },
         (WorkspaceState::Ready, Some(Err(e))) => Outcome::Failed {
             reason: reason::INVALID_ENDPOINT.into(),
             message: format!("Workspace {}: cluster_endpoint: {e}", ws.name),
@@ -172,6 +192,24 @@ fn observed_outcome(
         (WorkspaceState::Deleting, _) => waiting(
             reason::WORKSPACE_DELETING,
             format!("Workspace {} is being deleted", ws.name),
+        ),
+        // Paused when ready: the infrastructure is as the provider last saw it.
+        (WorkspaceState::Paused { ready: true }, Some(Ok(e))) => Outcome::Degraded {
+            endpoint: e.clone(),
+            reason: reason::WORKSPACE_PAUSED,
+            message: format!(
+                "Workspace {} is paused (crossplane.io/paused): changes wait until the \
+                 annotation is removed",
+                ws.name
+            ),
+        },
+        (WorkspaceState::Paused { .. }, _) => waiting(
+            reason::WORKSPACE_PAUSED,
+            format!(
+                "Workspace {} is paused (crossplane.io/paused): provider-terraform does not \
+                 reconcile it until the annotation is removed",
+                ws.name
+            ),
         ),
         (WorkspaceState::Creating, _) if input.vpc_ready == Some(false) => waiting(
             reason::WAITING_FOR_VPC,
@@ -195,8 +233,9 @@ fn apply_timeouts(
         return (sticky, None);
     }
     // Waiting for an owner is not provisioning: it never times out, and nothing rechecks it
-    // (the Cluster's arrival wakes the reconcile).
-    if reason == reason::WAITING_FOR_CLUSTER {
+    // (the Cluster's arrival wakes the reconcile). Nor does a paused Workspace: it waits for
+    // a person, and its unpausing wakes the reconcile.
+    if reason == reason::WAITING_FOR_CLUSTER || reason == reason::WORKSPACE_PAUSED {
         return (Outcome::Waiting { reason, message }, None);
     }
     let (cp_timeout, vpc_timeout) = match parse_timeouts(input.timeouts.as_ref()) {
@@ -301,11 +340,12 @@ fn status_fragment(
     status.insert("initialized".into(), json!(initialized));
     status.insert("externalManagedControlPlane".into(), json!(true));
     status.insert("phase".into(), json!(phase));
-    // Omitted while not Ready, so the version last seen Ready stays (an upgrade in progress).
-    if ready_now {
+    // Omitted while not Ready, so the version last seen Ready stays (an upgrade in progress);
+    // and while degraded: the provider did not look, let alone apply.
+    if let Outcome::Ready(_) = outcome {
         status.insert("version".into(), json!(input.version));
     }
-    if let Outcome::Ready(e) = outcome {
+    if let Outcome::Ready(e) | Outcome::Degraded { endpoint: e, .. } = outcome {
         status.insert("endpoint".into(), json!(endpoint::display(e)));
     }
     // In the Cluster API contract `failureReason`/`failureMessage` mean a *terminal* failure:
@@ -350,6 +390,21 @@ fn control_plane_conditions(
             (
                 b.build("Ready", Status::True, ok, &msg),
                 b.build("Creating", Status::False, ok, ""),
+                b.build("Failed", Status::False, "NoFailure", ""),
+            )
+        }
+        Outcome::Degraded {
+            endpoint: e,
+            reason,
+            message,
+        } => {
+            let msg = format!(
+                "the control plane is ready at {}, but {message}",
+                endpoint::display(e)
+            );
+            (
+                b.build("Ready", Status::True, reason, &msg),
+                b.build("Creating", Status::False, reason, ""),
                 b.build("Failed", Status::False, "NoFailure", ""),
             )
         }

@@ -36,6 +36,9 @@ pub struct DeletionFacts {
     pub apply_deleting: bool,
     /// The Workspace exists (deleting or not).
     pub workspace_present: bool,
+    /// The Workspace's `Synced=False` message while it exists (provider-terraform's `delete
+    /// failed: …` when its destroy fails): shown while the deletion waits for it.
+    pub workspace_problem: Option<String>,
     /// `spec.retainVpcOnDelete`: the apply and its Workspace are left in place.
     pub retain: bool,
     /// `metadata.deletionTimestamp` of the object being deleted.
@@ -147,11 +150,18 @@ pub fn plan_deletion(
     let stuck = !finishing && deadline.expired(facts.now);
     let b = ConditionBuilder::new(existing, generation, facts.now);
     let progress = step.progress();
+    // Why the Workspace does not go, when its provider says: the user's next step.
+    let shown = match (step, &facts.workspace_problem) {
+        (DeletionStep::WaitForWorkspaceGone, Some(problem)) => {
+            format!("{progress}; the Workspace reports: {problem}")
+        }
+        _ => progress.to_owned(),
+    };
     let deleting = b.build_at(
         "Deleting",
         Status::True,
         step.as_str(),
-        progress,
+        &shown,
         facts.started,
     );
     let failed = if stuck {
@@ -212,6 +222,7 @@ mod tests {
             apply_present: false,
             apply_deleting: false,
             workspace_present: false,
+            workspace_problem: None,
             retain: false,
             started: ts(T0),
             now: at_min(now_min),
@@ -319,6 +330,25 @@ mod tests {
         assert_eq!(deleting.last_transition_time.0, ts(T0));
         assert_eq!(plan.conditions[1].status, "False");
         assert_eq!(plan.recheck_after, Some(Duration::from_secs(14 * 60)));
+    }
+
+    #[test]
+    fn a_failing_destroy_is_shown_while_waiting_for_the_workspace() {
+        let problem = "delete failed: cannot destroy Terraform configuration: exit status 1";
+        let plan = plan_deletion(
+            &with(|f| {
+                f.workspace_present = true;
+                f.workspace_problem = Some(problem.into());
+            }),
+            &[],
+            Some(3),
+        );
+        let deleting = &plan.conditions[0];
+        assert_eq!(deleting.reason, "WaitingForWorkspace");
+        assert_eq!(
+            deleting.message,
+            format!("waiting for the Workspace to be deleted; the Workspace reports: {problem}")
+        );
     }
 
     #[test]

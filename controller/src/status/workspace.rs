@@ -5,7 +5,9 @@
 //! `Ready` (Available | Creating | Deleting; `Unavailable` exists in crossplane-runtime, is
 //! never set by provider-terraform, and is read like any other not-ready reason), and
 //! `status.atProvider{checksum, outputs}`, which the provider replaces whole on each
-//! observation. A failed apply of an existing Workspace keeps `Ready=True Available` and
+//! observation. A Workspace annotated `crossplane.io/paused` gets `Synced=False
+//! ReconcilePaused` and keeps the `Ready` it had (crossplane-runtime's managed reconciler):
+//! [`WorkspaceState::Paused`], neither a failure nor "still creating". A failed apply of an existing Workspace keeps `Ready=True Available` and
 //! reports `Synced=False ReconcileError`: that is [`WorkspaceState::Failed`] too. Sensitive outputs are not
 //! in `atProvider` (only in the connection Secret), so nothing here sees secret data.
 
@@ -52,6 +54,19 @@ pub enum WorkspaceState {
     },
     /// The Workspace is being deleted.
     Deleting,
+    /// `Synced=False ReconcileError` from Observe or Connect (`observe failed: …`, e.g. a plan
+    /// of a broken module; `connect failed: …`) while `Ready=True` stays: the provider cannot
+    /// look at the infrastructure, which is as it last saw it. Not a failed apply.
+    Degraded {
+        /// The provider's message.
+        message: String,
+    },
+    /// `Synced=False` with `ReconcilePaused`: the provider leaves it alone until the pause
+    /// annotation goes; what it reported last stands.
+    Paused {
+        /// The `Ready` condition it kept is True.
+        ready: bool,
+    },
 }
 
 impl WorkspaceObservation {
@@ -78,12 +93,28 @@ impl WorkspaceObservation {
         }
         if let Some(synced) = &self.synced
             && synced.status == "False"
+            && synced.reason == "ReconcilePaused"
+        {
+            return WorkspaceState::Paused {
+                ready: is_true(&self.ready),
+            };
+        }
+        if let Some(synced) = &self.synced
+            && synced.status == "False"
             && synced.reason == "ReconcileError"
         {
             let message = match synced.message.as_str() {
                 "" => "the Workspace reported ReconcileError without a message".to_string(),
                 m => m.to_string(),
             };
+            // crossplane-runtime's prefixes of errors before any apply (errReconcileObserve,
+            // errReconcileConnect): nothing was changed, what was Ready stays so.
+            let unobserved = ["observe failed", "connect failed"]
+                .iter()
+                .any(|p| message.starts_with(p));
+            if unobserved && is_true(&self.ready) {
+                return WorkspaceState::Degraded { message };
+            }
             return WorkspaceState::Failed { message };
         }
         if is_true(&self.synced) && is_true(&self.ready) {
@@ -147,7 +178,7 @@ impl WorkspaceObservation {
             (WorkspaceState::Ready, Some(sum)) => {
                 out.insert("lastAppliedRevision".into(), json!(sum));
             }
-            (WorkspaceState::Failed { message }, sum) => {
+            (WorkspaceState::Failed { message } | WorkspaceState::Degraded { message }, sum) => {
                 if let Some(sum) = sum {
                     out.insert("lastFailedRevision".into(), json!(sum));
                 }
@@ -281,6 +312,32 @@ pub(crate) mod testing {
         )
     }
 
+    /// A Workspace annotated `crossplane.io/paused`: Synced=False ReconcilePaused, the Ready
+    /// it had kept (`Available` when `ready`, else `Creating`), atProvider (these outputs) kept.
+    pub fn paused_workspace(ready: bool, outputs: Value) -> WorkspaceObservation {
+        let kept = match ready {
+            true => ("True", "Available", ""),
+            false => ("False", "Creating", ""),
+        };
+        mk_workspace(
+            Some(("False", "ReconcilePaused", "")),
+            Some(kept),
+            Some(outputs),
+        )
+    }
+
+    /// A Workspace whose Observe fails (a broken module's plan): Synced=False ReconcileError
+    /// `observe failed: <cause>`, Ready=True Available and atProvider (these outputs) kept.
+    pub fn degraded_workspace(cause: &str, outputs: Value) -> WorkspaceObservation {
+        let message =
+            format!("observe failed: cannot diff (i.e. plan) Terraform configuration: {cause}");
+        mk_workspace(
+            Some(("False", "ReconcileError", &message)),
+            Some(("True", "Available", "")),
+            Some(outputs),
+        )
+    }
+
     /// Synced=True with ReconcileSuccess.
     pub const SYNCED_OK: Option<(&str, &str, &str)> = Some(("True", "ReconcileSuccess", ""));
 }
@@ -323,8 +380,41 @@ mod tests {
                 },
             ),
             (
-                "synced false for another reason is waiting",
+                "observe failed on a ready workspace is degraded",
+                Some((
+                    "False",
+                    "ReconcileError",
+                    "observe failed: cannot diff (i.e. plan) Terraform configuration: x",
+                )),
+                available,
+                WorkspaceState::Degraded {
+                    message: "observe failed: cannot diff (i.e. plan) Terraform configuration: x"
+                        .into(),
+                },
+            ),
+            (
+                "observe failed before it was ready is a failure",
+                Some(("False", "ReconcileError", "observe failed: cannot diff")),
+                Some(("False", "Creating", "")),
+                WorkspaceState::Failed {
+                    message: "observe failed: cannot diff".into(),
+                },
+            ),
+            (
+                "paused keeps the ready it had",
                 Some(("False", "ReconcilePaused", "")),
+                available,
+                WorkspaceState::Paused { ready: true },
+            ),
+            (
+                "paused before it was ready",
+                Some(("False", "ReconcilePaused", "")),
+                Some(("False", "Creating", "")),
+                WorkspaceState::Paused { ready: false },
+            ),
+            (
+                "synced false for another reason is waiting",
+                Some(("False", "SomeOtherReason", "")),
                 available,
                 WorkspaceState::Creating,
             ),

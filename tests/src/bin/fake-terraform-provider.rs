@@ -36,10 +36,11 @@
 use anyhow::Context as _;
 use capt_tests::fake_provider::{
     Cond, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_MAX_MS, DEFAULT_DELAY_MS,
-    DEFAULT_POLL_INTERVAL_MS, Desired, FIELD_MANAGER, FINALIZER, IGNORED_ANNOTATIONS, Path,
-    READY_LOG_LINE, applied_at_provider, at_provider, backoff, checksum, condition,
-    connection_secret, connection_secret_ref, message, now, pass_conditions, path,
-    secret_needs_write, set_conditions, typed_status, watch_selector, workspace_resource,
+    DEFAULT_POLL_INTERVAL_MS, Desired, FAIL_DESTROY_ANNOTATION, FIELD_MANAGER, FINALIZER,
+    IGNORED_ANNOTATIONS, PAUSED_ANNOTATION, Path, READY_LOG_LINE, applied_at_provider, at_provider,
+    backoff, checksum, condition, connection_secret, connection_secret_ref, message, now,
+    pass_conditions, path, secret_needs_write, set_conditions, typed_status, watch_selector,
+    workspace_resource,
 };
 use clap::Parser;
 use futures::StreamExt;
@@ -223,6 +224,15 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let mut status = typed_status(ws.data.get("status"));
     let spec = ws.data.get("spec").cloned().unwrap_or(Value::Null);
 
+    // Paused: checked before anything else, deletion included; the annotation's removal (a
+    // desired-state change) wakes it.
+    if ws.annotations().get(PAUSED_ANNOTATION).map(String::as_str) == Some("true") {
+        set_conditions(&mut status, &[Cond::ReconcilePaused], &now());
+        put_status(&ctx, &mut obj, status).await?;
+        info!(workspace = %name, "paused: Synced=False ReconcilePaused");
+        return Ok(ctx.forget(&key, Action::await_change()));
+    }
+
     // Observe: `terraform plan` fails on input it cannot use (ignored while deleting).
     let desired = match Desired::parse(ws.annotations()) {
         Ok(d) => d,
@@ -258,6 +268,17 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
     match path(deleting, applied.is_some(), up_to_date) {
         Path::Delete => {
             tokio::time::sleep(ctx.delay).await; // terraform destroy
+            let refusal = ws.annotations().get(FAIL_DESTROY_ANNOTATION);
+            if let Some(cause) = refusal.filter(|c| !c.is_empty()) {
+                set_conditions(
+                    &mut status,
+                    &pass_conditions(Path::Delete, Err(cause)),
+                    &now(),
+                );
+                put_status(&ctx, &mut obj, status).await?;
+                info!(workspace = %name, failure = %cause, "destroy failed: Synced=False ReconcileError");
+                return Ok(ctx.rate_limited(&key));
+            }
             ctx.state.lock().expect("lock").remove(&key);
             set_conditions(&mut status, &pass_conditions(Path::Delete, Ok(())), &now());
             put_status(&ctx, &mut obj, status).await?;

@@ -35,13 +35,18 @@
 //!   `connection_secret`); `pkg/resource/api.go` `APIFinalizer`: the finalizer
 //!   added and removed by an Update of the object.
 //!
+//! - crossplane-runtime `Reconcile`, first thing after the read: `crossplane.io/paused:
+//!   "true"` sets `Synced=False ReconcilePaused` (no message), keeps `Ready`, writes the
+//!   status and waits for a change, deleting or not.
+//!
 //! Not modelled: the `crossplane.io/external-create-*` annotations, management policies,
-//! the pause annotation, `--poll-jitter`, the global rate limit, the Terraform timeout.
+//! `--poll-jitter`, the global rate limit, the Terraform timeout.
 //! `Unavailable` is never set: neither the managed reconciler nor provider-terraform does.
 //!
 //! What a test asks for is read from annotations: [`OUTPUTS_ANNOTATION`],
 //! [`SENSITIVE_OUTPUTS_ANNOTATION`], [`FAIL_ANNOTATION`] (every apply fails),
 //! [`FAIL_TIMES_ANNOTATION`] (the first N applies fail, then it recovers by itself),
+//! [`FAIL_DESTROY_ANNOTATION`] (every destroy fails), [`PAUSED_ANNOTATION`] (as the real one),
 //! [`REVISION_ANNOTATION`]. Writes are made under [`FIELD_MANAGER`] (operation `Update`).
 //!
 //! This file holds the Workspace's names and annotations and the provider's watch selector;
@@ -89,6 +94,12 @@ pub const FAIL_ANNOTATION: &str = "fake.tf.upbound.io/fail";
 /// A whole number N: the first N applies of the configuration fail with a transient error,
 /// then the provider recovers by itself (retrying with backoff).
 pub const FAIL_TIMES_ANNOTATION: &str = "fake.tf.upbound.io/fail-times";
+/// When present and not empty, every destroy fails with this message (`delete failed: …`,
+/// `Ready=False Deleting` kept, retried with backoff), as a module whose destroy fails.
+pub const FAIL_DESTROY_ANNOTATION: &str = "fake.tf.upbound.io/fail-destroy";
+/// crossplane-runtime's pause annotation (`meta.AnnotationKeyReconciliationPaused`): the
+/// value `true` pauses the Workspace's reconciliation.
+pub const PAUSED_ANNOTATION: &str = "crossplane.io/paused";
 /// Any string: a change makes the provider re-apply (a new checksum).
 pub const REVISION_ANNOTATION: &str = "fake.tf.upbound.io/revision";
 /// A Workspace labelled with this belongs to the provider started with `--instance <value>`

@@ -30,6 +30,8 @@ pub enum Cond {
     ReconcileSuccess,
     /// `Synced=False ReconcileError <message>`.
     ReconcileError(String),
+    /// `Synced=False ReconcilePaused`, no message: the pause annotation is set.
+    ReconcilePaused,
 }
 
 impl Cond {
@@ -41,6 +43,7 @@ impl Cond {
             Cond::Deleting => ("Ready", "False", "Deleting", ""),
             Cond::ReconcileSuccess => ("Synced", "True", "ReconcileSuccess", ""),
             Cond::ReconcileError(m) => ("Synced", "False", "ReconcileError", m.as_str()),
+            Cond::ReconcilePaused => ("Synced", "False", "ReconcilePaused", ""),
         }
     }
 }

@@ -157,7 +157,7 @@ async fn retain_vpc_on_delete_keeps_the_vpc_apply_and_its_workspace() -> Result<
 async fn a_stuck_deletion_is_reported_and_finishes_once_unblocked() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, mut system) = provisioned("e2e-stuck", false).await?;
-    system.provider.kill(); // nobody removes the Workspace's finalizer any more
+    system.provider_mut().kill(); // nobody removes the Workspace's finalizer any more
     let client = env().client().await?;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns.name);
     clusters.delete("demo", &user_deletion()).await?;

@@ -153,7 +153,7 @@ async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_clus
     // Workspace's conditions stay the same, so only the Workspace itself says so.
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, mut system) = provisioned("e2e-output", false).await?;
-    system.provider.kill(); // the test plays the provider from here on
+    system.provider_mut().kill(); // the test plays the provider from here on
     let api: Api<TerraformWorkspace> = Api::all(env().client().await?);
     let name = workspace_name(&ns.name, "demo-controlplane");
     let mut status = serde_json::to_value(api.get_status(&name).await?)?["status"].clone();

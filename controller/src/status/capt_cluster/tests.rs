@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::status::testing::{T0, at_min, failure, has_null, ts};
-use crate::status::workspace::testing::{creating_workspace, failed_workspace, ready_workspace};
+use crate::status::workspace::testing::{
+    creating_workspace, failed_workspace, paused_workspace, ready_workspace,
+};
 
 fn mk_input() -> CaptClusterInput {
     CaptClusterInput {
@@ -328,4 +330,27 @@ fn failed_reason(status: &Value) -> Value {
 
 fn failed_message(status: &Value) -> Value {
     failure(status, "VPCFailed").1
+}
+
+#[test]
+fn a_paused_vpc_workspace_keeps_a_ready_vpc_ready_and_never_times_out() {
+    let outputs = json!({"vpc_id": "vpc-0abc", "private_subnets": ["s-1", "s-2"]});
+    let mut sim = Sim::new();
+    assert!(sim.step(at(2, Some(vpc_ready_ws()))).ready);
+    let paused = sim.step(at(600, Some(paused_workspace(true, outputs))));
+    assert!(paused.ready);
+    assert_eq!(paused.vpc_id.as_deref(), Some("vpc-0abc"));
+    assert_eq!(paused.recheck_after, None);
+
+    // Paused before it was ready: waiting, said so, long past the VPC timeout.
+    let mut sim = Sim::new();
+    for now in [2, 600] {
+        let d = sim.step(at(now, Some(paused_workspace(false, json!({})))));
+        assert!(!d.ready, "minute {now}");
+        assert_eq!(d.recheck_after, None);
+        assert_eq!(
+            sim.condition("VPCReady")["reason"],
+            reason::WORKSPACE_PAUSED
+        );
+    }
 }

@@ -4,7 +4,8 @@
 use super::*;
 use crate::status::testing::{T0, at_min, failure, ts};
 use crate::status::workspace::testing::{
-    creating_workspace, failed_update_workspace, failed_workspace, ready_workspace,
+    creating_workspace, degraded_workspace, failed_update_workspace, failed_workspace,
+    paused_workspace, ready_workspace,
 };
 
 const ENDPOINT: &str = "https://ABC.gr7.ap-northeast-1.eks.amazonaws.com";
@@ -718,5 +719,79 @@ fn a_false_ready_condition_carries_the_severity_core_summarizes_by() {
     assert!(
         ready(&ready_input(5)).get("severity").is_none(),
         "none while True"
+    );
+}
+
+#[test]
+fn a_paused_workspace_keeps_a_ready_control_plane_ready_and_never_times_out() {
+    let outputs = json!({"cluster_endpoint": ENDPOINT, "cluster_name": "demo"});
+    let mut sim = Sim::new();
+    assert_eq!(sim.step(ready_input(1)).phase, ControlPlanePhase::Ready);
+    // Paused long after any timeout: still Ready, nothing to recheck.
+    let paused = sim.step(with(|i| {
+        i.now = at_min(600);
+        i.workspace = Some(paused_workspace(true, outputs.clone()));
+        i.endpoint_source = Some(ENDPOINT.into());
+    }));
+    assert_eq!(paused.phase, ControlPlanePhase::Ready);
+    assert_eq!(paused.recheck_after, None);
+    assert_eq!(sim.condition("Ready")["reason"], reason::WORKSPACE_PAUSED);
+
+    // Paused before it was ready: waiting, said so, with no deadline.
+    let mut sim = Sim::new();
+    for now in [1, 600] {
+        let d = sim.step(with(|i| {
+            i.now = at_min(now);
+            i.workspace = Some(paused_workspace(false, json!({})));
+        }));
+        assert_eq!(d.phase, ControlPlanePhase::Creating, "minute {now}");
+        assert_eq!(d.recheck_after, None);
+        let creating = sim.condition("Creating");
+        assert_eq!(creating["reason"], reason::WORKSPACE_PAUSED);
+        assert!(
+            creating["message"].as_str().unwrap().contains("paused"),
+            "{creating}"
+        );
+    }
+}
+
+#[test]
+fn a_broken_module_on_a_ready_control_plane_is_degraded_not_failed() {
+    let outputs = json!({"cluster_endpoint": ENDPOINT, "cluster_name": "demo"});
+    let mut sim = Sim::new();
+    assert_eq!(sim.step(ready_input(1)).phase, ControlPlanePhase::Ready);
+    // An upgrade whose module does not plan: still Ready and serving, the message shown, and
+    // the new version not claimed.
+    let d = sim.step(with(|i| {
+        i.now = at_min(2);
+        i.generation = Some(2);
+        i.version = "1.32".into();
+        i.workspace = Some(degraded_workspace(
+            "Reference to undeclared local value",
+            outputs,
+        ));
+        i.endpoint_source = Some(ENDPOINT.into());
+    }));
+    assert_eq!(d.phase, ControlPlanePhase::Ready);
+    assert!(d.endpoint.is_some());
+    let ready = sim.condition("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("True"), &json!(reason::WORKSPACE_DEGRADED))
+    );
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("Reference to undeclared local value"),
+        "{ready}"
+    );
+    assert_eq!(sim.condition("Failed")["status"], "False");
+    assert_eq!(sim.live["status"]["version"], "1.31", "not applied");
+    assert!(
+        sim.live["status"]["workspaceTemplateStatus"]["lastFailureMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("observe failed"),
     );
 }

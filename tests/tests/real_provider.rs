@@ -1,0 +1,663 @@
+//! The whole system against the real Crossplane provider-terraform v0.18.0 running OpenTofu
+//! (`hack/real-provider.sh`), with the sample Cluster of `manifests/samples/`, whose modules
+//! need no cloud and no registry. One provider serves the environment (`.testenv-real`); the
+//! tests take turns, so that one test's backoffs and polls do not delay another's.
+//!
+//! Pause, a broken module and a failing destroy run twice, on the real provider and on the
+//! fake one (in the ordinary environment: a fake beside the real provider would fight it over
+//! every Workspace), and compare what CAPT reports. Each scenario prints what the Workspace
+//! and CAPT reported (`--nocapture` shows it).
+
+use anyhow::{Context, Result};
+use capt_controller::api::{
+    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
+};
+use capt_controller::render::workspace_name;
+use capt_tests::deletion_order::DeletionOrder;
+use capt_tests::fake_provider::{FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION};
+use capt_tests::system::System;
+use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+/// Generous: tofu init, plan and apply per Workspace, one reconcile at a time.
+const WAIT: Duration = Duration::from_secs(180);
+
+const ENDPOINT: &str = "https://demo.gr7.ap-northeast-1.eks.amazonaws.com";
+
+/// Which provider plays the Workspaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Provider {
+    Real,
+    Fake,
+}
+
+/// The sample Cluster, Provisioned, in a namespace of its own, with the status-applier and
+/// the controller (and, on [`Provider::Fake`], the fake provider) running for it.
+struct Stack {
+    system: System,
+}
+
+impl Stack {
+    async fn provisioned(provider: Provider, prefix: &str) -> Result<Self> {
+        with_real_provider();
+        let on = match provider {
+            Provider::Real => env().clone(),
+            Provider::Fake => fake_env()?,
+        };
+        assert_eq!(
+            on.real_provider,
+            provider == Provider::Real,
+            "{provider:?}: the environment runs the provider asked for"
+        );
+        let ns = unique_name(prefix);
+        on.kubectl_ok(&["create", "namespace", &ns], None)?;
+        let system = System::start_on(&on, &ns, 200).await?;
+        let started = Instant::now();
+        system.apply_samples(false).await?;
+        system
+            .wait_for("Cluster phase Provisioned", WAIT, || async {
+                Ok(system
+                    .get(&["cluster", "demo"])?
+                    .is_some_and(|c| c["status"]["phase"] == "Provisioned"))
+            })
+            .await?;
+        println!(
+            "{prefix} ({provider:?}): Provisioned in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(Self { system })
+    }
+
+    fn env(&self) -> &Env {
+        self.system.env()
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Result<String> {
+        self.env().kubectl_ok(args, None)
+    }
+
+    fn workspace_name(&self) -> String {
+        workspace_name(self.system.namespace(), "demo-controlplane")
+    }
+
+    /// The control plane's Workspace.
+    fn workspace(&self) -> Result<Value> {
+        self.system
+            .get(&["workspaces.tf.upbound.io", &self.workspace_name()])?
+            .context("the control plane's Workspace exists")
+    }
+
+    fn control_plane(&self) -> Result<Value> {
+        self.system
+            .get(&["captcontrolplane", "demo"])?
+            .context("the control plane exists")
+    }
+
+    fn annotate_workspace(&self, annotation: &str) -> Result<()> {
+        let name = self.workspace_name();
+        self.kubectl(&["annotate", "workspace", &name, "--overwrite", annotation])?;
+        Ok(())
+    }
+
+    /// The control plane's module as the sample has it.
+    fn module(&self) -> Result<String> {
+        let template = self
+            .system
+            .get(&["workspacetemplate", "eks"])?
+            .context("the eks template")?;
+        Ok(
+            template["spec"]["template"]["spec"]["forProvider"]["module"]
+                .as_str()
+                .context("an inline module")?
+                .to_owned(),
+        )
+    }
+
+    fn set_module(&self, module: &str) -> Result<()> {
+        self.system.patch_control_plane_template(
+            &json!({"spec": {"template": {"spec": {"forProvider": {"module": module}}}}}),
+        )
+    }
+
+    fn set_template_annotation(&self, key: &str, value: Option<&str>) -> Result<()> {
+        self.system.patch_control_plane_template(
+            &json!({"spec": {"template": {"metadata": {"annotations": {key: value}}}}}),
+        )
+    }
+
+    /// Waits until the control plane has observed a Workspace that is no longer Ready and
+    /// Synced (`workspaceStatus.ready` false), and returns it.
+    async fn observed_not_ready(&self) -> Result<Value> {
+        self.system
+            .wait_for(
+                "the control plane to observe the Workspace",
+                WAIT,
+                || async {
+                    Ok(self.control_plane()?["status"]["workspaceStatus"]["ready"] == false)
+                },
+            )
+            .await?;
+        self.control_plane()
+    }
+
+    async fn delete_cluster(&self) -> Result<()> {
+        Api::<Cluster>::namespaced(self.env().client().await?, self.system.namespace())
+            .delete("demo", &DeleteParams::background())
+            .await?;
+        Ok(())
+    }
+
+    async fn wait_cluster_gone(&self) -> Result<()> {
+        self.system
+            .wait_for("the Cluster and its objects gone", WAIT, || async {
+                Ok(self.system.get(&["cluster", "demo"])?.is_none())
+            })
+            .await
+    }
+
+    /// Deletes the Cluster and waits until it is gone, so that the shared provider stops
+    /// polling its Workspaces.
+    async fn clean_up(&self) -> Result<()> {
+        self.delete_cluster().await?;
+        self.wait_cluster_gone().await
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = self.env().kubectl_run(
+            &[
+                "delete",
+                "namespace",
+                self.system.namespace(),
+                "--wait=false",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+    }
+}
+
+/// The ordinary environment (the one `hack/test.sh` runs), where the fake provider plays.
+fn fake_env() -> Result<Env> {
+    let dir = std::env::var("CAPT_TESTENV_DIR")
+        .unwrap_or_else(|_| repo_root().join(".testenv").display().to_string());
+    Env::start_in(std::path::Path::new(&dir))
+}
+
+/// `(status, reason, message)` of the condition `type_` of `obj` (empty strings when absent).
+fn condition(obj: &Value, type_: &str) -> (String, String, String) {
+    let c = obj["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == type_))
+        .cloned()
+        .unwrap_or_default();
+    let text = |f: &str| c[f].as_str().unwrap_or_default().to_owned();
+    (text("status"), text("reason"), text("message"))
+}
+
+/// One line of what the control plane reports: phase, ready, and its True conditions.
+fn summary(cp: &Value) -> String {
+    let conditions: Vec<String> = cp["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "True")
+        .map(|c| format!("{}/{}: {}", c["type"], c["reason"], c["message"]))
+        .collect();
+    format!(
+        "phase={} ready={} workspaceStatus.ready={} conditions={conditions:?}",
+        cp["status"]["phase"], cp["status"]["ready"], cp["status"]["workspaceStatus"]["ready"]
+    )
+}
+
+/// What CAPT reports of a control plane, without the messages (they name the namespace):
+/// compared between the two providers.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    phase: String,
+    ready: bool,
+    /// `(status, reason)` of Ready, Failed, Creating and Deleting.
+    conditions: Vec<(String, String, String)>,
+}
+
+impl Outcome {
+    fn of(cp: &Value) -> Self {
+        Self {
+            phase: cp["status"]["phase"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            ready: cp["status"]["ready"] == true,
+            conditions: ["Ready", "Failed", "Creating", "Deleting"]
+                .iter()
+                .map(|t| {
+                    let (status, reason, _) = condition(cp, t);
+                    (t.to_string(), status, reason)
+                })
+                .collect(),
+        }
+    }
+
+    fn condition(&self, type_: &str) -> (&str, &str) {
+        self.conditions
+            .iter()
+            .find(|(t, _, _)| t == type_)
+            .map(|(_, s, r)| (s.as_str(), r.as_str()))
+            .unwrap_or_default()
+    }
+}
+
+/// The kubernetes backend's state Secrets of `system`'s Workspaces.
+fn state_secrets(system: &System) -> Result<Vec<String>> {
+    let names = system.env().kubectl_ok(
+        &["get", "secrets", "-n", "crossplane-system", "-o", "name"],
+        None,
+    )?;
+    let ours = [
+        workspace_name(system.namespace(), "demo-controlplane"),
+        workspace_name(system.namespace(), "demo-vpc"),
+    ];
+    Ok(names
+        .lines()
+        .filter(|n| ours.iter().any(|w| n.contains(w.as_str())))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Deletes the Cluster and waits until everything is gone: the order as the API server
+/// recorded it.
+async fn delete_in_order(stack: &Stack) -> Result<DeletionOrder> {
+    let ns = stack.system.namespace();
+    let client = stack.env().client().await?;
+    let namespaced = |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
+    let workspaces = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::erase::<TerraformWorkspace>(&()),
+    );
+    let apply = || ApiResource::erase::<WorkspaceTemplateApply>(&());
+    let order = DeletionOrder::watch(vec![
+        (
+            "cluster",
+            namespaced(ApiResource::erase::<Cluster>(&())),
+            "demo".into(),
+        ),
+        (
+            "captcontrolplane",
+            namespaced(ApiResource::erase::<CAPTControlPlane>(&())),
+            "demo".into(),
+        ),
+        (
+            "captcluster",
+            namespaced(ApiResource::erase::<CAPTCluster>(&())),
+            "demo".into(),
+        ),
+        ("cp-apply", namespaced(apply()), "demo-controlplane".into()),
+        (
+            "cp-workspace",
+            workspaces.clone(),
+            workspace_name(ns, "demo-controlplane"),
+        ),
+        ("vpc-apply", namespaced(apply()), "demo-vpc".into()),
+        ("vpc-workspace", workspaces, workspace_name(ns, "demo-vpc")),
+    ])
+    .await?;
+    stack.delete_cluster().await?;
+    order
+        .wait_gone(
+            &[
+                "cluster",
+                "captcontrolplane",
+                "captcluster",
+                "cp-apply",
+                "cp-workspace",
+                "vpc-apply",
+                "vpc-workspace",
+            ],
+            WAIT,
+        )
+        .await?;
+    Ok(order)
+}
+
+#[tokio::test]
+async fn provisions_updates_and_deletes_in_order() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::provisioned(Provider::Real, "real-up").await?;
+    let system = &stack.system;
+    let cp = stack.control_plane()?;
+    println!("provisioned: {}", summary(&cp));
+    let outputs = &cp["status"]["workspaceStatus"]["atProvider"]["outputs"];
+    assert_eq!(outputs["cluster_endpoint"], ENDPOINT, "{outputs}");
+    assert_eq!(outputs["kubernetes_version"], "1.31", "{outputs}");
+    assert!(
+        outputs.get("kubeconfig").is_none(),
+        "sensitive: not in atProvider"
+    );
+    assert_eq!(cp["status"]["phase"], "Ready");
+    assert_eq!(
+        cp["spec"]["controlPlaneEndpoint"],
+        json!({"host": "demo.gr7.ap-northeast-1.eks.amazonaws.com", "port": 443})
+    );
+    let cc = system
+        .get(&["captcluster", "demo"])?
+        .context("captcluster")?;
+    assert_eq!(cc["status"]["vpcId"], "vpc-demo");
+    let ws = stack.workspace()?;
+    assert_eq!(condition(&ws, "Ready").1, "Available");
+    assert!(ws["status"]["atProvider"]["checksum"].is_string(), "{ws}");
+    // The sensitive output reached the Cluster's kubeconfig Secret (its value not printed).
+    let kubeconfig = system
+        .get(&["secret", "demo-kubeconfig"])?
+        .context("the Cluster's kubeconfig Secret")?;
+    assert!(kubeconfig["data"]["value"].is_string());
+    assert_eq!(
+        state_secrets(system)?.len(),
+        2,
+        "one state Secret per Workspace"
+    );
+
+    // An update: a new Kubernetes version is a new value of the module's variable; tofu
+    // applies it and the new output reaches the control plane.
+    let started = Instant::now();
+    stack.kubectl(&[
+        "patch",
+        "captcontrolplane",
+        "demo",
+        "-n",
+        system.namespace(),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"version":"1.32"}}"#,
+    ])?;
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    system
+        .wait_for("the new output on the control plane", WAIT, || async {
+            let cp = stack.control_plane()?;
+            let ws = stack.workspace()?;
+            let now = format!(
+                "{} | Workspace Ready={:?} Synced={:?}",
+                summary(&cp),
+                condition(&ws, "Ready").1,
+                condition(&ws, "Synced").1
+            );
+            let mut seen = seen.lock().unwrap();
+            if seen.last() != Some(&now) {
+                seen.push(now);
+            }
+            Ok(
+                cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["kubernetes_version"]
+                    == "1.32"
+                    && cp["status"]["phase"] == "Ready",
+            )
+        })
+        .await?;
+    println!(
+        "update: new output after {:.1} s; seen:\n  {}",
+        started.elapsed().as_secs_f64(),
+        seen.lock().unwrap().join("\n  ")
+    );
+    let cp = stack.control_plane()?;
+    assert_eq!(cp["status"]["version"], "1.32", "{}", cp["status"]);
+
+    // Deletion: the control plane's Workspace first, the VPC's after, the state with them.
+    let t = delete_in_order(&stack).await?;
+    let t_seen = t.seen();
+    println!("deletion: {t_seen:?}");
+    assert!(t.gone("cp-workspace") <= t.gone("cp-apply"), "{t_seen:?}");
+    assert!(
+        t.gone("cp-apply") <= t.gone("captcontrolplane"),
+        "{t_seen:?}"
+    );
+    assert!(
+        t.gone("captcontrolplane") <= t.deleting("vpc-apply"),
+        "{t_seen:?}"
+    );
+    assert!(
+        t.gone("vpc-workspace") <= t.gone("captcluster"),
+        "{t_seen:?}"
+    );
+    assert!(t.gone("captcluster") <= t.gone("cluster"), "{t_seen:?}");
+    assert_eq!(
+        state_secrets(system)?,
+        Vec::<String>::new(),
+        "destroyed, state gone"
+    );
+    Ok(())
+}
+
+/// Pauses the control plane's Workspace (`crossplane.io/paused: "true"`, the same on both
+/// providers), returns what CAPT reports, and unpauses it.
+async fn pause(provider: Provider) -> Result<Outcome> {
+    let stack = Stack::provisioned(provider, "real-pause").await?;
+    stack.annotate_workspace("crossplane.io/paused=true")?;
+    stack
+        .system
+        .wait_for("Synced=False ReconcilePaused", WAIT, || async {
+            Ok(condition(&stack.workspace()?, "Synced").1 == "ReconcilePaused")
+        })
+        .await?;
+    let ws = stack.workspace()?;
+    println!(
+        "paused ({provider:?}): Workspace Synced={:?} Ready={:?}",
+        condition(&ws, "Synced"),
+        condition(&ws, "Ready")
+    );
+    assert_eq!(
+        condition(&ws, "Ready").0,
+        "True",
+        "the provider keeps Ready"
+    );
+    let cp = stack.observed_not_ready().await?;
+    println!("paused ({provider:?}): CAPT reports {}", summary(&cp));
+    let outcome = Outcome::of(&cp);
+
+    stack.annotate_workspace("crossplane.io/paused-")?;
+    stack
+        .system
+        .wait_for("Synced=True and Ready again", WAIT, || async {
+            Ok(condition(&stack.workspace()?, "Synced").0 == "True"
+                && stack.control_plane()?["status"]["workspaceStatus"]["ready"] == true)
+        })
+        .await?;
+    stack.clean_up().await?;
+    Ok(outcome)
+}
+
+#[tokio::test]
+async fn a_paused_workspace_keeps_a_ready_control_plane_ready_on_both_providers() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = pause(Provider::Real).await?;
+    let fake = pause(Provider::Fake).await?;
+    assert_eq!(real, fake, "CAPT reports the same on both");
+    assert_eq!(real.phase, "Ready", "{real:?}");
+    assert_eq!(real.condition("Ready"), ("True", "WorkspacePaused"));
+    assert_eq!(real.condition("Failed").0, "False");
+    assert_eq!(real.condition("Creating").0, "False");
+    Ok(())
+}
+
+/// Breaks the control plane's module so that its plan fails (on the fake: input it cannot
+/// use, its `observe failed`), returns what CAPT reports, and repairs it.
+async fn broken_module(provider: Provider) -> Result<Outcome> {
+    let stack = Stack::provisioned(provider, "real-broken").await?;
+    let module = stack.module()?;
+    let outputs = stack
+        .system
+        .get(&["workspacetemplate", "eks"])?
+        .context("the eks template")?["spec"]["template"]["metadata"]["annotations"]
+        [OUTPUTS_ANNOTATION]
+        .as_str()
+        .map(str::to_owned);
+    match provider {
+        Provider::Real => {
+            stack.set_module(&format!(
+                "{module}output \"broken\" {{ value = local.missing }}\n"
+            ))?;
+        }
+        Provider::Fake => stack.set_template_annotation(OUTPUTS_ANNOTATION, Some("{"))?,
+    }
+    stack
+        .system
+        .wait_for("observe failed: cannot diff", WAIT, || async {
+            let (status, _, message) = condition(&stack.workspace()?, "Synced");
+            Ok(status == "False" && message.contains("observe failed: cannot diff"))
+        })
+        .await?;
+    let ws = stack.workspace()?;
+    println!(
+        "broken module ({provider:?}): Workspace Synced={:?} Ready={:?}",
+        condition(&ws, "Synced"),
+        condition(&ws, "Ready")
+    );
+    assert_eq!(
+        condition(&ws, "Ready").1,
+        "Available",
+        "the provider keeps Ready (stale)"
+    );
+    let cp = stack.observed_not_ready().await?;
+    println!(
+        "broken module ({provider:?}): CAPT reports {}",
+        summary(&cp)
+    );
+    assert!(
+        condition(&cp, "Ready").2.contains("observe failed"),
+        "the provider's message is shown: {}",
+        summary(&cp)
+    );
+    let outcome = Outcome::of(&cp);
+
+    match provider {
+        Provider::Real => stack.set_module(&module)?,
+        Provider::Fake => stack.set_template_annotation(OUTPUTS_ANNOTATION, outputs.as_deref())?,
+    }
+    stack
+        .system
+        .wait_for("Ready again", WAIT, || async {
+            let cp = stack.control_plane()?;
+            Ok(cp["status"]["workspaceStatus"]["ready"] == true
+                && condition(&cp, "Ready").1 == "ControlPlaneReady")
+        })
+        .await?;
+    stack.clean_up().await?;
+    Ok(outcome)
+}
+
+#[tokio::test]
+async fn a_broken_module_on_a_ready_workspace_is_degraded_not_failed_on_both_providers()
+-> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = broken_module(Provider::Real).await?;
+    let fake = broken_module(Provider::Fake).await?;
+    assert_eq!(real, fake, "CAPT reports the same on both");
+    assert_eq!(real.phase, "Ready", "{real:?}");
+    assert!(real.ready);
+    assert_eq!(real.condition("Ready"), ("True", "WorkspaceDegraded"));
+    assert_eq!(real.condition("Failed").0, "False");
+    Ok(())
+}
+
+/// Makes the control plane's destroy fail (the real one: a resource whose destroy
+/// provisioner fails until a file exists; the fake one: its annotation), deletes the Cluster,
+/// returns what CAPT reports meanwhile, then lets the destroy succeed.
+async fn failing_destroy(provider: Provider) -> Result<Outcome> {
+    let stack = Stack::provisioned(provider, "real-destroy").await?;
+    let dir = std::env::temp_dir().join(unique_name("real-destroy"));
+    std::fs::create_dir_all(&dir)?;
+    let allow = dir.join("allow");
+    match provider {
+        Provider::Real => {
+            let module = stack.module()?;
+            stack.set_module(&format!(
+                "{module}resource \"terraform_data\" \"destroy_guard\" {{\n  provisioner \"local-exec\" {{\n    when    = destroy\n    command = \"test -e {} || {{ echo 'destroy refused by the test' >&2; exit 1; }}\"\n  }}\n}}\noutput \"destroy_guard\" {{ value = terraform_data.destroy_guard.id }}\n",
+                allow.display()
+            ))?;
+            stack
+                .system
+                .wait_for("the guard applied", WAIT, || async {
+                    Ok(stack.control_plane()?["status"]["workspaceStatus"]["atProvider"]
+                        ["outputs"]["destroy_guard"]
+                        .is_string())
+                })
+                .await?;
+        }
+        Provider::Fake => {
+            stack.set_template_annotation(
+                FAIL_DESTROY_ANNOTATION,
+                Some("local-exec provisioner error: destroy refused by the test"),
+            )?;
+            stack
+                .system
+                .wait_for("the Workspace to carry the annotation", WAIT, || async {
+                    Ok(
+                        stack.workspace()?["metadata"]["annotations"][FAIL_DESTROY_ANNOTATION]
+                            .is_string(),
+                    )
+                })
+                .await?;
+        }
+    }
+    stack.delete_cluster().await?;
+    stack
+        .system
+        .wait_for("delete failed on the Workspace", WAIT, || async {
+            let (status, _, message) = condition(&stack.workspace()?, "Synced");
+            Ok(status == "False" && message.contains("delete failed"))
+        })
+        .await?;
+    let ws = stack.workspace()?;
+    println!(
+        "failing destroy ({provider:?}): Workspace Synced={:?} Ready={:?}",
+        condition(&ws, "Synced"),
+        condition(&ws, "Ready")
+    );
+    assert_eq!(condition(&ws, "Ready").1, "Deleting");
+    // What CAPT shows meanwhile: the provider's reason, where a user looks.
+    let last = std::sync::Mutex::new(String::new());
+    let shown = stack
+        .system
+        .wait_for(
+            "the control plane to show the failed destroy",
+            Duration::from_secs(30),
+            || async {
+                let cp = stack.control_plane()?;
+                *last.lock().unwrap() = summary(&cp);
+                Ok(condition(&cp, "Deleting").2.contains("delete failed"))
+            },
+        )
+        .await;
+    println!(
+        "failing destroy ({provider:?}): CAPT reports {}",
+        last.lock().unwrap()
+    );
+    let outcome = Outcome::of(&stack.control_plane()?);
+
+    match provider {
+        Provider::Real => std::fs::write(&allow, "")?,
+        Provider::Fake => stack.annotate_workspace(&format!("{FAIL_DESTROY_ANNOTATION}-"))?,
+    }
+    // A change of the Workspace's annotations wakes the provider at once (no backoff wait).
+    stack.annotate_workspace("capt.test/retry=1")?;
+    stack.wait_cluster_gone().await?;
+    if provider == Provider::Real {
+        assert_eq!(state_secrets(&stack.system)?, Vec::<String>::new());
+    }
+    shown?;
+    Ok(outcome)
+}
+
+#[tokio::test]
+async fn a_failing_destroy_is_shown_while_deleting_and_finishes_once_fixed_on_both_providers()
+-> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = failing_destroy(Provider::Real).await?;
+    let fake = failing_destroy(Provider::Fake).await?;
+    assert_eq!(real, fake, "CAPT reports the same on both");
+    assert_eq!(real.condition("Deleting"), ("True", "WaitingForWorkspace"));
+    Ok(())
+}
