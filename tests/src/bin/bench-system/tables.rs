@@ -543,7 +543,7 @@ fn differences(out: &mut String, rounds: &[Round], pod: &Pod, args: &Args) {
          round runs on a fresh API server."
             .into(),
         format!(
-            "Cluster API core v1.10 runs as one manager process with `--leader-elect=false`, \
+            "Cluster API core v1.14 runs as one manager process with `--leader-elect=false`, \
              plain-HTTP diagnostics, its webhooks on 127.0.0.1{}.",
             match std::env::var("CAPT_TESTENV_CORE_QPS") {
                 Ok(qps) => format!(
