@@ -19,4 +19,4 @@ hack/cargo-progress.sh test test --workspace --no-run
 host=$(rustc -vV | sed -n 's/^host: //p')
 runner_var="CARGO_TARGET_$(echo "$host" | tr 'a-z-' 'A-Z_')_RUNNER"
 export "$runner_var=$ROOT/hack/test-runner.sh"
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"

@@ -102,14 +102,46 @@ async fn kubectl_get_captcluster_shows_vpc_ready_and_endpoint_columns() -> Resul
 #[tokio::test]
 async fn the_real_cluster_and_workspace_crds_are_installed() -> Result<()> {
     let out = env().kubectl_ok(
-        &["get", "crd", "clusters.cluster.x-k8s.io", "workspaces.tf.upbound.io", "-o",
-          "jsonpath={range .items[*]}{.metadata.name} {.spec.versions[?(@.storage==true)].name}{\"\\n\"}{end}"],
+        &[
+            "get",
+            "crd",
+            "clusters.cluster.x-k8s.io",
+            "workspaces.tf.upbound.io",
+            "-o",
+            "json",
+        ],
         None,
     )?;
-    assert_eq!(
-        out,
-        "clusters.cluster.x-k8s.io v1beta1\nworkspaces.tf.upbound.io v1beta1\n"
+    let list: serde_json::Value = serde_json::from_str(&out)?;
+    let versions = |name: &str, served: bool| -> Vec<String> {
+        let crd = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no CRD {name}"));
+        let key = if served { "served" } else { "storage" };
+        crd["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v[key] == true)
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    // Core v1.14 stores v1beta2 and still serves v1beta1, the contract our controller reads
+    // (without core, the test environment keeps the CRD at v1beta1 alone).
+    let core = env().core;
+    let cluster_served = versions("clusters.cluster.x-k8s.io", true);
+    assert!(
+        cluster_served.contains(&"v1beta1".to_owned()),
+        "{cluster_served:?}"
     );
+    assert_eq!(
+        versions("clusters.cluster.x-k8s.io", false),
+        [if core { "v1beta2" } else { "v1beta1" }]
+    );
+    assert_eq!(versions("workspaces.tf.upbound.io", false), ["v1beta1"]);
     Ok(())
 }
 

@@ -56,6 +56,22 @@ fn apply(docs: &[Value]) -> Result<()> {
     Ok(())
 }
 
+/// The message of the apply's `Applied=False` condition with `reason`, if it has one.
+async fn applied_refusal(
+    applies: &Api<WorkspaceTemplateApply>,
+    name: &str,
+    reason: &str,
+) -> Result<Option<String>> {
+    let apply = applies.get(name).await?;
+    let status = serde_json::to_value(&apply.status)?;
+    Ok(status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Applied" && c["reason"] == reason)
+        .map(|c| c["message"].as_str().unwrap_or_default().to_owned()))
+}
+
 fn dynamic(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
@@ -540,14 +556,10 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
     drop(relaxed);
     let ws_name = workspace_name(&ns.name, "injected");
     let refusal = || async {
-        let apply = applies.get("injected").await?;
-        let status = serde_json::to_value(&apply.status)?;
         Ok::<_, anyhow::Error>(
-            status["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Applied" && c["reason"] == "UnsafeVariable"),
+            applied_refusal(&applies, "injected", "UnsafeVariable")
+                .await?
+                .is_some(),
         )
     };
     // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
@@ -652,14 +664,10 @@ async fn hole1_a_template_chooses_neither_credentials_nor_state_nor_where_output
     let refused = |name: &'static str| {
         let applies = applies.clone();
         async move {
-            let apply = applies.get(name).await?;
-            let status = serde_json::to_value(&apply.status)?;
             Ok::<_, anyhow::Error>(
-                status["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Applied" && c["reason"] == "WorkspaceNotAllowed"),
+                applied_refusal(&applies, name, "WorkspaceNotAllowed")
+                    .await?
+                    .is_some(),
             )
         }
     };
@@ -747,18 +755,7 @@ async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result
     apply(&[template, waiting])?;
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
     let own_ws = workspace_name(&ns.name, "eks");
-    let message = || async {
-        let apply = applies.get("eks").await?;
-        let status = serde_json::to_value(&apply.status)?;
-        Ok::<_, anyhow::Error>(
-            status["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Applied" && c["reason"] == "WaitingForWorkspaces")
-                .and_then(|c| c["message"].as_str().map(str::to_owned)),
-        )
-    };
+    let message = || applied_refusal(&applies, "eks", "WaitingForWorkspaces");
     // Waiting (fixed) or rendered (before the fix) shows the controller decided.
     system
         .wait_for("the apply waiting, or its Workspace", WAIT, || async {
@@ -829,18 +826,7 @@ async fn hole6_a_tenants_oversized_templates_cost_the_controller_no_memory() -> 
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
     let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
     let ws_name = workspace_name(&ns.name, "large");
-    let refused = || async {
-        let apply = applies.get("large").await?;
-        let status = serde_json::to_value(&apply.status)?;
-        Ok::<_, anyhow::Error>(
-            status["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Applied" && c["reason"] == "TemplateTooLarge")
-                .and_then(|c| c["message"].as_str().map(str::to_owned)),
-        )
-    };
+    let refused = || applied_refusal(&applies, "large", "TemplateTooLarge");
     system
         .wait_for("the refusal, or the Workspace", WAIT, || async {
             Ok(refused().await?.is_some() || workspaces.get_opt(&ws_name).await?.is_some())
