@@ -106,12 +106,20 @@ async fn queue(applier: &Applier, intent: Intent) -> Result<tokio::task::JoinHan
 }
 
 /// Socket level, with a bare control plane and CAPTCluster (no controller): intents for the
-/// old uid, queued for a one-second coalescing window, meet the recreated objects.
+/// old uid, queued for a one-second coalescing window (on the trailing edge), meet the
+/// recreated objects.
 #[tokio::test]
 async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate-sa").await?;
-    let applier = Applier::start(&["--coalesce-window-ms", "1000"]).await?;
+    // The trailing edge: every intent waits the window, so all of them are queued when the
+    // object is recreated (on the default leading edge a quiet key's intent goes at once).
+    let applier = Applier::start(&[
+        "--coalesce-window-ms",
+        "1000",
+        "--apply-lone-intents-at-once=false",
+    ])
+    .await?;
     let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
     let ccs: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
     let cp_doc = sample("CAPTControlPlane", &ns.name)?;
@@ -335,7 +343,14 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
 async fn an_intent_superseded_by_the_new_incarnation_is_answered_rejected() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate-sup").await?;
-    let applier = Applier::start(&["--coalesce-window-ms", "1000"]).await?;
+    // The trailing edge: every intent waits the window, so all of them are queued when the
+    // object is recreated (on the default leading edge a quiet key's intent goes at once).
+    let applier = Applier::start(&[
+        "--coalesce-window-ms",
+        "1000",
+        "--apply-lone-intents-at-once=false",
+    ])
+    .await?;
     let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
     let cp_doc = sample("CAPTControlPlane", &ns.name)?;
     let pp = PostParams::default();
