@@ -9,4 +9,5 @@ trap 'hack/testenv.sh stop' EXIT
 eval "$(hack/testenv.sh start)"
 cargo build --release -p status-applier -p capt-tests --bins
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -m); $(date -u +%Y-%m-%d)"
-"${CARGO_TARGET_DIR:-target}/release/bench-applier" "$@"
+# The binary finds the repository as cargo would tell a test (repo_root in tests/src/lib.rs).
+CARGO_MANIFEST_DIR="$ROOT/tests" "${CARGO_TARGET_DIR:-target}/release/bench-applier" "$@"

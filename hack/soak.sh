@@ -72,6 +72,9 @@ for ((i = 0; i < count; i++)); do
 done
 log "seeds: ${seeds[*]}"
 
+# The replay finds the repository as cargo would tell a test (repo_root in tests/src/lib.rs),
+# not by the path compiled in, which names whichever clone last built into a shared target.
+export CARGO_MANIFEST_DIR="$ROOT/tests"
 export REPLAY_APPLIER_ARGS="$applier_args" REPLAY_WRITES="$writes" binary run
 one() {
 	local seed=$1
