@@ -7,7 +7,12 @@
 //! * `status.workspaceStatus.atProvider` is present whenever our desired document holds it
 //!   (that is, unless one of our intents released it), and no apply of ours removes it;
 //! * where no foreign manager owns a field of `atProvider`, it equals our desired one;
-//! * every field we want that no foreign manager owns is on the object with our value.
+//! * every field we want that no foreign manager owns is on the object with our value;
+//! * every field a foreign manager owned when its write (or the step before our intent) was
+//!   answered keeps its value: no apply of ours takes it;
+//! * a field we released is gone unless another manager owns it;
+//! * our managedFields entry holds exactly the fields of the applier's document for us,
+//!   less those a foreign owner's other value left out of the apply.
 //!
 //! The seed comes from `REPLAY_SEED` (a number), or from the clock on every run, and is
 //! printed first (with the applier's arguments, `REPLAY_APPLIER_ARGS`); every failure names
@@ -258,6 +263,16 @@ fn owned_fields(object: &Value) -> Vec<(String, String, String)> {
     owned
 }
 
+/// The leaves of `object` that a manager other than ours owns, with their values.
+fn foreign_leaves(object: &Value) -> Flat {
+    let live = flatten(object);
+    owned_fields(object)
+        .into_iter()
+        .filter(|(manager, _, _)| manager != OURS)
+        .filter_map(|(_, _, p)| live.get(&p).map(|v| (p, v.clone())))
+        .collect()
+}
+
 // ---------------------------------------------------------------------------------------
 // Steps
 
@@ -464,6 +479,9 @@ struct Replay {
     pinned: bool,
     /// An intent was submitted.
     submitted: bool,
+    /// The leaves foreign managers owned when the last step's write was answered (before
+    /// our intent, or as the foreign write left them), with their values.
+    guarded: Flat,
     started: Instant,
     log: String,
 }
@@ -485,6 +503,23 @@ impl Replay {
         .await
     }
 
+    /// Our desired document for the object, as the applier holds it (`{}` before our first
+    /// intent).
+    async fn document(&self) -> Result<Value> {
+        let documents = self.applier.client.get("/v1/intents").await?.json();
+        let ours: Vec<&Value> = documents
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["object"]["name"] == "demo" && d["fieldManager"] == OURS)
+            .collect();
+        match ours.as_slice() {
+            [] if !self.submitted => Ok(json!({})),
+            [d] => Ok(d["document"].clone()),
+            _ => bail!("expected one document of ours for demo: {documents}"),
+        }
+    }
+
     fn intent(&self, fragment: &Value, release: bool) -> Result<Intent> {
         let mut v = json!({
             "target": {"apiVersion": API_VERSION, "kind": "CAPTControlPlane", "namespace": self.ns, "name": "demo"},
@@ -504,6 +539,7 @@ impl Replay {
             Step::Intent { fragment, release } => {
                 self.submitted = true;
                 let before = self.object().await?;
+                self.guarded = foreign_leaves(&before);
                 let answer = self
                     .applier
                     .client
@@ -551,44 +587,91 @@ impl Replay {
                 }
                 let mut params = PatchParams::apply(manager);
                 params.force = *force;
-                match self
+                let (note, after) = match self
                     .api
                     .patch_status("demo", &params, &Patch::Apply(&body))
                     .await
                 {
-                    Ok(_) => Ok("applied".into()),
+                    Ok(after) => ("applied", serde_json::to_value(after)?),
                     Err(kube::Error::Api(e)) if e.code == 409 && !force => {
-                        Ok("refused (409)".into())
+                        ("refused (409)", self.object().await?)
                     }
-                    Err(kube::Error::Api(e)) if e.code == 422 => Ok("refused (422)".into()),
-                    Err(e) => Err(e).context("the foreign apply failed"),
-                }
+                    Err(kube::Error::Api(e)) if e.code == 422 => {
+                        ("refused (422)", self.object().await?)
+                    }
+                    Err(e) => return Err(e).context("the foreign apply failed"),
+                };
+                self.guarded = foreign_leaves(&after);
+                Ok(note.into())
             }
             Step::ForeignUpdate { manager, status } => {
                 if status.as_object().is_none_or(Map::is_empty) {
+                    self.guarded = foreign_leaves(&self.object().await?);
                     return Ok("nothing to patch".into());
                 }
                 let params = PatchParams {
                     field_manager: Some((*manager).to_owned()),
                     ..PatchParams::default()
                 };
-                self.api
+                let after = self
+                    .api
                     .patch_status("demo", &params, &Patch::Merge(json!({ "status": status })))
                     .await
                     .context("the foreign merge patch failed")?;
+                self.guarded = foreign_leaves(&serde_json::to_value(after)?);
                 Ok("patched".into())
             }
         }
     }
 
     /// What the model predicts of the settled object; answers which case it checked.
-    fn check(&self, object: &Value) -> Result<&'static str> {
+    /// `document`: the applier's desired document for the object (`GET /v1/intents`);
+    /// `guarded`: the leaves foreign managers owned before our step, with their values.
+    fn check(&self, object: &Value, document: &Value, guarded: &Flat) -> Result<&'static str> {
         let live = flatten(object);
         let foreign: Vec<String> = owned_fields(object)
             .into_iter()
             .filter(|(manager, _, p)| manager != OURS && live.contains_key(p))
             .map(|(_, _, p)| p)
             .collect();
+        // Guarantee 3's class: an apply of ours never takes a field a foreign manager owns.
+        for (p, v) in guarded {
+            if live.get(p) != Some(v) {
+                bail!(
+                    "{p} was {v}, owned by a foreign manager, and our step made it {:?}",
+                    live.get(p)
+                );
+            }
+        }
+        let kept = |p: &str| self.pinned && is_under(p, AT_PROVIDER);
+        // What we released is gone, unless another manager owns it (or the applier said it
+        // kept atProvider, which the server refuses to drop).
+        for p in under(&live, "status").keys() {
+            if !self.desired.contains_key(p) && !foreign.contains(p) && !kept(p) {
+                bail!(
+                    "{p} is on the object, but neither our document nor a foreign manager holds it"
+                );
+            }
+        }
+        // Our managedFields entry is the fields of our document: no more (a field we gave
+        // up stays ours) and no less (unless a foreign owner's other value left it out).
+        let document = flatten(document);
+        let ours: Vec<String> = owned_fields(object)
+            .into_iter()
+            .filter(|(manager, _, p)| manager == OURS && live.contains_key(p))
+            .map(|(_, _, p)| p)
+            .collect();
+        for p in &ours {
+            if !document.contains_key(p) && !kept(p) {
+                bail!("our manager owns {p}, which our document does not hold");
+            }
+        }
+        for (p, v) in &document {
+            let left_out = foreign.contains(p) && live.get(p) != Some(v);
+            if !ours.contains(p) && !left_out {
+                bail!("our document holds {p} = {v}, but our manager does not own it");
+            }
+        }
         let wanted = under(&self.desired, AT_PROVIDER);
         let there = under(&live, AT_PROVIDER);
         if !wanted.is_empty() && there.is_empty() {
@@ -739,6 +822,7 @@ async fn replay(seed: u64, writes: Writes, args: &[String]) -> Result<()> {
         desired: Flat::new(),
         pinned: false,
         submitted: false,
+        guarded: Flat::new(),
         started,
         log: String::new(),
     };
@@ -788,7 +872,11 @@ async fn replay(seed: u64, writes: Writes, args: &[String]) -> Result<()> {
             Ok(object) => object,
             Err(e) => panic!("{}", at(&format!("{e:#}"), &replay, None)),
         };
-        match replay.check(&object) {
+        let document = match replay.document().await {
+            Ok(document) => document,
+            Err(e) => panic!("{}", at(&format!("{e:#}"), &replay, Some(&object))),
+        };
+        match replay.check(&object, &document, &replay.guarded) {
             Ok(case) => *counts.entry(case).or_default() += 1,
             Err(e) => panic!("{}", at(&format!("{e:#}"), &replay, Some(&object))),
         }
