@@ -55,7 +55,7 @@ pub struct ResourceTypeLabel {
 /// Every metric of the controller.
 #[derive(Clone)]
 pub struct Metrics {
-    /// Reconciles by kind.
+    /// Reconciles finished, by kind.
     pub reconciles: Family<KindLabel, Counter>,
     /// Reconcile errors by kind and error.
     pub errors: Family<ErrorLabels, Counter>,
@@ -89,7 +89,11 @@ impl Metrics {
             deletion: Family::new_with_constructor(seconds),
         };
         let r = registry.sub_registry_with_prefix("capt");
-        r.register("reconciles", "Reconciles by kind", m.reconciles.clone());
+        r.register(
+            "reconciles",
+            "Reconciles finished, by kind",
+            m.reconciles.clone(),
+        );
         r.register(
             "reconcile_errors",
             "Reconcile errors by kind and error",
@@ -132,7 +136,7 @@ impl Metrics {
         m
     }
 
-    /// Counts a reconcile.
+    /// Counts a finished reconcile.
     pub fn reconciled(&self, kind: &str) {
         self.reconciles
             .get_or_create(&KindLabel { kind: kind.into() })

@@ -170,17 +170,37 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
     let c = scope.concurrency;
     let apply_loop = controller(caches.applies.clone(), apply_t, c)
         .run(apply::reconcile, error_policy, ctx.clone())
-        .for_each(|_| std::future::ready(()));
+        .for_each(finished(&ctx, "WorkspaceTemplateApply"));
     let cp_loop = controller(caches.control_planes.clone(), cp_t, c)
         .run(control_plane::reconcile, error_policy, ctx.clone())
-        .for_each(|_| std::future::ready(()));
+        .for_each(finished(&ctx, "CAPTControlPlane"));
     let cc_loop = controller(caches.capt_clusters.clone(), cc_t, c)
         .run(capt_cluster::reconcile, error_policy, ctx.clone())
-        .for_each(|_| std::future::ready(()));
+        .for_each(finished(&ctx, "CAPTCluster"));
     let cluster_loop = controller(caches.clusters.clone(), cluster_t, c)
         .run(cluster::reconcile, error_policy, ctx.clone())
-        .for_each(|_| std::future::ready(()));
+        .for_each(finished(&ctx, "Cluster"));
     futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
+}
+
+/// Counts each reconcile of `kind` once it has finished (with or without an error), so that a
+/// rising count says a reconcile has made its decisions.
+fn finished<T, E, Q>(
+    ctx: &Arc<Context>,
+    kind: &'static str,
+) -> impl FnMut(Result<T, kube::runtime::controller::Error<E, Q>>) -> std::future::Ready<()>
+where
+    E: std::error::Error + 'static,
+    Q: std::error::Error + 'static,
+{
+    let ctx = ctx.clone();
+    move |result| {
+        use kube::runtime::controller::Error;
+        if matches!(result, Ok(_) | Err(Error::ReconcilerFailed(..))) {
+            ctx.metrics.reconciled(kind);
+        }
+        std::future::ready(())
+    }
 }
 
 /// What wakes a primary object's own reconciler: its lifecycle ([`lifecycle`]), or every

@@ -92,6 +92,59 @@ impl Applier {
         Ok(self.metric("status_applier_api_writes_total", &[]).await? - before)
     }
 
+    /// The object `name` once this applier has acted on its current version: the last
+    /// outcome of each of `manager`'s documents for it (`GET /v1/intents`) names the object's
+    /// resourceVersion (the answer of an apply, or the version a re-check planned on and found
+    /// nothing to change in: every newer version the applier's watch shows it is re-checked),
+    /// and none is queued (`status_applier_pending_documents`). `submitted`: an intent of
+    /// `manager`'s for it was submitted. Before the first intent there is nothing to act on:
+    /// the first intent's plan starts from the applier's view of the object, and a plan made on
+    /// a view older than the object is refused for its resourceVersion precondition and made
+    /// again (docs/concurrency.md, guarantee 1).
+    pub async fn acted_on(
+        &self,
+        api: &kube::Api<kube::api::DynamicObject>,
+        name: &str,
+        manager: &str,
+        submitted: bool,
+        timeout: Duration,
+    ) -> Result<serde_json::Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pending = self.metric("status_applier_pending_documents", &[]).await?;
+            let documents = self.client.get("/v1/intents").await?.json();
+            let object = serde_json::to_value(api.get(name).await?)?;
+            let versions: Vec<serde_json::Value> = documents
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| {
+                    d["object"]["name"] == name
+                        && d["object"]["kind"] == object["kind"]
+                        && d["object"]["namespace"] == object["metadata"]["namespace"]
+                        && d["fieldManager"] == manager
+                })
+                .map(|d| d["last"]["resourceVersion"].clone())
+                .collect();
+            // Once an intent was submitted, no document would make the wait below pass unseen.
+            if submitted && versions.is_empty() {
+                bail!("the applier shows no document of {manager} for {name}: {documents}");
+            }
+            let current = &object["metadata"]["resourceVersion"];
+            if pending == 0.0 && versions.iter().all(|v| v == current) {
+                return Ok(object);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the applier did not act on version {current} of {name} within {timeout:?}: \
+                     the last versions of {manager}'s documents {versions:?}, {pending} pending"
+                );
+            }
+            // Polls: what it waits for is the applier's answer, not a quiet time.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

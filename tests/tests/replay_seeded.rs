@@ -493,14 +493,15 @@ impl Replay {
 
     /// The object once the applier has acted on its current version ([`acted_on`]).
     async fn settled(&self) -> Result<Value> {
-        acted_on(
-            &self.api,
-            &self.applier,
-            "demo",
-            self.submitted,
-            Duration::from_secs(10),
-        )
-        .await
+        self.applier
+            .acted_on(
+                &self.api,
+                "demo",
+                OURS,
+                self.submitted,
+                Duration::from_secs(10),
+            )
+            .await
     }
 
     /// Our desired document for the object, as the applier holds it (`{}` before our first
@@ -930,55 +931,6 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
     })
 }
 
-/// The object `name` once the applier has acted on its current version: the last outcome of
-/// each of our documents for it (`GET /v1/intents`) names the object's resourceVersion (the
-/// answer of an apply, or the version a re-check planned on and found nothing to change
-/// in: every newer version the applier's watch shows it is re-checked), and none is queued
-/// (`status_applier_pending_documents`). `submitted`: an intent of ours for it was submitted.
-/// Before our first intent for it there is nothing to
-/// act on: the first intent's plan starts from the applier's view of the object, and a plan
-/// made on a view older than the object is refused for its resourceVersion precondition and
-/// made again (docs/concurrency.md, guarantee 1).
-async fn acted_on(
-    api: &Api<DynamicObject>,
-    applier: &Applier,
-    name: &str,
-    submitted: bool,
-    timeout: Duration,
-) -> Result<Value> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let pending = applier
-            .metric("status_applier_pending_documents", &[])
-            .await?;
-        let documents = applier.client.get("/v1/intents").await?.json();
-        let versions: Vec<Value> = documents
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|d| d["object"]["name"] == name && d["fieldManager"] == OURS)
-            .map(|d| d["last"]["resourceVersion"].clone())
-            .collect();
-        // Once an intent was submitted, no document would make the wait below pass unseen.
-        if submitted && versions.is_empty() {
-            bail!("the applier shows no document of ours for {name}: {documents}");
-        }
-        let object = serde_json::to_value(api.get(name).await?)?;
-        let current = &object["metadata"]["resourceVersion"];
-        if pending == 0.0 && versions.iter().all(|v| v == current) {
-            return Ok(object);
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the applier did not act on version {current} of {name} within {timeout:?}: \
-                 its documents' last versions {versions:?}, {pending} pending"
-            );
-        }
-        // Polls: what it waits for is the applier's answer, not a quiet time.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 impl Fixture {
     async fn submit(&self, subresource: Option<&str>, fragment: Value) -> Result<Value> {
         let mut v = json!({
@@ -1013,14 +965,15 @@ impl Fixture {
     /// The object once the applier has acted on a foreign write ([`acted_on`]), so that the
     /// next intent is planned on it.
     async fn acted_on(&self) -> Result<Value> {
-        acted_on(
-            &self.api,
-            &self.applier,
-            "demo",
-            self.submitted.get(),
-            Duration::from_secs(10),
-        )
-        .await
+        self.applier
+            .acted_on(
+                &self.api,
+                "demo",
+                OURS,
+                self.submitted.get(),
+                Duration::from_secs(10),
+            )
+            .await
     }
 }
 

@@ -205,6 +205,56 @@ async fn applies_whose_legacy_names_collide_get_two_workspaces_and_delete_only_t
     Ok(())
 }
 
+/// Points the refused reference of each case (`(apply, templateRef, extra spec, refused
+/// field)`) and the CAPTCluster `demo`'s VPC template at namespace `to`.
+async fn point_refused_references(
+    applies: &Api<WorkspaceTemplateApply>,
+    ns: &str,
+    cases: &[(&str, Value, Value, &str)],
+    to: &str,
+) -> Result<()> {
+    for (name, template_ref, extra, field) in cases {
+        let mut spec = apply(ns, name, template_ref.clone(), extra.clone()).spec;
+        match *field {
+            "spec.templateRef" => spec.template_ref.namespace = Some(to.to_owned()),
+            "spec.writeConnectionSecretToRef" => {
+                spec.write_connection_secret_to_ref
+                    .as_mut()
+                    .context("a Secret reference")?
+                    .namespace = to.to_owned();
+            }
+            _ => {
+                spec.wait_for_secrets
+                    .as_mut()
+                    .context("Secret references")?[0]
+                    .namespace = to.to_owned();
+            }
+        }
+        applies
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await?;
+    }
+    env().kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            ns,
+            "captcluster",
+            "demo",
+            "--type",
+            "merge",
+            "-p",
+            &json!({"spec": {"vpcTemplateRef": {"namespace": to}}}).to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn references_to_another_namespace_are_refused_unless_a_template_namespace_is_allowed()
 -> Result<()> {
@@ -300,8 +350,36 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
             },
         )
         .await?;
-    // A reconcile after the refusal would have rendered by now (the poll interval is 1 s).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A reconcile after the refusal must not render either. Wake each object on purpose:
+    // point the refused reference at yet another namespace, and wait for the refusal that
+    // names it (that reconcile has made its decision).
+    let moved = format!("{}-moved", shared.name);
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    point_refused_references(&applies, &ns.name, &cases, &moved).await?;
+    for (name, _, _, field) in &cases {
+        let refused = format!("{field} names namespace {moved}");
+        system
+            .wait_for(
+                &format!("{name}: refused again, for {moved}"),
+                WAIT,
+                || async {
+                    let c = condition(&ns.name, name, "ReferencesResolved").await?;
+                    Ok(c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(&refused)))
+                },
+            )
+            .await?;
+    }
+    let refused = format!("spec.vpcTemplateRef names namespace {moved}");
+    system
+        .wait_for("the CAPTCluster refused again", WAIT, || async {
+            let c = object_condition(&system, "captcluster", "demo", "ReferencesResolved")?;
+            Ok(c["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&refused)))
+        })
+        .await?;
     for (name, ..) in &cases {
         for ws in [
             workspace_name(&ns.name, name),
@@ -317,6 +395,7 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
         get_apply(&ns.name, "demo-vpc").await?.is_none(),
         "no apply for the CAPTCluster"
     );
+    point_refused_references(&applies, &ns.name, &cases, &shared.name).await?;
 
     // The operator shares the template namespace: templates resolve there, Secrets still not.
     drop(system);
@@ -520,8 +599,31 @@ async fn a_legacy_named_workspace_of_the_apply_is_kept_not_duplicated() -> Resul
                 && applied.as_deref() == Some(legacy.as_str()))
         })
         .await?;
-    // Give a wrong decision time to show: a second Workspace, or a re-rendered spec.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A reconcile after the adoption must decide the same: no second Workspace, no
+    // re-rendered spec. Wake the apply on purpose (a label) and wait for a reconcile of it
+    // to finish.
+    let reconciles = || async {
+        system
+            .controller_metric(
+                "capt_reconciles_total",
+                &["kind=\"WorkspaceTemplateApply\""],
+            )
+            .await
+    };
+    let finished = reconciles().await?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(env().client().await?, &ns.name);
+    applies
+        .patch(
+            "old",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"test/poke": "1"}}})),
+        )
+        .await?;
+    system
+        .wait_for("a reconcile of the apply after the poke", WAIT, || async {
+            Ok(reconciles().await? > finished)
+        })
+        .await?;
     assert!(
         api.get_opt(&current).await?.is_none(),
         "no second Workspace {current}"

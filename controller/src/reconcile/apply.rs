@@ -35,7 +35,6 @@ pub const APPLIED_CONDITION: &str = "Applied";
 
 /// Reconciles one WorkspaceTemplateApply.
 pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled("WorkspaceTemplateApply");
     // Paused (its Cluster, or its own annotation): no Workspace change, no finalizer change,
     // and its status, which only mirrors the Workspace, stays as it is.
     let cluster = super::shared::owning_cluster(&ctx, &*apply);

@@ -72,7 +72,6 @@ impl ApplyOwner for CAPTCluster {
 
 /// Reconciles one CAPTCluster.
 pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled("CAPTCluster");
     let api: Api<CAPTCluster> =
         Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
     let cluster = proven_cluster(&ctx, &cc).await;

@@ -31,7 +31,6 @@ pub fn managed_by_core(cluster: &Cluster) -> bool {
 
 /// Reconciles one Cluster.
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled("Cluster");
     // Paused: core writes nothing, and neither do we. Deleting: nothing left to report.
     let paused = super::pause::paused(Some(&cluster), &*cluster).is_some();
     if cluster.meta().deletion_timestamp.is_some() || paused {

@@ -69,7 +69,6 @@ impl ApplyOwner for CAPTControlPlane {
 
 /// Reconciles one CAPTControlPlane.
 pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled("CAPTControlPlane");
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
     let cluster = proven_cluster(&ctx, &cp).await;

@@ -3,9 +3,14 @@
 
 use crate::common::{ONE_AT_A_TIME, provisioned};
 use anyhow::Result;
+use capt_controller::api::CAPTControlPlane;
 use capt_tests::env;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn a_users_server_side_apply_of_another_endpoint_is_a_reported_conflict_and_stays()
@@ -29,20 +34,48 @@ async fn a_users_server_side_apply_of_another_endpoint_is_a_reported_conflict_an
         Some(&manifest.to_string()),
     )?;
     system
+        .wait_for("the conflict reported by the applier", WAIT, || async {
+            let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
+            Ok(conflicts.as_array().into_iter().flatten().any(|c| {
+                c["object"]["kind"] == "CAPTControlPlane"
+                    && c["conflict"]["owner"] == "platform-admin"
+                    && c["conflict"]["path"] == ".spec.controlPlaneEndpoint.host"
+            }))
+        })
+        .await?;
+    // A later look must decide the same. Wake both on purpose (a label): the controller
+    // finishes a reconcile of the control plane, and the applier re-checks the version the
+    // label made (its watch), each time without forcing the user's endpoint away.
+    let reconciles = || async {
+        system
+            .controller_metric("capt_reconciles_total", &["kind=\"CAPTControlPlane\""])
+            .await
+    };
+    let finished = reconciles().await?;
+    env().kubectl_ok(
+        &[
+            "label",
+            "-n",
+            &ns.name,
+            "captcontrolplane",
+            "demo",
+            "test/poke=1",
+        ],
+        None,
+    )?;
+    system
         .wait_for(
-            "the conflict reported by the applier",
-            Duration::from_secs(20),
-            || async {
-                let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
-                Ok(conflicts.as_array().into_iter().flatten().any(|c| {
-                    c["object"]["kind"] == "CAPTControlPlane"
-                        && c["conflict"]["owner"] == "platform-admin"
-                        && c["conflict"]["path"] == ".spec.controlPlaneEndpoint.host"
-                }))
-            },
+            "a reconcile of the control plane after the poke",
+            WAIT,
+            || async { Ok(reconciles().await? > finished) },
         )
         .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let resource = ApiResource::erase::<CAPTControlPlane>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(env().client().await?, &ns.name, &resource);
+    system
+        .applier
+        .acted_on(&api, "demo", "capt-captcontrolplane", true, WAIT)
+        .await?;
     let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
     assert_eq!(
         cp["spec"]["controlPlaneEndpoint"], theirs,
