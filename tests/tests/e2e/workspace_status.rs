@@ -8,9 +8,9 @@ use anyhow::Result;
 use capt_controller::api::{CAPTControlPlane, TerraformWorkspace};
 use capt_tests::env;
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -152,26 +152,42 @@ async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_clus
     // Terraform re-applied with a new endpoint output and nothing else changed: the
     // Workspace's conditions stay the same, so only the Workspace itself says so.
     let _turn = ONE_AT_A_TIME.lock().await;
-    let (ns, mut system) = provisioned("e2e-output", false).await?;
-    system.provider_mut().kill(); // the test plays the provider from here on
+    let (ns, system) = provisioned("e2e-output", false).await?;
     let api: Api<TerraformWorkspace> = Api::all(env().client().await?);
     let name = workspace_name(&ns.name, "demo-controlplane");
-    let mut status = serde_json::to_value(api.get_status(&name).await?)?["status"].clone();
-    let conditions = status["conditions"].clone();
+    let conditions = |ws: &TerraformWorkspace| -> Result<Value> {
+        let status = ws.status.clone().unwrap_or_default();
+        Ok(status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!([c["type"], c["status"], c["reason"]]))
+            .collect())
+    };
+    let before = api.get(&name).await?;
+    let checksum = |ws: &TerraformWorkspace| {
+        ws.status.clone().unwrap_or_default()["atProvider"]["checksum"].clone()
+    };
+    // Terraform's next run outputs another endpoint: the fake provider reports the outputs
+    // the template's annotation names (rendered onto the Workspace by the controller).
     let host = "moved.example.com";
-    status["atProvider"]["outputs"]["cluster_endpoint"] = json!(format!("https://{host}"));
-    status["atProvider"]["checksum"] = json!("moved");
-    let body =
-        json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace", "status": status});
-    api.patch_status(
-        &name,
-        &PatchParams::apply(capt_tests::fake_provider::FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    system.set_endpoint_output(&format!("https://{host}"))?;
+    system
+        .wait_for(
+            "the provider's new outputs",
+            Duration::from_secs(10),
+            || async {
+                let ws = api.get(&name).await?;
+                let outputs = &ws.status.clone().unwrap_or_default()["atProvider"]["outputs"];
+                Ok(outputs["cluster_endpoint"] == format!("https://{host}")
+                    && checksum(&ws) != checksum(&before))
+            },
+        )
+        .await?;
+    let after = api.get(&name).await?;
     assert_eq!(
-        serde_json::to_value(api.get_status(&name).await?)?["status"]["conditions"],
-        conditions,
+        conditions(&after)?,
+        conditions(&before)?,
         "only the outputs changed"
     );
     let moved = json!({"host": host, "port": 443});
