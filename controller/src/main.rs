@@ -140,9 +140,7 @@ struct LeaderArgs {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     diagnostics::telemetry::init_logging(args.log_json);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the API server")?;
+    let client = diagnostics::kube_client("capt-controller", env!("CARGO_PKG_VERSION")).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let applier = status_applier_api::Client::new(&args.applier_socket);

@@ -15,7 +15,8 @@
 //!   the kubelet.
 //!
 //! Also what else both binaries share of a process's plumbing: the logging set-up
-//! ([`telemetry`]) and the metrics' text ([`metrics_text`]).
+//! ([`telemetry`]), the metrics' text ([`metrics_text`]) and the API server client with a
+//! `User-Agent` of its own ([`kube_client`]).
 //!
 //! The process needs `create` on `tokenreviews` and `subjectaccessreviews`; a scraper needs
 //! `get` on the non-resource URL `/metrics` (the `capt-controller-metrics-reader` ClusterRole
@@ -23,10 +24,12 @@
 #![forbid(unsafe_code)]
 
 mod auth;
+mod client;
 pub mod telemetry;
 mod tls;
 
 pub use auth::{ALLOW_TTL, DENY_TTL, Decision, KubeReviewer, MAX_CACHED, Reviewer};
+pub use client::kube_client;
 
 use anyhow::Context as _;
 use axum::Router;

@@ -27,6 +27,7 @@ use anyhow::{Context as _, Result};
 use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
 use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use capt_controller::render::workspace_name;
+use capt_tests::audit_log::AuditLog;
 use capt_tests::system::{System, impersonating_kubeconfig};
 use capt_tests::{TestNamespace, env, install_rbac, warnings};
 use futures::StreamExt;
@@ -752,6 +753,7 @@ async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result
         "metadata": {"name": "eks", "namespace": ns.name},
         "spec": {"templateRef": {"name": "eks"}, "waitForWorkspaces": [{"name": victim_ws}]},
     });
+    let audit = AuditLog::from_now()?;
     apply(&[template, waiting])?;
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
     let own_ws = workspace_name(&ns.name, "eks");
@@ -775,6 +777,20 @@ async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result
             )
             .as_str()
         )
+    );
+    // Nothing of the other namespace was asked for or written by our processes, its
+    // Workspace included (their requests carry their User-Agent): what they know of it
+    // comes from their cluster-wide watches.
+    let ours: Vec<String> = audit
+        .requests_in(&victim.name, |_| true)?
+        .into_iter()
+        .filter(|r| r.manager.contains("capt-") || r.manager.contains("status-applier"))
+        .map(|r| format!("{} {} by {}", r.verb, r.object, r.manager))
+        .collect();
+    assert!(
+        ours.is_empty(),
+        "our processes reached into namespace {}: {ours:?}",
+        victim.name
     );
     workspaces
         .delete(&victim_ws, &DeleteParams::default())

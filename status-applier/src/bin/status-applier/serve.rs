@@ -271,9 +271,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         wait_timeout: Duration::from_secs(t.wait_timeout_seconds),
         ..Settings::default()
     };
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the API server")?;
+    let client = diagnostics::kube_client("status-applier", env!("CARGO_PKG_VERSION")).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let engine = Engine::start(client.clone(), policy, settings, metrics, !flags.no_events);

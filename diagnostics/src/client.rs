@@ -1,0 +1,18 @@
+//! The API server client both binaries use: the configuration kube infers (kubeconfig, else
+//! in-cluster), with a `User-Agent` naming the program and its version. kube sends none by
+//! default, so without it the API server's audit log (and API Priority and Fairness) cannot
+//! tell the controller's requests from the status-applier's or anyone else's.
+
+use anyhow::Context as _;
+use axum::http::{HeaderValue, header};
+
+/// A client for `program` at `version` (`capt-controller/0.1.0` in the audit log).
+pub async fn kube_client(program: &str, version: &str) -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("finding the API server (kubeconfig or in-cluster)")?;
+    let agent = HeaderValue::from_str(&format!("{program}/{version}"))
+        .context("a User-Agent from the program's name")?;
+    config.headers.push((header::USER_AGENT, agent));
+    kube::Client::try_from(config).context("connecting to the API server")
+}
