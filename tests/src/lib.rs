@@ -80,6 +80,11 @@ pub(crate) fn process_log(default: &str) -> String {
 /// `Ready` summary with severities in `status.conditions`), which core still computes.
 pub const CLUSTER_V1BETA1: &str = "clusters.v1beta1.cluster.x-k8s.io";
 
+/// The Cluster in Cluster API's `v1beta2` (what core v1.11+ stores and the v1beta2 contract
+/// speaks of: `status.initialization`, plain `metav1.Condition`s such as
+/// `InfrastructureReady` and `ControlPlaneAvailable`).
+pub const CLUSTER_V1BETA2: &str = "clusters.v1beta2.cluster.x-k8s.io";
+
 /// The repository's root directory.
 pub fn repo_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, ensure};
 use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions};
 use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::system::System;
-use capt_tests::{CLUSTER_V1BETA1, TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA1, CLUSTER_V1BETA2, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -121,17 +121,21 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         "captclusters.infrastructure.cluster.x-k8s.io",
         "captcontrolplanes.controlplane.cluster.x-k8s.io",
     ] {
-        let label = env().kubectl_ok(
-            &[
-                "get",
-                "crd",
-                crd,
-                "-o",
-                r"jsonpath={.metadata.labels.cluster\.x-k8s\.io/v1beta1}",
-            ],
-            None,
-        )?;
-        assert_eq!(label, "v1beta1", "{crd}: the contract label");
+        // Core reads the newest contract a CRD names (v1beta2), through our API's v1beta1;
+        // the v1beta1 label stays for the transition.
+        for contract in ["v1beta1", "v1beta2"] {
+            let label = env().kubectl_ok(
+                &[
+                    "get",
+                    "crd",
+                    crd,
+                    "-o",
+                    &format!(r"jsonpath={{.metadata.labels.cluster\.x-k8s\.io/{contract}}}"),
+                ],
+                None,
+            )?;
+            assert_eq!(label, "v1beta1", "{crd}: the {contract} contract label");
+        }
     }
     let (ns, system) = provisioned("core-up").await?;
     wait_ready(&system).await?;
@@ -165,8 +169,41 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
     let owners = managers(&cluster);
     assert!(!owners.iter().any(|m| m == "capt-cluster"), "{owners:?}");
 
+    // The v1beta2 contract, as core reads it: initialization from ours, and its conditions
+    // mirrored from our `Ready` and `Available` (our reasons, not core's fallback ones).
+    let v1beta2 = system.get(&[CLUSTER_V1BETA2, "demo"])?.context("v1beta2")?;
+    assert_eq!(
+        v1beta2["status"]["initialization"],
+        json!({"infrastructureProvisioned": true, "controlPlaneInitialized": true})
+    );
+    let infra = condition(&v1beta2, "InfrastructureReady").context("InfrastructureReady")?;
+    assert_eq!(
+        (&infra["status"], &infra["reason"]),
+        (&json!("True"), &json!("VPCReady")),
+        "{infra}"
+    );
+    let available =
+        condition(&v1beta2, "ControlPlaneAvailable").context("ControlPlaneAvailable")?;
+    assert_eq!(
+        (&available["status"], &available["reason"]),
+        (&json!("True"), &json!("ControlPlaneReady")),
+        "{available}"
+    );
+    let cc = system
+        .get(&["captcluster", "demo"])?
+        .context("captcluster")?;
+    assert_eq!(cc["status"]["initialization"], json!({"provisioned": true}));
+    if let Some(domains) = cc["status"]["failureDomains"].as_array() {
+        // Core surfaces the v1beta2 list as it is (sorted by name, as ours is).
+        assert_eq!(&v1beta2["status"]["failureDomains"], &json!(domains));
+    }
+
     let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
     assert_eq!(cp["status"]["externalManagedControlPlane"], true);
+    assert_eq!(
+        cp["status"]["initialization"],
+        json!({"controlPlaneInitialized": true})
+    );
     assert_eq!(cp["status"]["initialized"], true);
     assert_eq!(cp["status"]["ready"], true);
     assert_eq!(cp["status"]["version"], "1.31");
@@ -517,11 +554,149 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     Ok(())
 }
 
+/// The condition `type_` of the Cluster `demo` in core's v1beta2 view, as `(status, reason)`.
+fn cluster_condition(system: &System, type_: &str) -> Result<(String, String)> {
+    let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
+    let c = condition(&cluster, type_).cloned().unwrap_or_default();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    Ok((text(&c["status"]), text(&c["reason"])))
+}
+
+/// Sets (`Some`) or removes (`None`) the fake provider's failure on a Workspace.
+fn fail_workspace(workspace: &str, message: Option<&str>) -> Result<()> {
+    let annotation = match message {
+        Some(m) => format!("fake.tf.upbound.io/fail={m}"),
+        None => "fake.tf.upbound.io/fail-".into(),
+    };
+    env().kubectl_ok(
+        &[
+            "annotate",
+            "workspace",
+            workspace,
+            &annotation,
+            "--overwrite",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// The v1beta2 contract: core mirrors our CAPTCluster's `Ready` into the Cluster's
+/// `InfrastructureReady` and our CAPTControlPlane's `Available` into `ControlPlaneAvailable`.
+/// A failure of the provisioned VPC and control plane takes both False with our reason while
+/// `initialization` stays true (core's fallback, from the sticky flags, would have kept them
+/// True), and the fix takes them True again. The VPC's zones reach the Cluster as the
+/// v1beta2 failure-domain list.
+#[tokio::test]
+async fn cores_infrastructure_ready_and_control_plane_available_follow_our_conditions() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (ns, system) = provisioned("core-follow").await?;
+    let n = &ns.name;
+    let outputs = json!({"vpc_id": "vpc-demo", "azs": ["ap-northeast-1c", "ap-northeast-1a"]});
+    merge_patch(
+        "workspacetemplate",
+        "vpc",
+        n,
+        json!({"spec": {"template": {"metadata":
+            {"annotations": {"fake.tf.upbound.io/outputs": outputs.to_string()}}}}}),
+    )?;
+    let domains = json!([
+        {"name": "ap-northeast-1a", "controlPlane": true},
+        {"name": "ap-northeast-1c", "controlPlane": true},
+    ]);
+    let both = |status: &'static str, reason: &'static str| {
+        let system = &system;
+        move || async move {
+            let infra = cluster_condition(system, "InfrastructureReady")?;
+            let cp = cluster_condition(system, "ControlPlaneAvailable")?;
+            let want = (status.to_owned(), reason.to_owned());
+            Ok(infra.0 == want.0 && cp == want && (status == "False" || infra.1 == "VPCReady"))
+        }
+    };
+    system
+        .wait_for(
+            "the Cluster's failure domains from the VPC's zones",
+            Duration::from_secs(30),
+            || async {
+                let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
+                Ok(cluster["status"]["failureDomains"] == domains)
+            },
+        )
+        .await?;
+    let cc = system
+        .get(&["captcluster", "demo"])?
+        .context("captcluster")?;
+    assert_eq!(
+        cc["status"]["failureDomains"], domains,
+        "ours, keyed by name"
+    );
+    system
+        .wait_for(
+            "InfrastructureReady and ControlPlaneAvailable True from ours",
+            Duration::from_secs(30),
+            both("True", "ControlPlaneReady"),
+        )
+        .await?;
+
+    let vpc = capt_controller::render::workspace_name(n, "demo-vpc");
+    let eks = capt_controller::render::workspace_name(n, "demo-controlplane");
+    fail_workspace(&vpc, Some("Error: creating VPC: quota"))?;
+    fail_workspace(
+        &eks,
+        Some("Error: updating EKS Cluster: AccessDeniedException"),
+    )?;
+    system
+        .wait_for(
+            "InfrastructureReady and ControlPlaneAvailable False with our reason",
+            Duration::from_secs(30),
+            both("False", "WorkspaceFailed"),
+        )
+        .await?;
+    assert_eq!(
+        cluster_condition(&system, "InfrastructureReady")?,
+        ("False".to_owned(), "WorkspaceFailed".to_owned())
+    );
+    let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.context("cluster")?;
+    assert_eq!(
+        cluster["status"]["initialization"],
+        json!({"infrastructureProvisioned": true, "controlPlaneInitialized": true}),
+        "initialization is sticky: the conditions, not it, tell the failure"
+    );
+    let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
+    assert_eq!(
+        cp["status"]["initialization"],
+        json!({"controlPlaneInitialized": true})
+    );
+
+    fail_workspace(&vpc, None)?;
+    fail_workspace(&eks, None)?;
+    system
+        .wait_for(
+            "InfrastructureReady and ControlPlaneAvailable True again",
+            Duration::from_secs(30),
+            both("True", "ControlPlaneReady"),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Every value a watch saw of the fields core and our controller both care about, on the
 /// Cluster and on the CAPTControlPlane, in order.
 type Histories = Arc<std::sync::Mutex<BTreeMap<String, Vec<Value>>>>;
 
-/// Records each watched object's `fields` (JSON pointers) whenever one of them changes.
+/// The value of `field` in `obj`: a JSON pointer, or `condition:<Type>` for that condition's
+/// `[status, reason]` in `status.conditions` (its message, with its countdowns, left out).
+fn field_value(obj: &Value, field: &str) -> Value {
+    match field.strip_prefix("condition:") {
+        Some(type_) => condition(obj, type_)
+            .map(|c| json!([c["status"], c["reason"]]))
+            .unwrap_or(Value::Null),
+        None => obj.pointer(field).cloned().unwrap_or(Value::Null),
+    }
+}
+
+/// Records each watched object's `fields` (see [`field_value`]) whenever one of them changes.
 fn record(api: Api<DynamicObject>, name: &str, fields: &'static [&'static str], into: Histories) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     tokio::spawn(async move {
@@ -533,9 +708,13 @@ fn record(api: Api<DynamicObject>, name: &str, fields: &'static [&'static str], 
             let json = serde_json::to_value(&obj).unwrap_or_default();
             let mut h = into.lock().unwrap();
             for f in fields {
-                let v = json.pointer(f).cloned().unwrap_or(Value::Null);
+                let v = field_value(&json, f);
                 let seen = h
-                    .entry(format!("{}{f}", obj.types.as_ref().map_or("", |t| &t.kind)))
+                    .entry(format!(
+                        "{}{}{f}",
+                        obj.types.as_ref().map_or("", |t| &t.kind),
+                        if f.starts_with('/') { "" } else { " " }
+                    ))
                     .or_default();
                 if seen.last() != Some(&v) {
                     seen.push(v);
@@ -578,14 +757,41 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         "/status/failureReason",
         "/spec/controlPlaneEndpoint",
     ];
+    // The v1beta2 view: the contract's initialization and every condition core sets from
+    // ours, or from its own view of the Cluster (no status+reason may come back after it left).
+    const CLUSTER_V1BETA2_FIELDS: &[&str] = &[
+        "/status/initialization/infrastructureProvisioned",
+        "/status/initialization/controlPlaneInitialized",
+        "condition:InfrastructureReady",
+        "condition:ControlPlaneInitialized",
+        "condition:ControlPlaneAvailable",
+        "condition:Available",
+        "condition:Deleting",
+        "condition:Paused",
+    ];
     const CONTROL_PLANE: &[&str] = &[
         "/status/ready",
         "/status/initialized",
+        "/status/initialization/controlPlaneInitialized",
         "/status/version",
         "/status/externalManagedControlPlane",
         "/spec/controlPlaneEndpoint",
+        "condition:Available",
+    ];
+    const CAPT_CLUSTER: &[&str] = &[
+        "/status/ready",
+        "/status/initialization/provisioned",
+        "condition:Ready",
     ];
     record(api("cluster"), "demo", CLUSTER, histories.clone());
+    let v1beta2 = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
+    let v1beta2 = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk(&v1beta2),
+    );
+    record(v1beta2, "demo", CLUSTER_V1BETA2_FIELDS, histories.clone());
+    record(api("captcluster"), "demo", CAPT_CLUSTER, histories.clone());
     record(
         api("captcontrolplane"),
         "demo",
@@ -642,6 +848,27 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         [Value::Null, json!("1.31"), json!("1.32")],
         "the version moves once, when the upgrade is done"
     );
+    // The v1beta2 conditions were seen following ours, to their deletion.
+    for (field, value) in [
+        (
+            "Cluster condition:InfrastructureReady",
+            json!(["True", "VPCReady"]),
+        ),
+        (
+            "Cluster condition:ControlPlaneAvailable",
+            json!(["True", "ControlPlaneReady"]),
+        ),
+        (
+            "CAPTControlPlane condition:Available",
+            json!(["False", "Deleting"]),
+        ),
+    ] {
+        assert!(
+            histories[field].contains(&value),
+            "{field}: {value} in {:?}",
+            histories[field]
+        );
+    }
     Ok(())
 }
 

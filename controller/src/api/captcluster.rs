@@ -72,9 +72,13 @@ pub struct VpcConfig {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTClusterStatus {
-    /// True when the VPC exists and its ID is known.
+    /// Deprecated (the v1beta1 contract's `provisioned`, for core before v1.11): the same as
+    /// `initialization.provisioned`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
+    /// The v1beta2 contract's initialization: `provisioned` once the VPC has been ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<CAPTClusterInitialization>,
     /// ID of the VPC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vpc_id: Option<String>,
@@ -88,32 +92,59 @@ pub struct CAPTClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_message: Option<String>,
     /// Failure domains available for machine placement: the VPC's availability zones (its
-    /// `azs` output), when it reports them.
+    /// `azs` output), when it reports them; the v1beta2 contract's list keyed by `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_domains: Option<BTreeMap<String, FailureDomain>>,
+    #[schemars(schema_with = "failure_domains_schema")]
+    pub failure_domains: Option<Vec<FailureDomain>>,
     /// The owning Cluster's control plane endpoint as `host:port`, for display.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// What the controller observed of the VPC WorkspaceTemplateApply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_template_status: Option<WorkspaceTemplateStatus>,
-    /// Conditions (VPCReady, VPCFailed, WaitingForCluster, Paused, ...).
+    /// Conditions (Ready, VPCReady, VPCFailed, WaitingForCluster, Paused, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Option<Vec<Condition>>,
+    /// The v1beta1 contract's conditions, for the Cluster's v1beta1 view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<DeprecatedStatus>,
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
 
-/// A Cluster API failure domain.
+/// The v1beta2 contract's `status.initialization` of an InfraCluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CAPTClusterInitialization {
+    /// True once the VPC has been ready; it then stays true (core orchestrates provisioning
+    /// on it). The `Ready` condition tells the state of now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned: Option<bool>,
+}
+
+/// A Cluster API failure domain (v1beta2 contract).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FailureDomain {
+    /// Name of the failure domain (an availability zone); unique in the list.
+    pub name: String,
     /// Whether control plane machines may be placed here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<bool>,
     /// Free-form attributes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attributes: Option<BTreeMap<String, String>>,
+}
+
+/// `status.failureDomains`: a list-type map keyed by `name`, as the contract defines it.
+fn failure_domains_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<FailureDomain>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["name"]),
+    );
+    schema
 }

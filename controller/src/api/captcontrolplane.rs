@@ -152,13 +152,17 @@ pub enum ControlPlanePhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTControlPlaneStatus {
-    /// True once the control plane has been ready with a known endpoint; it stays true
-    /// (Cluster API contract: provisioning completed). `phase` tells the state of now.
+    /// Deprecated (v1beta1 contract, for core before v1.11): true once the control plane has
+    /// been ready with a known endpoint; it stays true. `phase` tells the state of now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
-    /// True once the control plane has been ready at least once.
+    /// Deprecated (v1beta1 contract): the same as `initialization.controlPlaneInitialized`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialized: Option<bool>,
+    /// The v1beta2 contract's initialization: `controlPlaneInitialized` once the control
+    /// plane has been ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<CAPTControlPlaneInitialization>,
     /// Creating, Ready or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ControlPlanePhase>,
@@ -184,13 +188,27 @@ pub struct CAPTControlPlaneStatus {
     /// What the controller observed of the Workspace, with `atProvider` verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_status: Option<WorkspaceStatus>,
-    /// Conditions (Ready, Initialized, Failed, Creating, Paused, DeletionFailed).
+    /// Conditions (Available, Ready, Initialized, Failed, Creating, Paused, Deleting,
+    /// DeletionFailed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Option<Vec<Condition>>,
+    /// The v1beta1 contract's conditions, for the Cluster's v1beta1 view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<DeprecatedStatus>,
     /// The generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The v1beta2 contract's `status.initialization` of a ControlPlane.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CAPTControlPlaneInitialization {
+    /// True once the control plane has been ready with a known endpoint (it accepts
+    /// requests); it then stays true. The `Available` condition tells the state of now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_initialized: Option<bool>,
 }
 
 /// A mirror of the Workspace's state.

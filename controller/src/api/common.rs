@@ -76,15 +76,44 @@ struct ClusterApiCondition {
 }
 
 /// Schema of a condition list that several field managers can share under server-side apply:
-/// a list-type map keyed by `type`.
+/// plain `metav1.Condition`s (the v1beta2 contract), a list-type map keyed by `type`.
 pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
-    let mut schema = generator.subschema_for::<Vec<ClusterApiCondition>>();
+    list_map_by_type(generator.subschema_for::<Vec<Condition>>())
+}
+
+/// Schema of `status.deprecated.v1beta1.conditions`: the v1beta1 contract's conditions, with
+/// their `severity`, kept for the v1beta1 view of the Cluster while core still serves it.
+pub fn v1beta1_conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+    list_map_by_type(generator.subschema_for::<Vec<ClusterApiCondition>>())
+}
+
+fn list_map_by_type(mut schema: Schema) -> Schema {
     schema.insert("x-kubernetes-list-type".into(), "map".into());
     schema.insert(
         "x-kubernetes-list-map-keys".into(),
         serde_json::json!(["type"]),
     );
     schema
+}
+
+/// Fields the v1beta2 contract moved out of the way: `status.deprecated`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeprecatedStatus {
+    /// What the v1beta1 contract read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta1: Option<V1Beta1DeprecatedStatus>,
+}
+
+/// The v1beta1 contract's conditions (`status.deprecated.v1beta1`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct V1Beta1DeprecatedStatus {
+    /// `Ready` with a `severity` while False: what core mirrors into the Cluster's v1beta1
+    /// conditions (`InfrastructureReady`, `ControlPlaneReady`) and summarizes by severity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "v1beta1_conditions_schema")]
+    pub conditions: Option<Vec<Condition>>,
 }
 
 /// Schema of a field holding arbitrary JSON (kept verbatim by the API server).

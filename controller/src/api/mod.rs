@@ -19,9 +19,15 @@ pub use workspacetemplate::*;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-/// The label through which Cluster API core resolves a reference's apiVersion: it maps the
-/// contract version to the CRD versions that implement it (the last one is used).
-pub const CONTRACT_LABEL: (&str, &str) = ("cluster.x-k8s.io/v1beta1", "v1beta1");
+/// The labels through which Cluster API core resolves a reference's apiVersion and the
+/// contract it reads: each maps a contract version to the CRD versions that implement it (the
+/// last one is used). Core uses the newest contract it knows: v1beta2 from v1.11 on; the
+/// v1beta1 label stays for the transition (our v1beta1 API still carries the v1beta1
+/// contract's `ready`/`initialized`).
+pub const CONTRACT_LABELS: [(&str, &str); 2] = [
+    ("cluster.x-k8s.io/v1beta1", "v1beta1"),
+    ("cluster.x-k8s.io/v1beta2", "v1beta1"),
+];
 
 /// Every CRD this project defines, each labelled with the contract it implements.
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -32,10 +38,10 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         WorkspaceTemplateApply::crd(),
     ];
     for crd in &mut crds {
-        crd.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(CONTRACT_LABEL.0.into(), CONTRACT_LABEL.1.into());
+        let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+        for (contract, versions) in CONTRACT_LABELS {
+            labels.insert(contract.into(), versions.into());
+        }
     }
     crds
 }
@@ -87,28 +93,29 @@ mod tests {
         for crd in crds() {
             let labels = crd.metadata.labels.unwrap_or_default();
             let versions: Vec<&str> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
-            let label = labels.get(CONTRACT_LABEL.0).map(String::as_str);
-            assert!(
-                label.is_some_and(|l| l.split('_').all(|v| versions.contains(&v))),
-                "{:?}: contract label {label:?} must list served versions {versions:?}",
-                crd.metadata.name
-            );
+            for (contract, _) in CONTRACT_LABELS {
+                let label = labels.get(contract).map(String::as_str);
+                assert!(
+                    label.is_some_and(|l| l.split('_').all(|v| versions.contains(&v))),
+                    "{:?}: contract label {contract}={label:?} must list served versions {versions:?}",
+                    crd.metadata.name
+                );
+            }
         }
     }
 
     #[test]
     fn conditions_are_list_maps_keyed_by_type_in_every_crd() {
         for (file, yaml) in crd_files().unwrap() {
-            let lists = yaml.matches("x-kubernetes-list-type: map").count();
-            let conditions = yaml.matches("conditions:").count();
+            let lines: Vec<&str> = yaml.lines().map(str::trim).collect();
+            let keyed_by_type = lines
+                .windows(2)
+                .filter(|w| w == &["x-kubernetes-list-map-keys:", "- type"])
+                .count();
+            let conditions = lines.iter().filter(|l| **l == "conditions:").count();
             assert_eq!(
-                lists, conditions,
-                "{file}: every conditions list is a list-type map"
-            );
-            assert!(
-                yaml.contains("x-kubernetes-list-map-keys:\n                - type")
-                    || conditions == 0,
-                "{file}"
+                keyed_by_type, conditions,
+                "{file}: every conditions list is a list-type map keyed by type"
             );
         }
     }

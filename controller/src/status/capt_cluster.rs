@@ -20,8 +20,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
+/// The v1beta2 contract's summary of a CAPTCluster, which core mirrors into the Cluster's
+/// `InfrastructureReady`: the VPC's state now, through its whole life (deletion included).
+pub const READY_CONDITION: &str = "Ready";
+
 /// Condition types this manager sets on a CAPTCluster, in the order it lists them.
-pub const CAPT_CLUSTER_CONDITION_TYPES: [&str; 4] = [
+pub const CAPT_CLUSTER_CONDITION_TYPES: [&str; 5] = [
+    READY_CONDITION,
     "VPCReady",
     "VPCFailed",
     "WaitingForCluster",
@@ -272,11 +277,18 @@ fn status_fragment(
 ) -> Value {
     let mut status = Map::new();
     // The contract's "provisioning completed": once true it stays true; the conditions say
-    // what the VPC is doing now.
-    let was_ready = input.existing.as_ref().and_then(|s| s.ready) == Some(true);
+    // what the VPC is doing now. `ready` is the v1beta1 contract's name for it.
+    let existing = input.existing.as_ref();
+    let was_provisioned = existing.and_then(|s| s.ready) == Some(true)
+        || existing
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned)
+            == Some(true);
+    let provisioned = was_provisioned || matches!(outcome, Outcome::Ready { .. });
+    status.insert("ready".into(), json!(provisioned));
     status.insert(
-        "ready".into(),
-        json!(was_ready || matches!(outcome, Outcome::Ready { .. })),
+        "initialization".into(),
+        json!({ "provisioned": provisioned }),
     );
     if let Some(e) = input
         .cluster_endpoint
@@ -297,6 +309,9 @@ fn status_fragment(
     let mut list = capt_cluster_conditions(&builder, outcome, input.waiting_for_cluster, start);
     list.push(paused_condition(&builder, None));
     status.insert("conditions".into(), conditions::to_json(&list));
+    if let Some(deprecated) = conditions::deprecated_v1beta1(&list) {
+        status.insert("deprecated".into(), deprecated);
+    }
     if let Some(generation) = input.generation {
         status.insert("observedGeneration".into(), json!(generation));
     }
@@ -336,20 +351,26 @@ fn insert_workspace_fields(status: &mut Map<String, Value>, input: &CaptClusterI
 }
 
 /// `failureDomains` from the VPC's `azs` output (a list of zone names), when it has one:
-/// every zone may hold control plane instances (EKS spreads its own across them).
+/// every zone may hold control plane instances (EKS spreads its own across them). The v1beta2
+/// contract's list keyed by `name`, sorted and without duplicates, so the same zones always
+/// make the same list.
 fn failure_domains(ws: &WorkspaceObservation) -> Option<Value> {
     let zones = ws.output(AZS_OUTPUT)?.as_array()?;
-    let domains: Map<String, Value> = zones
+    let names: std::collections::BTreeSet<&str> = zones
         .iter()
         .filter_map(Value::as_str)
         .filter(|z| !z.is_empty())
-        .map(|z| (z.to_owned(), json!({"controlPlane": true})))
         .collect();
-    (!domains.is_empty()).then_some(Value::Object(domains))
+    let domains: Vec<Value> = names
+        .into_iter()
+        .map(|z| json!({"name": z, "controlPlane": true}))
+        .collect();
+    (!domains.is_empty()).then_some(Value::Array(domains))
 }
 
-/// VPCReady, VPCFailed and WaitingForCluster, in that order. While waiting, transitions are
-/// dated from the wait's start, so the next reconcile finds the same start.
+/// Ready, VPCReady, VPCFailed and WaitingForCluster, in that order. `Ready` says what
+/// `VPCReady` says (deletion replaces it, see [`super::deletion`]). While waiting, transitions
+/// are dated from the wait's start, so the next reconcile finds the same start.
 fn capt_cluster_conditions(
     b: &ConditionBuilder<'_>,
     outcome: &Outcome,
@@ -388,6 +409,7 @@ fn capt_cluster_conditions(
         _ => b.build(t, status, reason, message),
     };
     vec![
+        build(READY_CONDITION, vpc_ready),
         build("VPCReady", vpc_ready),
         build("VPCFailed", vpc_failed),
         build("WaitingForCluster", cluster),

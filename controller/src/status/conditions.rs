@@ -21,6 +21,15 @@ pub enum Status {
 }
 
 impl Status {
+    /// The status of `c` (`Unknown` for anything but `True` and `False`).
+    pub fn of(c: &Condition) -> Self {
+        match c.status.as_str() {
+            "True" => Status::True,
+            "False" => Status::False,
+            _ => Status::Unknown,
+        }
+    }
+
     /// The API spelling: `True`, `False` or `Unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -101,9 +110,30 @@ impl<'a> ConditionBuilder<'a> {
     }
 }
 
-/// The JSON of a condition list, in the order given.
+/// The JSON of a condition list, in the order given: plain `metav1.Condition`s, as the
+/// v1beta2 contract reads `status.conditions`.
 pub fn to_json(conditions: &[Condition]) -> Value {
-    Value::Array(conditions.iter().map(condition_json).collect())
+    // A `Condition` always serializes: its only fallible part is a time format.
+    Value::Array(
+        conditions
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
+            .collect(),
+    )
+}
+
+/// The v1beta1 contract's readiness condition, which core mirrors into the Cluster's v1beta1
+/// conditions (`InfrastructureReady`, `ControlPlaneReady`).
+pub const V1BETA1_READY: &str = "Ready";
+
+/// `status.deprecated`: the `Ready` condition of `list` as the v1beta1 contract has it (with
+/// a `severity` while False), where the v1beta2 contract moved the old conditions
+/// (`status.deprecated.v1beta1.conditions`). Core reads it there before `status.conditions`
+/// for the Cluster's v1beta1 view; `None` when `list` has no `Ready`.
+pub fn deprecated_v1beta1(list: &[Condition]) -> Option<Value> {
+    let ready = find(list, V1BETA1_READY)?;
+    let conditions = Value::Array(vec![v1beta1_condition_json(ready)]);
+    Some(serde_json::json!({ "v1beta1": { "conditions": conditions } }))
 }
 
 /// Reasons both CAPT kinds use: of their Workspace's state, and of waiting. Each kind's own
@@ -133,6 +163,9 @@ pub mod reason {
     pub const INVALID_ENDPOINT: &str = "InvalidEndpoint";
     /// A timeout in the spec does not parse.
     pub const INVALID_TIMEOUT: &str = "InvalidTimeout";
+    /// The object is being deleted (the summary conditions `Ready` and `Available` during
+    /// deletion; the `Deleting` condition says which step).
+    pub const DELETING: &str = "Deleting";
 }
 
 /// The reasons of a failure (in any manager's conditions): a False condition with one of them
@@ -146,8 +179,8 @@ pub const FAILURE_REASONS: [&str; 5] = [
 ];
 
 /// The Cluster API v1beta1 severity of a condition: set only while it is False (`Error` for a
-/// failure, `Info` otherwise). Core summarizes the Cluster's `Ready` from the mirrored `Ready`
-/// conditions by severity; without one, a False `Ready` would not hold the Cluster back.
+/// failure, `Info` otherwise). Core summarizes the Cluster's v1beta1 `Ready` from the mirrored
+/// `Ready` conditions by severity; without one, a False `Ready` would not hold it back.
 pub fn severity(c: &Condition) -> Option<&'static str> {
     (c.status == Status::False.as_str()).then(|| {
         match FAILURE_REASONS.contains(&c.reason.as_str()) {
@@ -157,7 +190,7 @@ pub fn severity(c: &Condition) -> Option<&'static str> {
     })
 }
 
-fn condition_json(c: &Condition) -> Value {
+fn v1beta1_condition_json(c: &Condition) -> Value {
     // A `Condition` always serializes: its only fallible part is a time format.
     let mut json = serde_json::to_value(c).unwrap_or(Value::Null);
     if let (Some(severity), Value::Object(fields)) = (severity(c), &mut json) {
@@ -243,6 +276,31 @@ mod tests {
             Some(ts("2024-01-01T00:00:00Z"))
         );
         assert_eq!(since(&list, "Creating", Status::False), None);
+    }
+
+    #[test]
+    fn the_deprecated_v1beta1_ready_carries_a_severity_while_false() {
+        let b = ConditionBuilder::new(&[], Some(3), ts("2024-06-01T12:00:00Z"));
+        let list = [
+            b.build("Ready", Status::False, reason::WORKSPACE_FAILED, "boom"),
+            b.build("Paused", Status::False, "NotPaused", ""),
+        ];
+        let deprecated = deprecated_v1beta1(&list).unwrap();
+        let v1beta1 = deprecated["v1beta1"]["conditions"].as_array().unwrap();
+        assert_eq!(v1beta1.len(), 1, "only Ready: {deprecated}");
+        assert_eq!(v1beta1[0]["severity"], "Error");
+        assert!(to_json(&list)[0].get("severity").is_none(), "plain metav1");
+        let waiting = [b.build("Ready", Status::False, reason::WORKSPACE_CREATING, "")];
+        let deprecated = deprecated_v1beta1(&waiting).unwrap();
+        assert_eq!(deprecated["v1beta1"]["conditions"][0]["severity"], "Info");
+        let ready = [b.build("Ready", Status::True, "VPCReady", "")];
+        let deprecated = deprecated_v1beta1(&ready).unwrap();
+        assert!(
+            deprecated["v1beta1"]["conditions"][0]
+                .get("severity")
+                .is_none()
+        );
+        assert_eq!(deprecated_v1beta1(&list[1..]), None);
     }
 
     #[test]

@@ -34,8 +34,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 
+/// The v1beta2 contract's summary of a control plane, which core mirrors into the Cluster's
+/// `ControlPlaneAvailable`: whether the control plane serves now, through its whole life
+/// (deletion included).
+pub const AVAILABLE_CONDITION: &str = "Available";
+
 /// Condition types this manager sets on a CAPTControlPlane, in the order it lists them.
-pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 5] = [
+pub const CONTROL_PLANE_CONDITION_TYPES: [&str; 6] = [
+    AVAILABLE_CONDITION,
     "Ready",
     "Initialized",
     "Failed",
@@ -334,10 +340,21 @@ fn status_fragment(
     let existing = input.existing.as_ref();
     let ready_now = phase == ControlPlanePhase::Ready;
     let was = |f: fn(&CAPTControlPlaneStatus) -> Option<bool>| existing.and_then(f) == Some(true);
-    let initialized = ready_now || was(|s| s.initialized) || was(|s| s.ready);
+    let initialized = ready_now
+        || was(|s| s.initialized)
+        || was(|s| s.ready)
+        || existing
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.control_plane_initialized)
+            == Some(true);
     let mut status = Map::new();
+    // `ready` and `initialized` are the v1beta1 contract's names of `initialization`.
     status.insert("ready".into(), json!(initialized));
     status.insert("initialized".into(), json!(initialized));
+    status.insert(
+        "initialization".into(),
+        json!({ "controlPlaneInitialized": initialized }),
+    );
     status.insert("externalManagedControlPlane".into(), json!(true));
     status.insert("phase".into(), json!(phase));
     // Omitted while not Ready, so the version last seen Ready stays (an upgrade in progress);
@@ -369,14 +386,18 @@ fn status_fragment(
     let mut list = control_plane_conditions(&builder, outcome, initialized, since);
     list.push(paused_condition(&builder, None));
     status.insert("conditions".into(), conditions::to_json(&list));
+    if let Some(deprecated) = conditions::deprecated_v1beta1(&list) {
+        status.insert("deprecated".into(), deprecated);
+    }
     if let Some(generation) = input.generation {
         status.insert("observedGeneration".into(), json!(generation));
     }
     json!({ "status": status })
 }
 
-/// Ready, Initialized, Failed and Creating, in that order; a wait's `Creating` condition is
-/// dated from `waiting_since`, so the next reconcile finds the same start.
+/// Available, Ready, Initialized, Failed and Creating, in that order. `Available` says what
+/// `Ready` says (deletion replaces both, see [`super::deletion`]); a wait's `Creating`
+/// condition is dated from `waiting_since`, so the next reconcile finds the same start.
 fn control_plane_conditions(
     b: &ConditionBuilder<'_>,
     outcome: &Outcome,
@@ -433,7 +454,13 @@ fn control_plane_conditions(
             "the control plane has not been ready yet",
         ),
     };
-    vec![ready, init, failed, creating]
+    let available = b.build(
+        AVAILABLE_CONDITION,
+        Status::of(&ready),
+        &ready.reason,
+        &ready.message,
+    );
+    vec![available, ready, init, failed, creating]
 }
 
 #[cfg(test)]

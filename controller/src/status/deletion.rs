@@ -18,6 +18,11 @@ use std::time::Duration;
 /// Condition types the deletion planner sets.
 pub const DELETION_CONDITION_TYPES: [&str; 2] = ["Deleting", "DeletionFailed"];
 
+/// The summary conditions a deletion turns False (reason `Deleting`), of whichever kind has
+/// them: the v1beta2 contract's `Ready` (CAPTCluster) and `Available` (CAPTControlPlane)
+/// cover the whole life of the object, and a control plane being torn down is not `Ready`.
+pub const SUMMARY_CONDITION_TYPES: [&str; 2] = ["Ready", "Available"];
+
 /// How long a deletion may wait at one point before it is reported stuck, unless configured.
 pub const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(15 * 60);
 
@@ -115,6 +120,8 @@ pub struct DeletionPlan {
     pub stuck: bool,
     /// `Deleting` (True, reason = the step) and `DeletionFailed` (True when stuck).
     pub conditions: Vec<Condition>,
+    /// The [`SUMMARY_CONDITION_TYPES`], False with reason `Deleting` and the step's progress.
+    pub summaries: Vec<Condition>,
     /// Reconcile again after this long to notice the deletion getting stuck.
     pub recheck_after: Option<Duration>,
 }
@@ -182,10 +189,15 @@ pub fn plan_deletion(
         b.build("DeletionFailed", Status::False, "DeletionProgressing", "")
     };
     let waiting = !finishing && !stuck;
+    let summaries = SUMMARY_CONDITION_TYPES
+        .iter()
+        .map(|t| b.build(t, Status::False, conditions::reason::DELETING, &shown))
+        .collect();
     DeletionPlan {
         step,
         stuck,
         conditions: vec![deleting, failed],
+        summaries,
         recheck_after: recheck_after(waiting.then(|| deadline.remaining(facts.now))),
     }
 }
@@ -202,10 +214,17 @@ pub fn deletion_status_fragment(
     let mut list: Vec<Condition> = own_types
         .iter()
         .filter(|t| !DELETION_CONDITION_TYPES.contains(t))
-        .filter_map(|t| conditions::find(existing, t).cloned())
+        .filter_map(|t| match conditions::find(&plan.summaries, t) {
+            Some(summary) => Some(summary.clone()),
+            None => conditions::find(existing, t).cloned(),
+        })
         .collect();
     list.extend(plan.conditions.iter().cloned());
-    json!({ "status": { "conditions": conditions::to_json(&list) } })
+    let mut status = json!({ "conditions": conditions::to_json(&list) });
+    if let Some(deprecated) = conditions::deprecated_v1beta1(&list) {
+        status["deprecated"] = deprecated;
+    }
+    json!({ "status": status })
 }
 
 #[cfg(test)]
@@ -380,9 +399,10 @@ mod tests {
     }
 
     #[test]
-    fn the_deletion_fragment_keeps_the_managers_other_conditions_verbatim() {
+    fn the_deletion_fragment_turns_the_summaries_false_and_keeps_the_other_conditions() {
         let b = ConditionBuilder::new(&[], Some(1), ts(T0));
         let existing = vec![
+            b.build("Available", Status::True, "ControlPlaneReady", "ready"),
             b.build("Creating", Status::False, "ControlPlaneReady", ""),
             b.build("Ready", Status::True, "ControlPlaneReady", "ready"),
             b.build("Deleting", Status::True, "Old", "old"),
@@ -390,20 +410,33 @@ mod tests {
         ];
         let plan = plan_deletion(&with(|f| f.endpoint_owned = true), &existing, Some(1));
         let fragment = deletion_status_fragment(&existing, &CONTROL_PLANE_CONDITION_TYPES, &plan);
-        let types: Vec<&str> = fragment["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(types, ["Ready", "Creating", "Deleting", "DeletionFailed"]);
+        let list = fragment["status"]["conditions"].as_array().unwrap();
+        let types: Vec<&str> = list.iter().map(|c| c["type"].as_str().unwrap()).collect();
         assert_eq!(
-            fragment["status"]["conditions"][0],
-            serde_json::to_value(&existing[1]).unwrap()
+            types,
+            [
+                "Available",
+                "Ready",
+                "Creating",
+                "Deleting",
+                "DeletionFailed"
+            ]
         );
+        for summary in &list[..2] {
+            assert_eq!(summary["status"], "False", "{summary}");
+            assert_eq!(summary["reason"], "Deleting", "{summary}");
+            assert_eq!(
+                summary["message"],
+                "releasing the Cluster's control plane endpoint"
+            );
+            assert_eq!(summary["lastTransitionTime"], "2024-01-01T00:01:00Z");
+        }
+        assert_eq!(list[2], serde_json::to_value(&existing[1]).unwrap());
+        assert_eq!(list[3]["reason"], "ReleasingEndpoint");
+        let v1beta1 = &fragment["status"]["deprecated"]["v1beta1"]["conditions"][0];
         assert_eq!(
-            fragment["status"]["conditions"][2]["reason"],
-            "ReleasingEndpoint"
+            (&v1beta1["type"], &v1beta1["reason"], &v1beta1["severity"]),
+            (&json!("Ready"), &json!("Deleting"), &json!("Info"))
         );
     }
 }

@@ -85,6 +85,29 @@ async fn a_cluster_goes_from_nothing_to_provisioned_with_its_endpoint_set() -> R
         owner(&cc, &["status", "vpcId"], "status"),
         ["capt-captcluster"]
     );
+    // The v1beta2 contract's fields, and the v1beta1 conditions kept for the transition:
+    // each with its kind's manager alone.
+    for path in [
+        &["status", "initialization", "provisioned"][..],
+        &["status", "deprecated", "v1beta1", "conditions"],
+    ] {
+        assert_eq!(owner(&cc, path, "status"), ["capt-captcluster"], "{path:?}");
+    }
+    for path in [
+        &["status", "initialization", "controlPlaneInitialized"][..],
+        &["status", "deprecated", "v1beta1", "conditions"],
+    ] {
+        assert_eq!(
+            owner(&cp, path, "status"),
+            ["capt-captcontrolplane"],
+            "{path:?}"
+        );
+    }
+    assert_eq!(cc["status"]["initialization"]["provisioned"], true);
+    assert_eq!(
+        cp["status"]["initialization"]["controlPlaneInitialized"],
+        true
+    );
     let _ = ns;
     Ok(())
 }

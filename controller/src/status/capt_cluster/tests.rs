@@ -283,12 +283,14 @@ fn the_fragment_lists_only_this_managers_conditions() {
 #[test]
 fn the_vpc_zones_become_failure_domains() {
     let ws = ready_workspace(
-        json!({"vpc_id": "vpc-1", "azs": ["ap-northeast-1a", "ap-northeast-1c", ""]}),
+        json!({"vpc_id": "vpc-1", "azs": ["ap-northeast-1c", "ap-northeast-1a", "", "ap-northeast-1c"]}),
     );
     let d = desired_capt_cluster(&with(|i| i.workspace = Some(ws)));
+    // The v1beta2 contract's list keyed by name: sorted, each zone once.
     assert_eq!(
         status(&d)["failureDomains"],
-        json!({"ap-northeast-1a": {"controlPlane": true}, "ap-northeast-1c": {"controlPlane": true}})
+        json!([{"name": "ap-northeast-1a", "controlPlane": true},
+               {"name": "ap-northeast-1c", "controlPlane": true}])
     );
     let d = desired_capt_cluster(&with(|i| i.workspace = Some(vpc_ready_ws())));
     assert!(
@@ -353,4 +355,41 @@ fn a_paused_vpc_workspace_keeps_a_ready_vpc_ready_and_never_times_out() {
             reason::WORKSPACE_PAUSED
         );
     }
+}
+
+/// The v1beta2 contract: `initialization.provisioned` beside the deprecated `ready`, both
+/// sticky; the `Ready` condition (which core mirrors into `InfrastructureReady`) tells the
+/// state of now, and goes False when the VPC fails after it was provisioned.
+#[test]
+fn provisioned_is_sticky_and_the_ready_condition_follows_the_vpc() {
+    let ready = desired_capt_cluster(&with(|i| i.workspace = Some(vpc_ready_ws())));
+    let s = status(&ready);
+    assert_eq!(s["initialization"], json!({"provisioned": true}));
+    assert_eq!(s["ready"], true);
+    let cond = |s: &Value, t: &str| {
+        s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(cond(s, "Ready")["status"], "True");
+    assert!(cond(s, "Ready").get("severity").is_none(), "plain metav1");
+    let existing: CAPTClusterStatus = serde_json::from_value(s.clone()).unwrap();
+    let failed = desired_capt_cluster(&with(|i| {
+        i.existing = Some(existing.clone());
+        i.workspace = Some(failed_workspace("Error: boom"));
+    }));
+    let s = status(&failed);
+    assert_eq!(s["initialization"], json!({"provisioned": true}), "sticky");
+    assert_eq!(s["ready"], true, "sticky");
+    assert_eq!(cond(s, "Ready")["status"], "False");
+    assert_eq!(cond(s, "Ready")["reason"], reason::WORKSPACE_FAILED);
+    let v1beta1 = &s["deprecated"]["v1beta1"]["conditions"][0];
+    assert_eq!(
+        (&v1beta1["type"], &v1beta1["severity"]),
+        (&json!("Ready"), &json!("Error"))
+    );
 }

@@ -704,13 +704,19 @@ fn failed_message(status: &Value) -> Value {
     failure(status, "Failed").1
 }
 
-/// Core mirrors `Ready` into the Cluster and summarizes by severity (Cluster API v1beta1
-/// conditions): a False `Ready` carries one, `Error` for a failure, `Info` while waiting.
+/// Core mirrors the v1beta1 `Ready` into the Cluster's v1beta1 conditions and summarizes by
+/// severity: in `status.deprecated.v1beta1.conditions` a False `Ready` carries one, `Error`
+/// for a failure, `Info` while waiting; `status.conditions` are plain `metav1.Condition`s.
 #[test]
 fn a_false_ready_condition_carries_the_severity_core_summarizes_by() {
     let ready = |input: &ControlPlaneInput| {
         let d = desired_control_plane(input);
-        let list = status(&d)["conditions"].as_array().unwrap().clone();
+        let plain = status(&d)["conditions"].as_array().unwrap().clone();
+        assert!(plain.iter().all(|c| c.get("severity").is_none()));
+        let list = status(&d)["deprecated"]["v1beta1"]["conditions"]
+            .as_array()
+            .unwrap()
+            .clone();
         list.into_iter().find(|c| c["type"] == "Ready").unwrap()
     };
     assert_eq!(ready(&creating_input(3))["severity"], "Info");
@@ -794,4 +800,52 @@ fn a_broken_module_on_a_ready_control_plane_is_degraded_not_failed() {
             .unwrap()
             .starts_with("observe failed"),
     );
+}
+
+/// The v1beta2 contract: `initialization.controlPlaneInitialized` beside the deprecated
+/// `ready`/`initialized`, all sticky; `Available` (which core mirrors into the Cluster's
+/// `ControlPlaneAvailable`) says whether it serves now and goes False on a failure.
+#[test]
+fn initialized_is_sticky_and_available_follows_the_control_plane() {
+    let available = |s: &Value| {
+        s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Available")
+            .cloned()
+            .unwrap()
+    };
+    let creating = desired_control_plane(&creating_input(3));
+    let s = status(&creating);
+    assert_eq!(
+        s["initialization"],
+        json!({"controlPlaneInitialized": false})
+    );
+    assert_eq!(available(s)["status"], "False");
+    let ready = desired_control_plane(&ready_input(5));
+    let s = status(&ready);
+    assert_eq!(
+        s["initialization"],
+        json!({"controlPlaneInitialized": true})
+    );
+    assert_eq!(available(s)["status"], "True");
+    assert_eq!(available(s)["reason"], reason::CONTROL_PLANE_READY);
+    let existing: CAPTControlPlaneStatus = serde_json::from_value(s.clone()).unwrap();
+    let failed = desired_control_plane(&with(|i| {
+        i.existing = Some(existing.clone());
+        i.workspace = Some(failed_workspace("Error: quota"));
+    }));
+    let s = status(&failed);
+    assert_eq!(
+        s["initialization"],
+        json!({"controlPlaneInitialized": true}),
+        "sticky"
+    );
+    assert_eq!(
+        (s["ready"].clone(), s["initialized"].clone()),
+        (json!(true), json!(true))
+    );
+    assert_eq!(available(s)["status"], "False");
+    assert_eq!(available(s)["reason"], reason::WORKSPACE_FAILED);
 }
