@@ -534,7 +534,10 @@ start_core() {
 	started=$(date +%s.%N)
 	local manager=("$capi/manager" --kubeconfig "$STATE/kubeconfig" --leader-elect=false
 		--webhook-port "$webhook_port" --webhook-cert-dir "$STATE/webhook"
-		--health-addr "127.0.0.1:$health_port" --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics)
+		--health-addr "127.0.0.1:$health_port" --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics
+		# ClusterClass: core's topology controller (alpha, off by default; clusterctl's
+		# CLUSTER_TOPOLOGY=true on a real management cluster).
+		--feature-gates ClusterTopology=true)
 	# Core's client rate limit (its defaults: 20 requests/s, bursts of 30) unless
 	# CAPT_TESTENV_CORE_QPS says otherwise: hack/bench.sh raises it, or provisioning 1,000
 	# stacks at once waits on core's ~19 writes per stack at 20/s.

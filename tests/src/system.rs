@@ -405,6 +405,13 @@ where
 /// workload-samples`: its endpoint, CA and a token as the module's outputs), so Cluster API
 /// core can connect to the workload cluster with the `<cluster>-kubeconfig` Secret.
 pub fn apply_workload_samples(env: &Env, namespace: &str) -> Result<()> {
+    apply_workload_samples_with(env, namespace, "cluster.yaml")
+}
+
+/// [`apply_workload_samples`] with the Cluster (and whatever else) of
+/// `manifests/samples/<cluster_file>`: `cluster.yaml`, or `clusterclass.yaml` (a ClusterClass,
+/// its templates and a Cluster with `spec.topology`).
+pub fn apply_workload_samples_with(env: &Env, namespace: &str, cluster_file: &str) -> Result<()> {
     let out = std::process::Command::new(crate::repo_root().join("hack/testenv.sh"))
         .arg("workload-samples")
         .env("CAPT_TESTENV_DIR", env.state_dir())
@@ -423,7 +430,11 @@ pub fn apply_workload_samples(env: &Env, namespace: &str) -> Result<()> {
         v["metadata"]["namespace"] = Value::from(namespace);
         docs.push(v.to_string());
     }
-    let text = std::fs::read_to_string(crate::repo_root().join("manifests/samples/cluster.yaml"))?;
+    let text = std::fs::read_to_string(
+        crate::repo_root()
+            .join("manifests/samples")
+            .join(cluster_file),
+    )?;
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc)?;
         v["metadata"]["namespace"] = Value::from(namespace);
