@@ -28,6 +28,14 @@ fn workload_endpoint() -> Result<String> {
     Ok(text.trim().to_owned())
 }
 
+/// The workload API server's admin token (`hack/testenv.sh` `start_workload`).
+fn workload_token() -> Result<String> {
+    let path = env().state_dir().join("workload/outputs.json");
+    let outputs: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    let token = outputs["cluster_token"].as_str().context("cluster_token")?;
+    Ok(token.to_owned())
+}
+
 #[tokio::test]
 async fn core_connects_with_the_kubeconfig_secret_and_the_cluster_becomes_available() -> Result<()>
 {
@@ -85,5 +93,16 @@ async fn core_connects_with_the_kubeconfig_secret_and_the_cluster_becomes_availa
                 .map(|c| c["status"]["conditions"].to_string());
             e.context(format!("the Cluster's conditions: {conditions:?}"))
         })?;
+
+    // The token went through the connection Secret into the kubeconfig Secret, and into no
+    // log of the controller, the status-applier or the provider.
+    let token = workload_token()?;
+    for (who, log) in [
+        ("capt-controller", system.controller_log_text()),
+        ("status-applier", system.applier.log_text()),
+        ("fake provider", system.provider().log_text()),
+    ] {
+        assert!(!log.contains(&token), "the token is in the {who} log");
+    }
     Ok(())
 }
