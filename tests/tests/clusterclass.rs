@@ -150,7 +150,7 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
         })
         .await?;
 
-    // Deletion: the Cluster, then everything core made and CAPT rendered.
+    // Deletion: the Cluster, then everything core made and CAPT rendered, Workspaces included.
     system.env().kubectl_ok(
         &[
             "delete",
@@ -162,6 +162,25 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
         ],
         None,
     )?;
+    let workspaces_before = system.env().kubectl_ok(
+        &[
+            "get",
+            "workspaces",
+            "-l",
+            &format!(
+                "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace={}",
+                ns.name
+            ),
+            "-o",
+            "name",
+        ],
+        None,
+    )?;
+    assert_eq!(
+        workspaces_before.lines().count(),
+        2,
+        "the VPC's and the control plane's Workspaces, found by the label: {workspaces_before}"
+    );
     system
         .wait_for("the Cluster and its objects gone", timeout, || async {
             let left = |kind: &str| -> Result<bool> {
@@ -170,10 +189,19 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
                     .kubectl_ok(&["get", kind, "-n", &ns.name, "-o", "name"], None)?;
                 Ok(!out.trim().is_empty())
             };
+            // The Workspaces are cluster-scoped; the label names their apply's namespace.
+            let selector = format!(
+                "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace={}",
+                ns.name
+            );
+            let workspaces = system
+                .env()
+                .kubectl_ok(&["get", "workspaces", "-l", &selector, "-o", "name"], None)?;
             Ok(!(left(CLUSTER_V1BETA2)?
                 || left("captcluster")?
                 || left("captcontrolplane")?
-                || left("workspacetemplateapply")?))
+                || left("workspacetemplateapply")?
+                || !workspaces.trim().is_empty()))
         })
         .await?;
     Ok(())
