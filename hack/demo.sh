@@ -2,7 +2,8 @@
 # The main job on the embedded default: a local API server with the real Cluster API core
 # manager beside it (hack/testenv.sh), the whole system running on it (status-applier,
 # capt-controller, and Crossplane's provider-terraform running OpenTofu, out of cluster), and
-# the sample Cluster of manifests/samples/ going to Provisioned with its Ready condition True.
+# the sample Cluster of manifests/samples/ going to Provisioned with its Ready condition True
+# and Available (core connects to the environment's workload API server, which plays EKS).
 # The sample modules need no cloud and no registry (terraform_data and outputs).
 #
 #   hack/demo.sh                  run until the Cluster is Provisioned, show it, stop everything
@@ -67,7 +68,10 @@ pids+=($!)
 say "status-applier and capt-controller (logs in $RUN), and $provider running"
 
 # Cluster API core (started by hack/testenv.sh) adopts the CAPTCluster and CAPTControlPlane.
-kubectl apply --server-side -f manifests/samples/templates.yaml -f manifests/samples/cluster.yaml
+# The sample EKS module points at the environment's workload API server (its endpoint, CA and
+# a token: hack/testenv.sh workload-samples), so core connects to the "EKS" cluster with the
+# <cluster>-kubeconfig Secret and the Cluster becomes Available.
+hack/testenv.sh workload-samples | kubectl apply --server-side -f - -f manifests/samples/cluster.yaml
 
 started=$(date +%s)
 said=$started
@@ -76,22 +80,29 @@ while true; do
 	cc=$(kubectl get captcluster demo -o jsonpath='{.status.conditions[?(@.status=="True")].type}' 2>/dev/null || true)
 	cp=$(kubectl get captcontrolplane demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
 	phase=$(kubectl get cluster demo -o jsonpath='{.status.phase}' 2>/dev/null || true)
-	ready=$(kubectl get cluster demo -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
-	now="CAPTCluster [${cc:-…}]  CAPTControlPlane ${cp:-…}  Cluster ${phase:-…} (Ready=${ready:-…})"
+	# Ready is a v1beta1 condition (v1beta2 keeps it under status.deprecated), so read as v1beta1.
+	ready=$(kubectl get clusters.v1beta1.cluster.x-k8s.io demo -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+	# Core's v1beta2 conditions: Available, and RemoteConnectionProbe (its cluster cache
+	# connected with the kubeconfig Secret).
+	available=$(kubectl get clusters.v1beta2.cluster.x-k8s.io demo -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null || true)
+	probe=$(kubectl get clusters.v1beta2.cluster.x-k8s.io demo -o jsonpath='{.status.conditions[?(@.type=="RemoteConnectionProbe")].status}' 2>/dev/null || true)
+	now="CAPTCluster [${cc:-…}]  CAPTControlPlane ${cp:-…}  Cluster ${phase:-…} (Ready=${ready:-…} Available=${available:-…} RemoteConnectionProbe=${probe:-…})"
 	if [[ "$now" != "$last" ]] || (($(date +%s) - said >= 15)); then
 		say "$now ($(($(date +%s) - started)) s of at most 120 s)"
 		last=$now said=$(date +%s)
 	fi
-	[[ "$phase" == Provisioned && "$ready" == True ]] && break
+	[[ "$phase" == Provisioned && "$ready" == True && "$available" == True && "$probe" == True ]] && break
 	if (($(date +%s) - started > 120)); then
-		say "the Cluster was not Provisioned and Ready within 120 s; logs in $RUN"
+		say "the Cluster was not Provisioned, Ready and Available within 120 s; logs in $RUN"
 		exit 1
 	fi
 	sleep 0.5
 done
-say "Cluster demo is Provisioned and Ready after $(($(date +%s) - started)) s"
+say "Cluster demo is Provisioned, Ready and Available (core connected to it) after $(($(date +%s) - started)) s"
 echo
 kubectl get cluster,captcluster,captcontrolplane,workspacetemplateapply,workspaces
+echo
+kubectl get clusters.v1beta2.cluster.x-k8s.io demo -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}{"\n"}{end}'
 echo
 echo
 say "ownership audit (status-applier audit): the control plane (the Cluster's status is Cluster API core's, manager 'manager'), then every object"

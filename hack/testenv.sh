@@ -11,6 +11,8 @@
 #   hack/testenv.sh stop    stop everything started by `start`; leaves no process behind
 #   hack/testenv.sh env     print the exports of a running environment
 #   hack/testenv.sh crds    print the paths of the upstream CRD files in the module cache
+#   hack/testenv.sh workload-samples   the sample WorkspaceTemplates (JSON) pointed at the
+#                           workload cluster's API server (started with core; see start_workload)
 #   hack/testenv.sh apiserver-stop|apiserver-start   fault injection: the API server alone
 #   hack/testenv.sh core-stop|core-start   the Cluster API core manager alone; its webhook
 #                           configurations stay, so Cluster API writes fail while it is stopped
@@ -342,12 +344,95 @@ EOF
 	fi
 	install_crds "$core"
 	if [[ "$core" == 1 ]]; then
+		start_workload "$bin" "$etcd_port"
 		start_core
+		wait_workload
 	else
 		log "without the Cluster API core manager and its webhooks (CAPT_TESTENV_CORE=0)"
 	fi
 	[[ -n "$REAL_PROVIDER" ]] && cmd_provider_start
 	print_env
+}
+
+# The workload cluster's API server: a second kube-apiserver that plays the EKS control plane
+# of the sample Cluster, so core's cluster cache and RemoteConnectionProbe really connect
+# with the `<cluster>-kubeconfig` Secret. It shares etcd under its own prefix (no second etcd
+# to run) and has its own CA, serving certificate and admin token; none of them is logged.
+# $STATE/workload/outputs.json holds what the sample EKS module outputs for it (endpoint, CA,
+# token): hack/demo.sh and the tests put them into the sample template (docs/testenv.md).
+start_workload() {
+	local bin=$1 etcd_port=$2 dir=$STATE/workload port token
+	mkdir -p "$dir"
+	port=$(free_port)
+	openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=capt-testenv-workload-ca \
+		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+		-keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null
+	openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 3650 \
+		-extfile <(printf '%s\n' subjectAltName=IP:127.0.0.1 basicConstraints=CA:FALSE \
+			keyUsage=critical,digitalSignature,keyEncipherment extendedKeyUsage=serverAuth) \
+		-out "$dir/tls.crt" 2>/dev/null
+	rm -f "$dir/tls.csr"
+	token=$(openssl rand -hex 24)
+	echo "$token,workload-admin,workload-admin,system:masters" >"$dir/tokens.csv"
+	local apiserver=("$bin/kube-apiserver" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port"
+		--etcd-servers "http://127.0.0.1:$etcd_port" --etcd-prefix /workload
+		--tls-cert-file "$dir/tls.crt" --tls-private-key-file "$dir/tls.key" --cert-dir "$dir"
+		--token-auth-file "$dir/tokens.csv" --authorization-mode RBAC
+		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$STATE/certs/sa.pub"
+		--service-account-signing-key-file "$STATE/certs/sa.key" --service-cluster-ip-range 10.0.1.0/24
+		--disable-admission-plugins ServiceAccount --enable-priority-and-fairness=false)
+	"${apiserver[@]}" >"$STATE/workload-apiserver.log" 2>&1 &
+	echo $! >"$STATE/workload-apiserver.pid"
+	echo "https://127.0.0.1:$port" >"$dir/endpoint"
+	ENDPOINT="https://127.0.0.1:$port" CA=$(base64 -w0 "$dir/ca.crt") TOKEN=$token python3 -c '
+import json, os
+print(json.dumps({"cluster_endpoint": os.environ["ENDPOINT"],
+                  "cluster_certificate_authority_data": os.environ["CA"],
+                  "cluster_token": os.environ["TOKEN"]}))' >"$dir/outputs.json"
+	chmod 600 "$dir/outputs.json" "$dir/tokens.csv" "$dir"/*.key
+}
+
+# Ready: the workload API server answers /readyz to its admin token, verified with its CA.
+wait_workload() {
+	local dir=$STATE/workload
+	wait_for "the workload cluster's kube-apiserver" 600 curl -sf --cacert "$dir/ca.crt" \
+		-H @<(printf 'Authorization: Bearer %s\n' "$(cut -d, -f1 "$dir/tokens.csv")") "$(cat "$dir/endpoint")/readyz"
+	log "workload cluster's kube-apiserver ready on $(cat "$dir/endpoint") (etcd prefix /workload; outputs for the sample in $dir/outputs.json)"
+}
+
+# manifests/samples/templates.yaml as a JSON List, its EKS template pointed at the workload
+# API server: the module's variables `endpoint`, `certificate_authority_data` and `token`,
+# and the fake provider's outputs to match (what that module then outputs). The token, a
+# credential of this local environment alone, is in the printed template: pipe it to
+# kubectl, do not log it.
+cmd_workload_samples() {
+	[[ -f "$STATE/workload/outputs.json" ]] || die "no workload cluster (hack/testenv.sh start, with core)"
+	kubectl create --dry-run=client -o json -f "$ROOT/manifests/samples/templates.yaml" |
+		OUTPUTS="$STATE/workload/outputs.json" python3 -c '
+import json, os, sys
+text, at, items = sys.stdin.read(), 0, []
+while text[at:].strip():  # kubectl prints one JSON object after the other
+    at += len(text[at:]) - len(text[at:].lstrip())
+    item, at = json.JSONDecoder().raw_decode(text, at)
+    items += item["items"] if item.get("kind") == "List" else [item]
+workload = json.load(open(os.environ["OUTPUTS"]))
+for item in items:
+    if item["metadata"]["name"] != "eks":
+        continue
+    template = item["spec"]["template"]
+    template["spec"]["forProvider"]["vars"] += [
+        {"key": "endpoint", "value": workload["cluster_endpoint"]},
+        {"key": "certificate_authority_data", "value": workload["cluster_certificate_authority_data"]},
+        {"key": "token", "value": workload["cluster_token"]}]
+    notes = template["metadata"]["annotations"]
+    outputs = json.loads(notes["fake.tf.upbound.io/outputs"])
+    outputs["cluster_endpoint"] = workload["cluster_endpoint"]
+    outputs["cluster_certificate_authority_data"] = workload["cluster_certificate_authority_data"]
+    notes["fake.tf.upbound.io/outputs"] = json.dumps(outputs)
+    notes["fake.tf.upbound.io/sensitive-outputs"] = json.dumps({"cluster_token": workload["cluster_token"]})
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+'
 }
 
 # Our CRDs, core's and the Workspace. Core's CRDs serve v1beta1 and v1beta2 and store v1beta2
@@ -449,7 +534,10 @@ start_core() {
 	started=$(date +%s.%N)
 	local manager=("$capi/manager" --kubeconfig "$STATE/kubeconfig" --leader-elect=false
 		--webhook-port "$webhook_port" --webhook-cert-dir "$STATE/webhook"
-		--health-addr "127.0.0.1:$health_port" --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics)
+		--health-addr "127.0.0.1:$health_port" --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics
+		# ClusterClass: core's topology controller (alpha, off by default; clusterctl's
+		# CLUSTER_TOPOLOGY=true on a real management cluster).
+		--feature-gates ClusterTopology=true)
 	# Core's client rate limit (its defaults: 20 requests/s, bursts of 30) unless
 	# CAPT_TESTENV_CORE_QPS says otherwise: hack/bench.sh raises it, or provisioning 1,000
 	# stacks at once waits on core's ~19 writes per stack at 20/s.
@@ -497,7 +585,7 @@ EOF
 cmd_stop() {
 	local name pid
 	cmd_provider_stop
-	for name in cluster-api-manager kube-controller-manager kube-apiserver etcd; do
+	for name in cluster-api-manager workload-apiserver kube-controller-manager kube-apiserver etcd; do
 		[[ -f "$STATE/$name.pid" ]] || continue
 		pid=$(cat "$STATE/$name.pid")
 		if kill -0 "$pid" 2>/dev/null; then
@@ -572,6 +660,7 @@ stop) cmd_stop ;;
 env) is_running kube-apiserver || die "not running (hack/testenv.sh start)"; print_env ;;
 crds) cmd_crds ;;
 provider-start) cmd_provider_start ;;
+workload-samples) cmd_workload_samples ;;
 provider-stop) cmd_provider_stop ;;
 *) echo "usage: $0 build|start [--no-core]|stop|env|crds|apiserver-stop|apiserver-start|core-stop|core-start" >&2; exit 2 ;;
 esac

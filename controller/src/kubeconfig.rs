@@ -24,6 +24,11 @@ pub const ENDPOINT_OUTPUT: &str = "cluster_endpoint";
 pub const CA_OUTPUT: &str = "cluster_certificate_authority_data";
 /// The connection Secret key of the EKS cluster's name.
 pub const NAME_OUTPUT: &str = "cluster_name";
+/// The connection Secret key of a bearer token for the cluster's API server (a sensitive
+/// output: for instance a ServiceAccount token the module creates in the cluster). With it
+/// the kubeconfig needs no `aws` CLI, so Cluster API core can use it (`docs/cluster-api.md`,
+/// "The kubeconfig Secret core connects with").
+pub const TOKEN_OUTPUT: &str = "cluster_token";
 
 /// The name of a Cluster's kubeconfig Secret: `<cluster>-kubeconfig`.
 pub fn secret_name(cluster: &str) -> String {
@@ -32,9 +37,11 @@ pub fn secret_name(cluster: &str) -> String {
 
 /// The kubeconfig to store for `cluster`, from the connection Secret's `data`: its
 /// `kubeconfig` output verbatim; else one generated from `cluster_endpoint` and
-/// `cluster_certificate_authority_data` that authenticates with `aws eks get-token` (for
-/// the `cluster_name` output, else `cluster`, in `region` when known); else `None`, nothing
-/// to write yet. No other key is ever read.
+/// `cluster_certificate_authority_data` that authenticates with the `cluster_token` output
+/// when there is one (usable by Cluster API core, which runs no exec plugin), else with
+/// `aws eks get-token` (for the `cluster_name` output, else `cluster`, in `region` when
+/// known; for people, core cannot connect with it); else `None`, nothing to write yet. No
+/// other key is ever read.
 pub fn kubeconfig(
     data: &BTreeMap<String, ByteString>,
     cluster: &str,
@@ -57,10 +64,20 @@ pub fn kubeconfig(
     } else {
         format!("https://{endpoint}")
     };
-    let mut args = vec!["eks", "get-token", "--cluster-name", eks_name];
-    if let Some(region) = region {
-        args.extend(["--region", region]);
-    }
+    let credentials = match text(TOKEN_OUTPUT) {
+        Some(token) => json!({"token": token}),
+        None => {
+            let mut args = vec!["eks", "get-token", "--cluster-name", eks_name];
+            if let Some(region) = region {
+                args.extend(["--region", region]);
+            }
+            json!({"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                "command": "aws",
+                "args": args,
+            }})
+        }
+    };
     // Named as Cluster API core names its own kubeconfigs (util/kubeconfig.New).
     let user = format!("{cluster}-admin");
     let context = format!("{user}@{cluster}");
@@ -68,11 +85,7 @@ pub fn kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": ca}}],
-        "users": [{"name": user, "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1",
-            "command": "aws",
-            "args": args,
-        }}}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
         "current-context": context,
     });
@@ -253,6 +266,32 @@ mod tests {
         assert_eq!(
             kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
             bytes
+        );
+    }
+
+    #[test]
+    fn a_token_output_gives_a_token_kubeconfig_core_can_use() {
+        let d = data(&[
+            ("cluster_endpoint", "https://127.0.0.1:6443"),
+            ("cluster_certificate_authority_data", "Q0E="),
+            ("cluster_name", "demo-eks"),
+            ("cluster_token", "tok-123\n"),
+        ]);
+        let bytes = kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
+        let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
+        assert_eq!(
+            config["users"],
+            json!([{"name": "demo-admin", "user": {"token": "tok-123"}}]),
+            "a bearer token and no exec plugin"
+        );
+        assert_eq!(
+            config["clusters"][0]["cluster"],
+            json!({"server": "https://127.0.0.1:6443", "certificate-authority-data": "Q0E="})
+        );
+        // The token alone, without the endpoint and the CA, makes no kubeconfig.
+        assert_eq!(
+            kubeconfig(&data(&[("cluster_token", "tok-123")]), "demo", None),
+            None
         );
     }
 

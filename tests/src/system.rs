@@ -204,6 +204,11 @@ impl System {
         apply_samples(&self.env, &self.namespace, retain_vpc)
     }
 
+    /// [`apply_workload_samples`] into the system's namespace.
+    pub async fn apply_workload_samples(&self) -> Result<()> {
+        apply_workload_samples(&self.env, &self.namespace)
+    }
+
     /// `kubectl get <what> -n <ns> -o json`, parsed; `None` when not found.
     pub fn get(&self, what: &[&str]) -> Result<Option<Value>> {
         let mut args = vec!["get"];
@@ -393,6 +398,62 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Applies the sample templates and Cluster of `manifests/samples/` into `namespace`, the EKS
+/// template pointed at the environment's workload API server (`hack/testenv.sh
+/// workload-samples`: its endpoint, CA and a token as the module's outputs), so Cluster API
+/// core can connect to the workload cluster with the `<cluster>-kubeconfig` Secret.
+pub fn apply_workload_samples(env: &Env, namespace: &str) -> Result<()> {
+    apply_workload_samples_with(env, namespace, "cluster.yaml")
+}
+
+/// [`apply_workload_samples`] with the Cluster (and whatever else) of
+/// `manifests/samples/<cluster_file>`: `cluster.yaml`, or `clusterclass.yaml` (a ClusterClass,
+/// its templates and a Cluster with `spec.topology`).
+pub fn apply_workload_samples_with(env: &Env, namespace: &str, cluster_file: &str) -> Result<()> {
+    let out = std::process::Command::new(crate::repo_root().join("hack/testenv.sh"))
+        .arg("workload-samples")
+        .env("CAPT_TESTENV_DIR", env.state_dir())
+        .env("KUBECONFIG", &env.kubeconfig)
+        .env("PATH", kubectl_path(env))
+        .output()?;
+    // The output holds the workload token: only the error stream is ever shown.
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/testenv.sh workload-samples: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout)?;
+    let mut docs = Vec::new();
+    for mut v in list["items"].as_array().cloned().unwrap_or_default() {
+        v["metadata"]["namespace"] = Value::from(namespace);
+        docs.push(v.to_string());
+    }
+    let text = std::fs::read_to_string(
+        crate::repo_root()
+            .join("manifests/samples")
+            .join(cluster_file),
+    )?;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut v: Value = serde::Deserialize::deserialize(doc)?;
+        v["metadata"]["namespace"] = Value::from(namespace);
+        docs.push(v.to_string());
+    }
+    env.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&docs.join("\n")),
+    )?;
+    Ok(())
+}
+
+/// `PATH` with the environment's `kubectl` first (`hack/testenv.sh` runs it).
+fn kubectl_path(env: &Env) -> std::ffi::OsString {
+    let mut dirs = vec![env.bin_dir.clone()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap_or_default()
 }
 
 /// Applies the sample templates and Cluster of `manifests/samples/` into `namespace`; with

@@ -165,6 +165,23 @@ async fn clusterctl_generates_both_providers_from_the_local_repository() -> Resu
         crd["metadata"]["labels"]["cluster.x-k8s.io/provider"],
         "control-plane-capt"
     );
+    // The ClusterClass templates come with their provider, contract label and all.
+    for (docs, name, provider) in [
+        (
+            &infra,
+            "captclustertemplates.infrastructure.cluster.x-k8s.io",
+            "infrastructure-capt",
+        ),
+        (
+            &control_plane,
+            "captcontrolplanetemplates.controlplane.cluster.x-k8s.io",
+            "control-plane-capt",
+        ),
+    ] {
+        let labels = &find(docs, "CustomResourceDefinition", name)["metadata"]["labels"];
+        assert_eq!(labels["cluster.x-k8s.io/provider"], provider, "{name}");
+        assert_eq!(labels["cluster.x-k8s.io/v1beta1"], "v1beta1", "{name}");
+    }
 
     // The API server accepts every object as generated for a namespace of the user's choice
     // (a server-side dry run; `--target-namespace` is how `clusterctl init` installs it).

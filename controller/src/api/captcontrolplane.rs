@@ -32,8 +32,10 @@ pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/ca
 #[x_kube(validation = Rule::new("!has(oldSelf.workspaceTemplateApplyName) || has(self.workspaceTemplateApplyName)").message("spec.workspaceTemplateApplyName cannot be removed once set"))]
 #[serde(rename_all = "camelCase")]
 pub struct CAPTControlPlaneSpec {
-    /// Kubernetes version of the control plane, e.g. `1.31` (`v` and a patch allowed). It
-    /// reaches the Terraform template (`${KUBERNETES_VERSION}`), so it is a plain version.
+    /// Kubernetes version of the control plane: semver as Cluster API writes it
+    /// (`v1.31.0`, what a ClusterClass topology sets), or EKS's `1.31` (`v` and a patch
+    /// optional either way). The template gets EKS's major.minor (`${KUBERNETES_VERSION}` =
+    /// `1.31` for all of them, see [`eks_version`]): EKS runs a minor, its patch is AWS's.
     #[schemars(regex(pattern = VERSION_PATTERN), length(max = 64))]
     pub version: String,
     /// WorkspaceTemplate that creates the EKS cluster.
@@ -131,8 +133,67 @@ fn default_vpc_ready_timeout() -> String {
     "15m".into()
 }
 
-/// A Kubernetes version: `1.31`, `v1.31`, `1.31.2`.
+/// A Kubernetes version: `1.31`, `v1.31`, `1.31.2`, `v1.31.0`.
 pub const VERSION_PATTERN: &str = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?$";
+
+/// The EKS version a module needs (`aws_eks_cluster.version`: major.minor) of a
+/// [`VERSION_PATTERN`] version: `v1.31.0`, `1.31.2`, `v1.31` and `1.31` all give `1.31`.
+/// Anything else (the pattern not enforced) is passed on as it is, for the variable check to
+/// judge (`variables::first_unsafe`).
+pub fn eks_version(version: &str) -> String {
+    let plain = version.strip_prefix('v').unwrap_or(version);
+    let mut parts = plain.split('.');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(major), Some(minor), patch, None)
+            if [Some(major), Some(minor), patch]
+                .into_iter()
+                .flatten()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            format!("{major}.{minor}")
+        }
+        _ => version.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::eks_version;
+
+    #[test]
+    fn semver_and_eks_forms_give_the_eks_minor() {
+        for v in ["v1.31.0", "1.31.2", "v1.31", "1.31", "v1.31.12"] {
+            assert_eq!(eks_version(v), "1.31", "{v}");
+        }
+        assert_eq!(eks_version("v1.32.0"), "1.32");
+    }
+
+    #[test]
+    fn what_is_not_a_version_is_passed_on_unchanged() {
+        for v in [
+            "",
+            "latest",
+            "1",
+            "v1.31.0-rc.1",
+            "1.31.x",
+            "1..31",
+            "1.31.0.1",
+        ] {
+            assert_eq!(eks_version(v), v, "{v}");
+        }
+    }
+}
+
+/// One version a control plane runs (`status.versions[]`, as core's `StatusVersion`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusVersion {
+    /// The Kubernetes version.
+    pub version: String,
+    /// How many replicas run it; omitted: EKS has no control-plane Machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
 
 /// A Go-style duration of hours, minutes and seconds (`1h30m`, `45s`).
 pub const DURATION_PATTERN: &str = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$";
@@ -169,6 +230,11 @@ pub struct CAPTControlPlaneStatus {
     /// Kubernetes version that is running: the spec's version when last seen Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The versions running, oldest first (Cluster API v1.14's control-plane contract; core
+    /// reads it before `version` to tell an upgrade in progress): EKS runs one, so one entry,
+    /// the same as `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Vec<StatusVersion>>,
     /// Always true: EKS runs the control plane, there are no control plane Machines
     /// (Cluster API contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,12 +8,14 @@ mod captcluster;
 mod captcontrolplane;
 mod common;
 mod external;
+mod templates;
 mod workspacetemplate;
 
 pub use captcluster::*;
 pub use captcontrolplane::*;
 pub use common::*;
 pub use external::*;
+pub use templates::*;
 pub use workspacetemplate::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -36,6 +38,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         CAPTControlPlane::crd(),
         WorkspaceTemplate::crd(),
         WorkspaceTemplateApply::crd(),
+        CAPTClusterTemplate::crd(),
+        CAPTControlPlaneTemplate::crd(),
     ];
     for crd in &mut crds {
         let labels = crd.metadata.labels.get_or_insert_with(Default::default);

@@ -46,7 +46,7 @@ impl ApplyOwner for CAPTControlPlane {
         let config = self.spec.control_plane_config.clone().unwrap_or_default();
         let mut variables = json!({
             "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
-            "KUBERNETES_VERSION": self.spec.version,
+            "KUBERNETES_VERSION": crate::api::eks_version(&self.spec.version),
         });
         if let Some(region) = config.region {
             variables["REGION"] = json!(region);

@@ -361,6 +361,7 @@ fn status_fragment(
     // and while degraded: the provider did not look, let alone apply.
     if let Outcome::Ready(_) = outcome {
         status.insert("version".into(), json!(input.version));
+        status.insert("versions".into(), json!([{"version": input.version}]));
     }
     if let Outcome::Ready(e) | Outcome::Degraded { endpoint: e, .. } = outcome {
         status.insert("endpoint".into(), json!(endpoint::display(e)));

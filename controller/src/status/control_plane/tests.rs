@@ -260,6 +260,7 @@ fn ready_sets_endpoint_version_initialized_and_workspace_mirrors() {
     assert_eq!(s["ready"], json!(true));
     assert_eq!(s["initialized"], json!(true));
     assert_eq!(s["version"], json!("1.31"));
+    assert_eq!(s["versions"], json!([{"version": "1.31"}]));
     assert_eq!(s["observedGeneration"], json!(1));
     assert_eq!(
         s["workspaceTemplateStatus"]["lastAppliedRevision"],
@@ -501,6 +502,7 @@ fn initialized_stays_true_once_the_control_plane_was_ready() {
 fn version_is_published_only_when_ready() {
     let creating = desired_control_plane(&creating_input(2));
     assert!(status(&creating).get("version").is_none());
+    assert!(status(&creating).get("versions").is_none());
 }
 
 #[test]
@@ -559,6 +561,9 @@ fn an_upgrade_keeps_ready_initialized_and_the_old_version_until_ready_again() {
     assert_eq!(live["ready"], json!(true), "sticky through the upgrade");
     assert_eq!(live["initialized"], json!(true));
     assert_eq!(live["version"], json!("1.31"), "still the old version");
+    // Core reads status.versions first: the old version there too, so it sees the upgrade
+    // in progress (spec above status) until the new one is Ready.
+    assert_eq!(live["versions"], json!([{"version": "1.31"}]));
     let ready_cond = live["conditions"].as_array().unwrap().iter();
     let ready_cond = ready_cond.clone().find(|c| c["type"] == "Ready").unwrap();
     assert_eq!(
@@ -573,6 +578,7 @@ fn an_upgrade_keeps_ready_initialized_and_the_old_version_until_ready_again() {
         i.endpoint_source = Some(ENDPOINT.into());
     }));
     assert_eq!(sim.live["status"]["version"], json!("1.32"));
+    assert_eq!(sim.live["status"]["versions"], json!([{"version": "1.32"}]));
 }
 
 /// provider-terraform keeps `Ready=True Available` when an apply of an existing Workspace
