@@ -130,6 +130,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         vpc_ready,
         workspace,
         endpoint_source,
+        apply_generation: apply.as_ref().and_then(|a| a.meta().generation),
     };
     let mut desired = desired_control_plane(&input);
     // What the endpoint and status are computed from, less the clock and the status's own
@@ -141,6 +142,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         input.vpc_ready,
         &input.workspace,
         &input.endpoint_source,
+        input.apply_generation,
         &refusal,
     );
     let observed = format!("{observed:?}");

@@ -123,6 +123,9 @@ pub mod reason {
     /// The Workspace is paused (`crossplane.io/paused`) and not ready: nothing happens until
     /// someone removes the annotation, so the wait has no timeout.
     pub const WORKSPACE_PAUSED: &str = "WorkspacePaused";
+    /// The Workspace is ready, but does not yet prove that the configuration last rendered
+    /// into it was applied (its `capt_revision` output differs): an update in progress.
+    pub const WORKSPACE_UPDATING: &str = "WorkspaceUpdating";
     /// The VPC was not ready within its timeout.
     pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
     /// No Cluster owns the object yet; nothing is built before one does.

@@ -11,6 +11,7 @@
 //! reports `Synced=False ReconcileError`: that is [`WorkspaceState::Failed`] too. Sensitive outputs are not
 //! in `atProvider` (only in the connection Secret), so nothing here sees secret data.
 
+use crate::render::{APPLY_GENERATION_ANNOTATION, REVISION_ANNOTATION, REVISION_OUTPUT};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -38,6 +39,28 @@ pub struct WorkspaceObservation {
     pub at_provider: Option<Value>,
     /// True when `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// The revision CAPT rendered into it (`render::REVISION_ANNOTATION`); `None` for a
+    /// module CAPT cannot add its revision output to.
+    pub rendered_revision: Option<String>,
+    /// The generation of the apply it was rendered from
+    /// (`render::APPLY_GENERATION_ANNOTATION`).
+    pub rendered_generation: Option<i64>,
+}
+
+/// Whether a Workspace proves that the configuration last rendered into it was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Its module's `capt_revision` output is the revision rendered from the apply's
+    /// current generation: Terraform applied exactly that.
+    Proven,
+    /// Not yet (or not the apply's current generation): an update in progress.
+    Pending {
+        /// What is missing, for a person.
+        message: String,
+    },
+    /// The module carries no revision output (remote, or inline JSON): `Ready` is all there
+    /// is to go by.
+    Unproven,
 }
 
 /// What a Workspace's state means for the object waiting on it.
@@ -83,6 +106,50 @@ impl WorkspaceObservation {
             ready: conditions.and_then(|c| condition(c, "Ready")),
             at_provider: at_provider.is_object().then(|| at_provider.clone()),
             deleting: !metadata["deletionTimestamp"].is_null(),
+            rendered_revision: metadata["annotations"][REVISION_ANNOTATION]
+                .as_str()
+                .map(str::to_owned),
+            rendered_generation: metadata["annotations"][APPLY_GENERATION_ANNOTATION]
+                .as_str()
+                .and_then(|g| g.parse().ok()),
+        }
+    }
+
+    /// Whether this Workspace proves that the apply at `apply_generation` (its owner's
+    /// current apply; `None` when unknown) was applied: rendered from that generation, and
+    /// its `capt_revision` output equal to the revision rendered. provider-terraform keeps
+    /// `Ready=True` through an update and writes no observedGeneration, so `Ready` alone
+    /// cannot tell an applied update from one not yet started.
+    pub fn applied(&self, apply_generation: Option<i64>) -> Applied {
+        if let Some(wanted) = apply_generation
+            && self.rendered_generation != Some(wanted)
+        {
+            let rendered = self
+                .rendered_generation
+                .map_or("an older generation".to_owned(), |g| {
+                    format!("generation {g}")
+                });
+            return Applied::Pending {
+                message: format!(
+                    "Workspace {} still renders {rendered} of its WorkspaceTemplateApply, not \
+                     generation {wanted}",
+                    self.name
+                ),
+            };
+        }
+        let Some(rendered) = &self.rendered_revision else {
+            return Applied::Unproven;
+        };
+        match self.output_string(REVISION_OUTPUT) {
+            Some(applied) if &applied == rendered => Applied::Proven,
+            applied => Applied::Pending {
+                message: format!(
+                    "Workspace {} has not applied revision {rendered} yet (its {REVISION_OUTPUT} \
+                     output is {})",
+                    self.name,
+                    applied.as_deref().unwrap_or("absent")
+                ),
+            },
         }
     }
 
@@ -269,6 +336,18 @@ pub(crate) mod testing {
         }
         json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
                "metadata": {"name": "ws-1"}, "status": status})
+    }
+
+    /// `workspace` as CAPT rendered it from generation `generation` of its apply, with the
+    /// revision `rendered` (annotations).
+    pub fn rendered(
+        mut workspace: WorkspaceObservation,
+        generation: i64,
+        rendered: &str,
+    ) -> WorkspaceObservation {
+        workspace.rendered_generation = Some(generation);
+        workspace.rendered_revision = Some(rendered.to_owned());
+        workspace
     }
 
     /// A decoded Workspace: see [`mk_workspace_json`].
@@ -545,5 +624,51 @@ mod tests {
     fn workspace_status_omits_at_provider_before_the_provider_reports_it() {
         let status = creating_workspace().workspace_status();
         assert_eq!(status, json!({"ready": false, "state": "Creating"}));
+    }
+}
+
+#[cfg(test)]
+mod applied_tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn the_revision_output_proves_the_rendering_of_the_current_generation_applied() {
+        let ws = |generation, wanted: &str, applied: Option<&str>| {
+            let outputs = match applied {
+                Some(a) => json!({"capt_revision": a}),
+                None => json!({}),
+            };
+            rendered(ready_workspace(outputs), generation, wanted)
+        };
+        assert_eq!(ws(2, "r2", Some("r2")).applied(Some(2)), Applied::Proven);
+        assert_eq!(ws(2, "r2", Some("r2")).applied(None), Applied::Proven);
+        for (name, w, generation) in [
+            ("older output", ws(2, "r2", Some("r1")), Some(2)),
+            ("no output yet", ws(2, "r2", None), Some(2)),
+            (
+                "rendered from an older generation",
+                ws(1, "r1", Some("r1")),
+                Some(2),
+            ),
+        ] {
+            assert!(
+                matches!(w.applied(generation), Applied::Pending { .. }),
+                "{name}"
+            );
+        }
+        let mut remote = ready_workspace(json!({}));
+        remote.rendered_generation = Some(2);
+        assert_eq!(remote.applied(Some(2)), Applied::Unproven);
+    }
+
+    #[test]
+    fn the_rendered_revision_and_generation_are_read_from_annotations() {
+        let mut json = mk_workspace_json(SYNCED_OK, None, None);
+        json["metadata"]["annotations"] = json!({
+            REVISION_ANNOTATION: "abc", APPLY_GENERATION_ANNOTATION: "7"});
+        let ws = WorkspaceObservation::from_json(&json);
+        assert_eq!(ws.rendered_revision.as_deref(), Some("abc"));
+        assert_eq!(ws.rendered_generation, Some(7));
     }
 }
