@@ -35,7 +35,7 @@
 
 use anyhow::Context as _;
 use capt_tests::fake_provider::{
-    Cond, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_MAX_MS, DEFAULT_DELAY_MS,
+    APPLY_GATE_ANNOTATION, Cond, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_MAX_MS, DEFAULT_DELAY_MS,
     DEFAULT_POLL_INTERVAL_MS, Desired, FAIL_DESTROY_ANNOTATION, FIELD_MANAGER, FINALIZER,
     IGNORED_ANNOTATIONS, PAUSED_ANNOTATION, Path, READY_LOG_LINE, applied_at_provider, at_provider,
     backoff, checksum, condition, connection_secret, connection_secret_ref, message, now,
@@ -235,7 +235,7 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
 
     // Observe: `terraform plan` fails on input it cannot use (ignored while deleting).
     let desired = match Desired::parse(ws.annotations()) {
-        Ok(d) => d,
+        Ok(d) => d.with_module_outputs(&spec),
         Err(_) if deleting => Desired::default(),
         Err(e) => {
             let text = message::observe(&format!("invalid fake provider input: {e}"));
@@ -340,6 +340,18 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
         entry.1 += 1;
         entry.1 - 1
     };
+    if let Some(gate) = ws
+        .annotations()
+        .get(APPLY_GATE_ANNOTATION)
+        .filter(|g| !g.is_empty())
+    {
+        // An apply that takes as long as the test wants (a file is the test's signal: the
+        // real module in tests/tests/real_provider.rs waits the same way).
+        info!(workspace = %name, gate = %gate, "apply waits for its gate file");
+        while !std::path::Path::new(gate).exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     tokio::time::sleep(ctx.delay).await;
     let creating = route == Path::Create;
     match desired.apply_outcome(attempt) {

@@ -43,10 +43,14 @@
 //! `--poll-jitter`, the global rate limit, the Terraform timeout.
 //! `Unavailable` is never set: neither the managed reconciler nor provider-terraform does.
 //!
+//! - Terraform's outputs: an inline HCL module's `output` whose value is a string literal is
+//!   reported as tofu reports it (CAPT's `capt_revision` echo is one); every other output
+//!   comes from the annotations below, since the fake evaluates no Terraform.
+//!
 //! What a test asks for is read from annotations: [`OUTPUTS_ANNOTATION`],
 //! [`SENSITIVE_OUTPUTS_ANNOTATION`], [`FAIL_ANNOTATION`] (every apply fails),
 //! [`FAIL_TIMES_ANNOTATION`] (the first N applies fail, then it recovers by itself),
-//! [`FAIL_DESTROY_ANNOTATION`] (every destroy fails), [`PAUSED_ANNOTATION`] (as the real one),
+//! [`FAIL_DESTROY_ANNOTATION`] (every destroy fails), [`APPLY_GATE_ANNOTATION`] (an apply waits for a file), [`PAUSED_ANNOTATION`] (as the real one),
 //! [`REVISION_ANNOTATION`]. Writes are made under [`FIELD_MANAGER`] (operation `Update`).
 //!
 //! This file holds the Workspace's names and annotations and the provider's watch selector;
@@ -64,7 +68,7 @@ mod tests;
 pub use connection_secret::{
     SecretRef, connection_secret, connection_secret_ref, secret_needs_write,
 };
-pub use desired::{AnnotationError, Desired, canonical_json, checksum};
+pub use desired::{AnnotationError, Desired, canonical_json, checksum, literal_module_outputs};
 pub use process::FakeProvider;
 pub use status::{
     Cond, Path, applied_at_provider, at_provider, backoff, condition, message, now,
@@ -97,6 +101,9 @@ pub const FAIL_TIMES_ANNOTATION: &str = "fake.tf.upbound.io/fail-times";
 /// When present and not empty, every destroy fails with this message (`delete failed: …`,
 /// `Ready=False Deleting` kept, retried with backoff), as a module whose destroy fails.
 pub const FAIL_DESTROY_ANNOTATION: &str = "fake.tf.upbound.io/fail-destroy";
+/// A file path: an apply (Create or Update) waits until the file exists, writing nothing
+/// meanwhile, as a long `terraform apply` does. Not read while deleting.
+pub const APPLY_GATE_ANNOTATION: &str = "fake.tf.upbound.io/apply-gate";
 /// crossplane-runtime's pause annotation (`meta.AnnotationKeyReconciliationPaused`): the
 /// value `true` pauses the Workspace's reconciliation.
 pub const PAUSED_ANNOTATION: &str = "crossplane.io/paused";
