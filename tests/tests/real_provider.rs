@@ -13,8 +13,11 @@ use capt_controller::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
 };
 use capt_controller::render::workspace_name;
+use capt_controller::render::{REVISION_ANNOTATION, REVISION_OUTPUT};
 use capt_tests::deletion_order::DeletionOrder;
-use capt_tests::fake_provider::{FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION};
+use capt_tests::fake_provider::{
+    APPLY_GATE_ANNOTATION, FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION,
+};
 use capt_tests::system::System;
 use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
@@ -659,5 +662,174 @@ async fn a_failing_destroy_is_shown_while_deleting_and_finishes_once_fixed_on_bo
     let fake = failing_destroy(Provider::Fake).await?;
     assert_eq!(real, fake, "CAPT reports the same on both");
     assert_eq!(real.condition("Deleting"), ("True", "WaitingForWorkspace"));
+    Ok(())
+}
+
+/// Creates the gate file when dropped.
+struct Release(std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+/// What the control plane shows while an update is being applied, and when the update is
+/// proven applied.
+#[derive(Debug, PartialEq, Eq)]
+struct HeldUpdate {
+    /// While Terraform applies it (the Workspace still `Ready=True Available`).
+    during: Outcome,
+    during_version: String,
+    /// Once the module's `capt_revision` output equals the revision rendered.
+    after: Outcome,
+    after_version: String,
+}
+
+/// `spec.version` 1.31 → 1.32 with the apply held (the real one: a `terraform_data` whose
+/// create provisioner waits for a file named after the version; the fake one: its apply-gate
+/// annotation): the Workspace stays `Ready=True Available` throughout, as provider-terraform
+/// keeps it, so only the revision output tells an applied update from one in progress.
+async fn held_update(provider: Provider) -> Result<HeldUpdate> {
+    let stack = Stack::provisioned(provider, "real-held").await?;
+    let system = &stack.system;
+    assert_eq!(stack.control_plane()?["status"]["version"], "1.31");
+    let dir = std::env::temp_dir().join(unique_name("real-held"));
+    std::fs::create_dir_all(&dir)?;
+    let gate = |version: &str| dir.join(format!("gate-{version}"));
+    // Whatever happens, the held apply ends: a held one would keep the shared provider's
+    // worker (and the namespace's deletion) waiting.
+    let _release = Release(gate("1.32"));
+    match provider {
+        Provider::Real => {
+            std::fs::write(gate("1.31"), "")?;
+            let module = stack.module()?;
+            stack.set_module(&format!(
+                "{module}resource \"terraform_data\" \"apply_gate\" {{\n  triggers_replace = var.kubernetes_version\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e {}/gate-${{var.kubernetes_version}} ]; do sleep 0.1; done\"\n  }}\n}}\noutput \"apply_gate\" {{ value = terraform_data.apply_gate.id }}\n",
+                dir.display()
+            ))?;
+            system
+                .wait_for("the gate applied", WAIT, || async {
+                    let cp = stack.control_plane()?;
+                    Ok(
+                        cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["apply_gate"]
+                            .is_string()
+                            && condition(&cp, "Ready").1 == "ControlPlaneReady",
+                    )
+                })
+                .await?;
+        }
+        Provider::Fake => {
+            let held = gate("1.32");
+            stack.annotate_workspace(&format!("{APPLY_GATE_ANNOTATION}={}", held.display()))?;
+        }
+    }
+    stack.kubectl(&[
+        "patch",
+        "captcontrolplane",
+        "demo",
+        "-n",
+        system.namespace(),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"version":"1.32"}}"#,
+    ])?;
+    // The new rendering is on the Workspace, its apply held: what the control plane says.
+    let last = std::sync::Mutex::new(String::new());
+    system
+        .wait_for(
+            "the control plane to show the update in progress",
+            WAIT,
+            || async {
+                let cp = stack.control_plane()?;
+                let seen = format!("{} version={}", summary(&cp), cp["status"]["version"]);
+                *last.lock().unwrap() = seen;
+                Ok(condition(&cp, "Ready")
+                    .2
+                    .contains("has not applied revision"))
+            },
+        )
+        .await
+        .with_context(|| format!("last seen: {}", last.lock().unwrap()))?;
+    let ws = stack.workspace()?;
+    let rendered = ws["metadata"]["annotations"][REVISION_ANNOTATION].clone();
+    println!(
+        "held update ({provider:?}): Workspace Ready={:?} Synced={:?} rendered {rendered} applied {}",
+        condition(&ws, "Ready"),
+        condition(&ws, "Synced"),
+        ws["status"]["atProvider"]["outputs"][REVISION_OUTPUT]
+    );
+    assert_eq!(
+        (
+            condition(&ws, "Ready").0.as_str(),
+            condition(&ws, "Synced").0.as_str()
+        ),
+        ("True", "True"),
+        "the provider reports Ready and Synced while applying"
+    );
+    assert_ne!(
+        ws["status"]["atProvider"]["outputs"][REVISION_OUTPUT],
+        rendered
+    );
+    let cp = stack.control_plane()?;
+    println!(
+        "held update ({provider:?}): CAPT reports {} version={}",
+        summary(&cp),
+        cp["status"]["version"]
+    );
+    let during = Outcome::of(&cp);
+    let during_version = cp["status"]["version"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    std::fs::write(gate("1.32"), "")?;
+    system
+        .wait_for("status.version 1.32", WAIT, || async {
+            Ok(stack.control_plane()?["status"]["version"] == "1.32")
+        })
+        .await?;
+    let cp = stack.control_plane()?;
+    let ws = stack.workspace()?;
+    println!("applied ({provider:?}): CAPT reports {}", summary(&cp));
+    assert_eq!(
+        ws["status"]["atProvider"]["outputs"][REVISION_OUTPUT],
+        ws["metadata"]["annotations"][REVISION_ANNOTATION],
+        "the version follows the proof"
+    );
+    assert_eq!(
+        cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["kubernetes_version"],
+        "1.32"
+    );
+    let after = Outcome::of(&cp);
+    let after_version = cp["status"]["version"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    stack.clean_up().await?;
+    Ok(HeldUpdate {
+        during,
+        during_version,
+        after,
+        after_version,
+    })
+}
+
+#[tokio::test]
+async fn the_version_follows_the_proof_that_the_update_was_applied_on_both_providers() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = held_update(Provider::Real).await?;
+    let fake = held_update(Provider::Fake).await?;
+    assert_eq!(real, fake, "CAPT reports the same on both");
+    assert_eq!(real.during_version, "1.31", "not proven while applying");
+    assert_eq!(real.during.phase, "Ready", "{real:?}");
+    assert_eq!(
+        real.during.condition("Ready"),
+        ("True", "WorkspaceUpdating")
+    );
+    assert_eq!(real.during.condition("Failed").0, "False");
+    assert_eq!(real.after_version, "1.32");
+    assert_eq!(real.after.condition("Ready"), ("True", "ControlPlaneReady"));
     Ok(())
 }
