@@ -175,6 +175,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         desired.recheck_after,
         refusal.as_ref(),
     ));
+    owner::warn_if_needing_operator(&ctx, &*cp, &desired.status_fragment).await;
     let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
     ctx.publish(status.observing(&observed)).await?;
     // The kubeconfig Secret last: reading the connection Secret is a request, and the

@@ -53,7 +53,8 @@ pub mod reason {
     pub use crate::status::conditions::reason::{
         CONTROL_PLANE_TIMEOUT, INVALID_ENDPOINT, INVALID_TIMEOUT, VPC_READY_TIMEOUT,
         WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING, WORKSPACE_DEGRADED,
-        WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_PAUSED, WORKSPACE_UPDATING,
+        WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_NEEDS_OPERATOR, WORKSPACE_PAUSED,
+        WORKSPACE_UPDATING,
     };
     /// The VPC is not ready yet.
     pub const WAITING_FOR_VPC: &str = "WaitingForVPC";
@@ -174,6 +175,10 @@ fn observed_outcome(
     match (ws.state(), endpoint) {
         (WorkspaceState::Failed { message }, _) => Outcome::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
+            message: format!("Workspace {}: {message}", ws.name),
+        },
+        (WorkspaceState::NeedsOperator { message }, _) => Outcome::Failed {
+            reason: reason::WORKSPACE_NEEDS_OPERATOR.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
         (WorkspaceState::Ready, Some(Ok(e))) => match ws.applied(input.apply_generation) {

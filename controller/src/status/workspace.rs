@@ -15,6 +15,15 @@ use crate::render::{APPLY_GENERATION_ANNOTATION, REVISION_ANNOTATION, REVISION_O
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
+/// The start of crossplane-runtime's `errCreateIncomplete` (managed reconciler, v1.16.0).
+const CREATE_INCOMPLETE: &str = "cannot determine creation result";
+/// crossplane-runtime's `meta.AnnotationKeyExternalCreatePending`.
+pub const CREATE_PENDING_ANNOTATION: &str = "crossplane.io/external-create-pending";
+
+/// An annotation whose change wakes provider-terraform (any not in crossplane-runtime's
+/// `DesiredStateChanged` ignore list would do): the retry an operator makes after a crash.
+pub const RETRY_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/operator-retry";
+
 /// One of a Workspace's Crossplane conditions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkspaceCondition {
@@ -77,6 +86,14 @@ pub enum WorkspaceState {
     },
     /// The Workspace is being deleted.
     Deleting,
+    /// crossplane-runtime found `crossplane.io/external-create-pending` later than any
+    /// create result (the provider stopped mid-apply, e.g. a crash or restart): `Synced=False
+    /// ReconcileError "cannot determine creation result …"`, `Ready=False Creating`, and it is
+    /// never retried until a person removes the annotation.
+    NeedsOperator {
+        /// What to do, with the provider's message.
+        message: String,
+    },
     /// `Synced=False ReconcileError` from Observe or Connect (`observe failed: …`, e.g. a plan
     /// of a broken module; `connect failed: …`) while `Ready=True` stays: the provider cannot
     /// look at the infrastructure, which is as it last saw it. Not a failed apply.
@@ -174,6 +191,21 @@ impl WorkspaceObservation {
                 "" => "the Workspace reported ReconcileError without a message".to_string(),
                 m => m.to_string(),
             };
+            if message.starts_with(CREATE_INCOMPLETE) {
+                return WorkspaceState::NeedsOperator {
+                    message: format!(
+                        "provider-terraform cannot tell whether its first apply finished (it \
+                         stopped mid-apply) and will not retry until a person decides: check \
+                         the Terraform state in the backend for what that apply created, then \
+                         remove the annotation {CREATE_PENDING_ANNOTATION} together with a \
+                         change the provider wakes on (the removal alone does not wake it): \
+                         kubectl annotate workspace {} {CREATE_PENDING_ANNOTATION}- \
+                         {RETRY_ANNOTATION}=\"$(date +%s)\" --overwrite. The provider says: \
+                         {message}",
+                        self.name
+                    ),
+                };
+            }
             // crossplane-runtime's prefixes of errors before any apply (errReconcileObserve,
             // errReconcileConnect): nothing was changed, what was Ready stays so.
             let unobserved = ["observe failed", "connect failed"]
@@ -245,7 +277,12 @@ impl WorkspaceObservation {
             (WorkspaceState::Ready, Some(sum)) => {
                 out.insert("lastAppliedRevision".into(), json!(sum));
             }
-            (WorkspaceState::Failed { message } | WorkspaceState::Degraded { message }, sum) => {
+            (
+                WorkspaceState::Failed { message }
+                | WorkspaceState::Degraded { message }
+                | WorkspaceState::NeedsOperator { message },
+                sum,
+            ) => {
                 if let Some(sum) = sum {
                     out.insert("lastFailedRevision".into(), json!(sum));
                 }
@@ -670,5 +707,38 @@ mod applied_tests {
         let ws = WorkspaceObservation::from_json(&json);
         assert_eq!(ws.rendered_revision.as_deref(), Some("abc"));
         assert_eq!(ws.rendered_generation, Some(7));
+    }
+}
+
+#[cfg(test)]
+mod needs_operator_tests {
+    use super::testing::*;
+    use super::*;
+
+    /// crossplane-runtime's `errCreateIncomplete`, as the managed reconciler writes it.
+    const INCOMPLETE: &str = "cannot determine creation result - remove the \
+        crossplane.io/external-create-pending annotation if it is safe to proceed";
+
+    #[test]
+    fn a_create_left_pending_by_a_crash_needs_an_operator_and_says_what_to_do() {
+        let ws = mk_workspace(
+            Some(("False", "ReconcileError", INCOMPLETE)),
+            Some(("False", "Creating", "")),
+            None,
+        );
+        let WorkspaceState::NeedsOperator { message } = ws.state() else {
+            panic!("{:?}", ws.state());
+        };
+        assert!(
+            message
+                .contains("kubectl annotate workspace ws-1 crossplane.io/external-create-pending-"),
+            "{message}"
+        );
+        assert!(message.ends_with(INCOMPLETE), "{message}");
+        assert!(!ws.is_ready());
+        assert_eq!(
+            ws.template_status(None)["lastFailureMessage"],
+            json!(message)
+        );
     }
 }

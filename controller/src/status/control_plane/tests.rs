@@ -897,3 +897,34 @@ fn a_first_apply_waits_for_the_proof_and_a_module_without_one_goes_by_ready() {
     assert_eq!(d.phase, ControlPlanePhase::Ready);
     assert_eq!(status(&d)["version"], "1.31");
 }
+
+/// A provider that crashed mid-apply leaves `crossplane.io/external-create-pending`; it then
+/// waits for a person (`Synced=False "cannot determine creation result …"`). The control plane
+/// fails with a reason of its own and what to do, untimed: no silent hang, no timeout either.
+#[test]
+fn a_workspace_stuck_after_a_crash_fails_the_control_plane_with_what_to_do() {
+    let stuck = crate::status::workspace::testing::mk_workspace(
+        Some((
+            "False",
+            "ReconcileError",
+            "cannot determine creation result - remove the crossplane.io/external-create-pending \
+             annotation if it is safe to proceed",
+        )),
+        Some(("False", "Creating", "")),
+        None,
+    );
+    let d = desired_control_plane(&with(|i| i.workspace = Some(stuck)));
+    assert_eq!(d.phase, ControlPlanePhase::Failed);
+    assert_eq!(d.recheck_after, None);
+    let conditions = status(&d)["conditions"].as_array().unwrap();
+    let failed = conditions.iter().find(|c| c["type"] == "Failed").unwrap();
+    assert_eq!(failed["status"], "True");
+    assert_eq!(failed["reason"], reason::WORKSPACE_NEEDS_OPERATOR);
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("crossplane.io/external-create-pending-"),
+        "{failed}"
+    );
+}
