@@ -462,3 +462,29 @@ fn literal_string_outputs_of_an_inline_module_are_reported_as_tofu_would() {
     assert_eq!(d.outputs, map(json!({"one_line": "z", "block": "b"})));
     assert_eq!(d.sensitive_names(), vec!["secret"]);
 }
+
+#[test]
+fn a_create_is_incomplete_while_pending_is_later_than_its_recorded_result() {
+    let at = |pairs: &[(&str, &str)]| external_create_incomplete(&annotations(pairs));
+    assert!(!at(&[]), "never started");
+    assert!(at(&[(EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:02Z")]));
+    assert!(at(&[
+        (EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:02Z"),
+        (EXTERNAL_CREATE_SUCCEEDED, "2026-01-01T00:00:01Z"),
+    ]));
+    assert!(!at(&[
+        (EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:01Z"),
+        (EXTERNAL_CREATE_SUCCEEDED, "2026-01-01T00:00:02Z"),
+    ]));
+    assert!(
+        !at(&[
+            (EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:01Z"),
+            (EXTERNAL_CREATE_FAILED, "2026-01-01T00:00:01Z"),
+        ]),
+        "not after: complete"
+    );
+    assert!(!at(&[(EXTERNAL_CREATE_PENDING, "garbage")]), "zero time");
+    assert!(orphaned(&json!({"deletionPolicy": "Orphan"})));
+    assert!(!orphaned(&json!({"deletionPolicy": "Delete"})));
+    assert!(!orphaned(&json!({})));
+}
