@@ -16,7 +16,7 @@ use capt_controller::render::workspace_name;
 use capt_controller::render::{REVISION_ANNOTATION, REVISION_OUTPUT};
 use capt_tests::deletion_order::DeletionOrder;
 use capt_tests::fake_provider::{
-    APPLY_GATE_ANNOTATION, FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION,
+    APPLY_GATE_ANNOTATION, EXTERNAL_CREATE_PENDING, FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION,
 };
 use capt_tests::system::System;
 use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
@@ -831,5 +831,89 @@ async fn the_version_follows_the_proof_that_the_update_was_applied_on_both_provi
     assert_eq!(real.during.condition("Failed").0, "False");
     assert_eq!(real.after_version, "1.32");
     assert_eq!(real.after.condition("Ready"), ("True", "ControlPlaneReady"));
+    Ok(())
+}
+
+/// A provider that stops mid-apply (a crash, a restart) leaves
+/// `crossplane.io/external-create-pending` later than any recorded result; crossplane-runtime
+/// then refuses to go on (`Synced=False "cannot determine creation result …"`) until a person
+/// removes it. The real provider cannot be made to crash on demand here, so the stand-in
+/// plays what that annotation makes the managed reconciler do; the annotation is written as
+/// the crash leaves it, with the provider's restart (a change it wakes on). CAPT fails the
+/// control plane with its own reason, says what to do in the condition and a Warning Event,
+/// and doing what it says brings the control plane back.
+#[tokio::test]
+async fn a_create_left_pending_by_a_crash_tells_an_operator_what_to_do() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::provisioned(Provider::Fake, "fake-crash").await?;
+    let system = &stack.system;
+    let pending_since = capt_tests::fake_provider::now();
+    stack.annotate_workspace(&format!("{EXTERNAL_CREATE_PENDING}={pending_since}"))?;
+    stack.annotate_workspace("capt.test/provider-restarted=1")?;
+    system
+        .wait_for("the control plane to need an operator", WAIT, || async {
+            Ok(condition(&stack.control_plane()?, "Failed").1 == "WorkspaceNeedsOperator")
+        })
+        .await?;
+    let ws = stack.workspace()?;
+    let (_, _, provider_says) = condition(&ws, "Synced");
+    assert!(
+        provider_says.starts_with("cannot determine creation result"),
+        "{provider_says}"
+    );
+    assert_eq!(condition(&ws, "Ready").1, "Creating");
+    let cp = stack.control_plane()?;
+    println!("crash: CAPT reports {}", summary(&cp));
+    assert_eq!(cp["status"]["phase"], "Failed");
+    let (status, _, message) = condition(&cp, "Failed");
+    assert_eq!(status, "True");
+    let command = message
+        .split_once("kubectl annotate")
+        .and_then(|(_, rest)| rest.split_once(" --overwrite"))
+        .map(|(args, _)| args.to_owned())
+        .with_context(|| format!("a command in the message: {message}"))?;
+    // The Warning Event on the control plane says the same.
+    let events: Value = serde_json::from_str(&stack.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        system.namespace(),
+        "-o",
+        "json",
+    ])?)?;
+    let event = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| {
+            e["reason"] == "WorkspaceNeedsOperator"
+                && e["involvedObject"]["kind"] == "CAPTControlPlane"
+        })
+        .context("a WorkspaceNeedsOperator Event on the control plane")?;
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&command)),
+        "{event}"
+    );
+
+    // What the message says to do, as an operator would run it.
+    let args: Vec<String> = command
+        .replace("\"$(date +%s)\"", "1")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let mut kubectl = vec!["annotate".to_owned()];
+    kubectl.extend(args);
+    kubectl.push("--overwrite".into());
+    stack.kubectl(&kubectl.iter().map(String::as_str).collect::<Vec<_>>())?;
+    system
+        .wait_for("the control plane Ready again", WAIT, || async {
+            Ok(condition(&stack.control_plane()?, "Ready").1 == "ControlPlaneReady")
+        })
+        .await?;
+    assert_eq!(stack.control_plane()?["status"]["phase"], "Ready");
+    stack.clean_up().await?;
     Ok(())
 }
