@@ -30,6 +30,9 @@ pub const APPLY_GENERATION_ANNOTATION: &str =
 /// The output an inline module gets, whose value is the rendered revision: Terraform reports
 /// it only after applying that very configuration. A template may not declare it.
 pub const REVISION_OUTPUT: &str = "capt_revision";
+/// The `spec.deletionPolicy` of every rendered Workspace: provider-terraform destroys the
+/// infrastructure when the Workspace is deleted.
+pub const DELETION_POLICY: &str = "Delete";
 /// Hex digits of a revision.
 const REVISION_HEX: usize = 16;
 
@@ -118,6 +121,13 @@ pub fn render_workspace(
         )));
     }
     let mut spec = substitute(&body.spec, &variables);
+    // Named, so that CAPT owns the field: a Workspace someone patched to `Orphan` is put back
+    // by the next render. Deleting a CAPT object destroys what it built; keeping a Workspace
+    // is CAPT's to decide (retainVpcOnDelete), never a silent leak (`workspace_policy`
+    // refuses a template's `Orphan`).
+    if spec.get("deletionPolicy").is_none() {
+        spec["deletionPolicy"] = json!(DELETION_POLICY);
+    }
     let secret_ref = apply
         .spec
         .write_connection_secret_to_ref
@@ -512,5 +522,11 @@ mod tests {
                 .get(REVISION_ANNOTATION)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_rendered_workspace_is_destroyed_with_its_owner() {
+        let ws = render_workspace(&mk_apply(json!({}), None), &mk_template(json!({})), "w");
+        assert_eq!(ws.unwrap()["spec"]["deletionPolicy"], DELETION_POLICY);
     }
 }
