@@ -917,3 +917,51 @@ async fn a_create_left_pending_by_a_crash_tells_an_operator_what_to_do() -> Resu
     stack.clean_up().await?;
     Ok(())
 }
+
+/// Someone patches the control plane's Workspace to `deletionPolicy: Orphan`, with which
+/// provider-terraform (and the stand-in, alike) would drop it on deletion without destroying
+/// anything. CAPT renders `Delete` and owns the field: it puts it back, and deleting the
+/// Cluster destroys (on the real provider: its state Secrets gone). Returns the policy the
+/// Workspace had when the deletion started.
+async fn orphan_patched(provider: Provider) -> Result<String> {
+    let stack = Stack::provisioned(provider, "real-orphan").await?;
+    let name = stack.workspace_name();
+    stack.kubectl(&[
+        "patch",
+        "workspace",
+        &name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"deletionPolicy":"Orphan"}}"#,
+    ])?;
+    stack
+        .system
+        .wait_for("CAPT to put deletionPolicy Delete back", WAIT, || async {
+            Ok(stack.workspace()?["spec"]["deletionPolicy"] == "Delete")
+        })
+        .await?;
+    let policy = stack.workspace()?["spec"]["deletionPolicy"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    println!("orphan ({provider:?}): deletionPolicy back to {policy}");
+    stack.clean_up().await?;
+    if provider == Provider::Real {
+        assert_eq!(
+            state_secrets(&stack.system)?,
+            Vec::<String>::new(),
+            "destroyed, state gone"
+        );
+    }
+    Ok(policy)
+}
+
+#[tokio::test]
+async fn a_workspace_patched_to_orphan_is_put_back_and_destroyed_on_both_providers() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = orphan_patched(Provider::Real).await?;
+    let fake = orphan_patched(Provider::Fake).await?;
+    assert_eq!(real, fake);
+    assert_eq!(real, "Delete");
+    Ok(())
+}
