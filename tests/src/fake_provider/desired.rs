@@ -87,18 +87,16 @@ impl Desired {
         })
     }
 
-    /// Adds the outputs an inline HCL module in `spec` declares with a string literal value
-    /// ([`literal_module_outputs`]), as Terraform would report them; an annotation's output of
-    /// the same name wins.
+    /// Adds the non-sensitive outputs an inline HCL module in `spec` declares with a string
+    /// literal value ([`literal_module_outputs`]), as Terraform would report them; an
+    /// annotation's output of the same name wins. Sensitive outputs come from the
+    /// sensitive-outputs annotation alone: a test decides what secret data exists.
     pub fn with_module_outputs(mut self, spec: &Value) -> Self {
         for (name, value, sensitive) in literal_module_outputs(spec) {
-            if self.outputs.contains_key(&name) || self.sensitive.contains_key(&name) {
+            if sensitive || self.sensitive.contains_key(&name) {
                 continue;
             }
-            match sensitive {
-                true => self.sensitive.insert(name, value),
-                false => self.outputs.insert(name, value),
-            };
+            self.outputs.entry(name).or_insert(value);
         }
         self
     }
