@@ -331,8 +331,27 @@ fn condition(conditions: &[Value], type_: &str) -> Option<WorkspaceCondition> {
     Some(WorkspaceCondition {
         status: text("status"),
         reason: text("reason"),
-        message: text("message"),
+        message: without_error_blob(&text("message")),
     })
+}
+
+/// What provider-terraform (v0.18.0) writes before the whole Terraform error, gzipped and
+/// base64-encoded, in a condition's message.
+const ERROR_BLOB_START: &str = "To see the full error run: echo \"";
+
+/// `message` without provider-terraform's encoded full error: that blob holds Terraform's
+/// whole output, variable values included (seen on the real provider: a `local-exec` error
+/// carries its command with the value of a variable read from a Secret, `sensitive = true`
+/// or not). It stays on the Workspace, for whoever may read that; nothing CAPT writes (a
+/// condition, an Event, a mirrored condition) copies it.
+pub fn without_error_blob(message: &str) -> String {
+    match message.split_once(ERROR_BLOB_START) {
+        None => message.to_owned(),
+        Some((before, _)) => format!(
+            "{before}(the full Terraform error, which may hold variable values, is left out: \
+             see the Workspace's Synced condition)"
+        ),
+    }
 }
 
 fn is_true(condition: &Option<WorkspaceCondition>) -> bool {
@@ -740,5 +759,42 @@ mod needs_operator_tests {
             ws.template_status(None)["lastFailureMessage"],
             json!(message)
         );
+    }
+}
+
+#[cfg(test)]
+mod error_blob_tests {
+    use super::testing::*;
+    use super::*;
+
+    /// The message provider-terraform wrote on the real provider for a `local-exec` that
+    /// failed with a variable read from a Secret (its blob decodes to
+    /// `Error running command 'echo using hunter2-secret-value; exit 1'`).
+    const REAL: &str = "create failed: cannot apply Terraform configuration: Terraform \
+        encountered an error. Summary: local-exec provisioner error. To see the full error \
+        run: echo \"H4sIAAAAAAAA/3yQQUozQRCF932KR2+ySSbkh2zmX4oLQXATcSmdTk2mYaYqVFfHAXeewRxFvE9OIhMjEhR3RVV9r96rVUtKCErI0hN2KuuO+oynZC2sJVzd3iAKN2lbNFgSrt3x8O6Ory94CMqJtzXuOaw7gglkR/wTQZM6GpETtvpN9bSCYPBzFbF5ZaQaGtFeo8dGKIPFQEPKVrnj4c05d60qWqOTGLoZDRRH+/uUkzApaJw6h3OUL7nHTbBQDVMHCKMPiStr0CUmLKdIDKUsRSPBXzIefvC1A7CsgYtT/tuCx/PZGLTw+B5E6fvAG0wotoKSx15b2Ej/zTJFJZvtQ1fo/5jOsJjUn0W2YCW7RYW7Yrti9R+scx8AAAD//wEAAP//bFkdd8kBAAA=\" \
+        | base64 -d | gunzip";
+
+    #[test]
+    fn the_encoded_full_error_never_leaves_the_workspace() {
+        let ws = mk_workspace(
+            Some(("False", "ReconcileError", REAL)),
+            Some(("False", "Creating", "")),
+            None,
+        );
+        let WorkspaceState::Failed { message } = ws.state() else {
+            panic!("{:?}", ws.state());
+        };
+        assert!(
+            message.starts_with(
+                "create failed: cannot apply Terraform configuration: Terraform \
+                 encountered an error. Summary: local-exec provisioner error. (the full"
+            ),
+            "{message}"
+        );
+        assert!(!message.contains("H4sI"), "{message}");
+        assert!(!ws.template_status(None).to_string().contains("H4sI"));
+        let plain = "update failed: cannot apply Terraform configuration: quota";
+        assert_eq!(without_error_blob(plain), plain);
     }
 }
