@@ -965,3 +965,69 @@ async fn a_workspace_patched_to_orphan_is_put_back_and_destroyed_on_both_provide
     assert_eq!(real, "Delete");
     Ok(())
 }
+
+/// provider-terraform puts Terraform's whole error, gzipped and base64-encoded, in the
+/// Workspace's `Synced` message ("To see the full error run: echo …"); a `local-exec` error
+/// carries its command with a variable's value, here one read from a Secret and declared
+/// `sensitive`. CAPT's conditions, its apply's mirrored conditions and its Events carry the
+/// provider's summary without that blob, so the value is nowhere CAPT writes.
+#[tokio::test]
+async fn a_terraform_error_carrying_a_secret_value_is_not_copied_by_capt() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::provisioned(Provider::Real, "real-leak").await?;
+    let system = &stack.system;
+    let ns = system.namespace().to_owned();
+    const PASSWORD: &str = "hunter2-never-copied";
+    stack.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        "-n",
+        &ns,
+        &format!("--from-literal=vars.json={{\"db_password\":\"{PASSWORD}\"}}"),
+    ])?;
+    let module = stack.module()?;
+    system.patch_control_plane_template(&json!({"spec": {"template": {"spec": {"forProvider": {
+        "module": format!("{module}variable \"db_password\" {{\n  type      = string\n  sensitive = true\n}}\nresource \"terraform_data\" \"uses_secret\" {{\n  provisioner \"local-exec\" {{\n    command = \"echo connecting with ${{var.db_password}}; exit 1\"\n  }}\n}}\n"),
+        "varFiles": [{"source": "SecretKey", "format": "JSON",
+                      "secretKeyRef": {"namespace": ns, "name": "db", "key": "vars.json"}}],
+    }}}}}))?;
+    system
+        .wait_for(
+            "the control plane to show the failed apply",
+            WAIT,
+            || async {
+                Ok(condition(&stack.control_plane()?, "Failed")
+                    .2
+                    .contains("local-exec provisioner error"))
+            },
+        )
+        .await?;
+    let (_, _, provider_says) = condition(&stack.workspace()?, "Synced");
+    assert!(
+        provider_says.contains("To see the full error run: echo"),
+        "the premise: the provider writes the blob: {provider_says}"
+    );
+    let cp = stack.control_plane()?;
+    println!("leak: CAPT reports {}", summary(&cp));
+    let apply = system
+        .get(&["workspacetemplateapply", "demo-controlplane"])?
+        .context("the apply")?;
+    let events = stack.kubectl(&["get", "events", "-n", &ns, "-o", "json"])?;
+    for (what, text) in [
+        ("control plane", cp.to_string()),
+        ("apply", apply.to_string()),
+        ("events", events),
+    ] {
+        assert!(!text.contains(PASSWORD), "{what}: {text}");
+        assert!(
+            !text.contains("H4sI"),
+            "{what} carries the encoded error: {text}"
+        );
+    }
+    system.patch_control_plane_template(&json!({"spec": {"template": {"spec": {"forProvider": {
+        "module": module, "varFiles": null}}}}}))?;
+    stack.clean_up().await?;
+    Ok(())
+}
