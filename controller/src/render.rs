@@ -20,6 +20,21 @@ pub const OWNER_LABEL_PREFIX: &str = "infrastructure.cluster.x-k8s.io/owner-";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// The variable that stands for the Workspace's own name.
 pub const WORKSPACE_NAME_VARIABLE: &str = "WORKSPACE_NAME";
+/// Annotation on a Workspace: the revision of what was rendered into it (see
+/// [`render_workspace`]), which its module echoes as [`REVISION_OUTPUT`] once applied.
+pub const REVISION_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/workspace-revision";
+/// Annotation on a Workspace: the `metadata.generation` of the apply it was rendered from,
+/// so that an owner can tell whether the Workspace renders its current spec.
+pub const APPLY_GENERATION_ANNOTATION: &str =
+    "infrastructure.cluster.x-k8s.io/workspacetemplateapply-generation";
+/// The output an inline module gets, whose value is the rendered revision: Terraform reports
+/// it only after applying that very configuration. A template may not declare it.
+pub const REVISION_OUTPUT: &str = "capt_revision";
+/// The `spec.deletionPolicy` of every rendered Workspace: provider-terraform destroys the
+/// infrastructure when the Workspace is deleted.
+pub const DELETION_POLICY: &str = "Delete";
+/// Hex digits of a revision.
+const REVISION_HEX: usize = 16;
 
 /// Why a Workspace could not be rendered.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -81,6 +96,14 @@ pub fn workspace_name_of(apply: &WorkspaceTemplateApply) -> String {
 /// in use: [`workspace_name`], or the legacy name of a Workspace rendered before it, so that
 /// its spec stays what Terraform last applied). Other `${…}` (Terraform's own interpolation)
 /// are left as they are.
+///
+/// The Workspace carries the apply's generation ([`APPLY_GENERATION_ANNOTATION`]). An inline
+/// HCL module also gets the output [`REVISION_OUTPUT`] whose value is the revision (a hash
+/// of the rendered spec), and the Workspace the same revision in
+/// [`REVISION_ANNOTATION`]: provider-terraform keeps `Ready=True` through an update and
+/// writes no observedGeneration, so the output matching the annotation is the only proof
+/// that this rendering was applied. A remote module, or inline JSON, gets neither (nothing
+/// can be added to it): its Workspace proves nothing beyond `Ready`.
 pub fn render_workspace(
     apply: &WorkspaceTemplateApply,
     template: &WorkspaceTemplate,
@@ -98,6 +121,13 @@ pub fn render_workspace(
         )));
     }
     let mut spec = substitute(&body.spec, &variables);
+    // Named, so that CAPT owns the field: a Workspace someone patched to `Orphan` is put back
+    // by the next render. Deleting a CAPT object destroys what it built; keeping a Workspace
+    // is CAPT's to decide (retainVpcOnDelete), never a silent leak (`workspace_policy`
+    // refuses a template's `Orphan`).
+    if spec.get("deletionPolicy").is_none() {
+        spec["deletionPolicy"] = json!(DELETION_POLICY);
+    }
     let secret_ref = apply
         .spec
         .write_connection_secret_to_ref
@@ -135,10 +165,66 @@ pub fn render_workspace(
     // `omitempty`), so an empty one rendered is never found on the live Workspace: every
     // reconcile would apply it again, and each such apply is a real write (its managedFields
     // entry gets a new time), whose watch event wakes the apply once more (issue 23).
+    let mut annotations = annotations;
+    annotations.remove(REVISION_ANNOTATION);
+    if let Some(generation) = apply.metadata.generation {
+        annotations.insert(
+            APPLY_GENERATION_ANNOTATION.to_owned(),
+            generation.to_string(),
+        );
+    }
     if !annotations.is_empty() {
         rendered["metadata"]["annotations"] = json!(annotations);
     }
+    echo_revision(&mut rendered);
     Ok(rendered)
+}
+
+/// Adds the revision output to an inline HCL module, and the revision annotation; leaves any
+/// other module alone.
+fn echo_revision(rendered: &mut Value) {
+    let for_provider = &rendered["spec"]["forProvider"];
+    // provider-terraform's default format is HCL.
+    let format = for_provider["inlineFormat"].as_str().unwrap_or("HCL");
+    let inline_hcl = for_provider["source"] == "Inline" && format == "HCL";
+    let Some(module) = for_provider["module"].as_str().filter(|_| inline_hcl) else {
+        return;
+    };
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(canonical_json(&rendered["spec"]).as_bytes());
+    let revision: String = digest
+        .iter()
+        .take(REVISION_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let separator = if module.ends_with('\n') { "" } else { "\n" };
+    let module = format!(
+        "{module}{separator}# Added by CAPT: proves that this configuration was applied.\n\
+         output \"{REVISION_OUTPUT}\" {{\n  value = \"{revision}\"\n}}\n"
+    );
+    rendered["spec"]["forProvider"]["module"] = json!(module);
+    rendered["metadata"]["annotations"][REVISION_ANNOTATION] = json!(revision);
+}
+
+/// JSON text with object keys sorted at every level: the same document hashes the same,
+/// whatever order its maps were read in.
+fn canonical_json(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical_json(&map[k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", items.join(","))
+        }
+        scalar => scalar.to_string(),
+    }
 }
 
 fn substitute_map(
@@ -347,7 +433,7 @@ mod tests {
         let template: WorkspaceTemplate = serde_json::from_value(json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
             "metadata": {"name": "plain", "namespace": "default"},
-            "spec": {"template": {"spec": {"forProvider": {"module": "m", "source": "Inline"}}}},
+            "spec": {"template": {"spec": {"forProvider": {"module": "git::m", "source": "Remote"}}}},
         }))
         .unwrap();
         let ws = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap();
@@ -366,5 +452,81 @@ mod tests {
         let ws = render_workspace(&apply, &mk_template(json!({})), "w").unwrap();
         assert_eq!(ws["metadata"]["labels"][APPLY_UID_LABEL], "1234-abcd");
         assert_eq!(ws["metadata"]["name"], "w");
+    }
+
+    #[test]
+    fn an_inline_module_echoes_the_revision_of_its_rendering_and_the_workspace_records_it() {
+        let template = mk_template(json!({"forProvider": {"source": "Inline",
+            "module": "variable \"v\" { type = string }",
+            "vars": [{"key": "v", "value": "${cluster}"}]}}));
+        let mut apply = mk_apply(json!({"cluster": "one"}), None);
+        apply.metadata.generation = Some(3);
+        let ws = render_workspace(&apply, &template, "w").unwrap();
+        let annotations = &ws["metadata"]["annotations"];
+        assert_eq!(annotations[APPLY_GENERATION_ANNOTATION], "3");
+        let revision = annotations[REVISION_ANNOTATION].as_str().unwrap();
+        assert_eq!(revision.len(), REVISION_HEX);
+        let module = ws["spec"]["forProvider"]["module"].as_str().unwrap();
+        assert!(
+            module.starts_with("variable \"v\" { type = string }\n"),
+            "{module}"
+        );
+        assert!(
+            module.ends_with(&format!(
+                "output \"{REVISION_OUTPUT}\" {{\n  value = \"{revision}\"\n}}\n"
+            )),
+            "{module}"
+        );
+        // The same rendering, the same revision; another variable value, another one.
+        let again = render_workspace(&apply, &template, "w").unwrap();
+        assert_eq!(again, ws);
+        let other =
+            render_workspace(&mk_apply(json!({"cluster": "two"}), None), &template, "w").unwrap();
+        assert_ne!(
+            other["metadata"]["annotations"][REVISION_ANNOTATION],
+            revision
+        );
+    }
+
+    #[test]
+    fn a_remote_or_json_module_gets_no_revision_and_a_template_cannot_set_one() {
+        let mut template = mk_template(json!({"forProvider": {"source": "Remote",
+            "module": "git::https://example.com/m.git"}}));
+        template
+            .spec
+            .template
+            .metadata
+            .as_mut()
+            .unwrap()
+            .annotations = Some(BTreeMap::from([(
+            REVISION_ANNOTATION.to_owned(),
+            "forged".to_owned(),
+        )]));
+        let ws = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap();
+        assert!(
+            ws["metadata"]["annotations"]
+                .get(REVISION_ANNOTATION)
+                .is_none(),
+            "{ws}"
+        );
+        assert_eq!(
+            ws["spec"]["forProvider"]["module"],
+            "git::https://example.com/m.git"
+        );
+        let json_module = mk_template(json!({"forProvider": {"source": "Inline",
+            "inlineFormat": "JSON", "module": "{}"}}));
+        let ws = render_workspace(&mk_apply(json!({}), None), &json_module, "w").unwrap();
+        assert_eq!(ws["spec"]["forProvider"]["module"], "{}");
+        assert!(
+            ws["metadata"]["annotations"]
+                .get(REVISION_ANNOTATION)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_rendered_workspace_is_destroyed_with_its_owner() {
+        let ws = render_workspace(&mk_apply(json!({}), None), &mk_template(json!({})), "w");
+        assert_eq!(ws.unwrap()["spec"]["deletionPolicy"], DELETION_POLICY);
     }
 }

@@ -14,6 +14,10 @@
 //!   `-reconfigure`, `-migrate-state`, `-force-copy`, `-from-module`, `-plugin-dir`,
 //!   `-state…`, `-chdir`) in `forProvider.initArgs`, `planArgs`, `applyArgs` or
 //!   `destroyArgs`.
+//! - No `spec.deletionPolicy: Orphan`: provider-terraform would drop the Workspace without
+//!   destroying anything, and the deletion of the cluster would end with its infrastructure
+//!   and Terraform state left behind, unseen. Keeping infrastructure is CAPT's to decide
+//!   (`retainVpcOnDelete`); a rendered Workspace always says `Delete` (`render`).
 //! - No `spec.publishConnectionDetailsTo`: a store configuration is cluster-scoped and may
 //!   write anywhere; the connection Secret (`writeConnectionSecretToRef`) stays in the
 //!   apply's namespace (`tenancy`).
@@ -126,6 +130,16 @@ impl WorkspacePolicy {
                     ));
                 }
             }
+        }
+        if let Some(policy) = spec["deletionPolicy"]
+            .as_str()
+            .filter(|p| *p != crate::render::DELETION_POLICY)
+        {
+            return Some(format!(
+                "spec.deletionPolicy {policy:?} is not allowed: deleting the cluster would leave \
+                 its infrastructure and Terraform state behind with nothing to show or destroy \
+                 them (a VPC is kept by the CAPTCluster's spec.retainVpcOnDelete)"
+            ));
         }
         if !spec["publishConnectionDetailsTo"].is_null() {
             return Some(
@@ -268,5 +282,18 @@ mod tests {
                 .expect("refused")
                 .contains("publishConnectionDetailsTo")
         );
+    }
+
+    #[test]
+    fn a_template_may_not_orphan_its_infrastructure() {
+        let policy = WorkspacePolicy::default();
+        let orphan = workspace(json!({"deletionPolicy": "Orphan"}), Value::Null);
+        let message = policy.refusal("a", &orphan).expect("refused");
+        assert!(
+            message.contains("spec.deletionPolicy \"Orphan\""),
+            "{message}"
+        );
+        let delete = workspace(json!({"deletionPolicy": "Delete"}), Value::Null);
+        assert_eq!(policy.refusal("a", &delete), None);
     }
 }

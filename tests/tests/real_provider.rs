@@ -13,8 +13,11 @@ use capt_controller::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
 };
 use capt_controller::render::workspace_name;
+use capt_controller::render::{REVISION_ANNOTATION, REVISION_OUTPUT};
 use capt_tests::deletion_order::DeletionOrder;
-use capt_tests::fake_provider::{FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION};
+use capt_tests::fake_provider::{
+    APPLY_GATE_ANNOTATION, EXTERNAL_CREATE_PENDING, FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION,
+};
 use capt_tests::system::System;
 use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
@@ -659,5 +662,372 @@ async fn a_failing_destroy_is_shown_while_deleting_and_finishes_once_fixed_on_bo
     let fake = failing_destroy(Provider::Fake).await?;
     assert_eq!(real, fake, "CAPT reports the same on both");
     assert_eq!(real.condition("Deleting"), ("True", "WaitingForWorkspace"));
+    Ok(())
+}
+
+/// Creates the gate file when dropped.
+struct Release(std::path::PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+/// What the control plane shows while an update is being applied, and when the update is
+/// proven applied.
+#[derive(Debug, PartialEq, Eq)]
+struct HeldUpdate {
+    /// While Terraform applies it (the Workspace still `Ready=True Available`).
+    during: Outcome,
+    during_version: String,
+    /// Once the module's `capt_revision` output equals the revision rendered.
+    after: Outcome,
+    after_version: String,
+}
+
+/// `spec.version` 1.31 → 1.32 with the apply held (the real one: a `terraform_data` whose
+/// create provisioner waits for a file named after the version; the fake one: its apply-gate
+/// annotation): the Workspace stays `Ready=True Available` throughout, as provider-terraform
+/// keeps it, so only the revision output tells an applied update from one in progress.
+async fn held_update(provider: Provider) -> Result<HeldUpdate> {
+    let stack = Stack::provisioned(provider, "real-held").await?;
+    let system = &stack.system;
+    assert_eq!(stack.control_plane()?["status"]["version"], "1.31");
+    let dir = std::env::temp_dir().join(unique_name("real-held"));
+    std::fs::create_dir_all(&dir)?;
+    let gate = |version: &str| dir.join(format!("gate-{version}"));
+    // Whatever happens, the held apply ends: a held one would keep the shared provider's
+    // worker (and the namespace's deletion) waiting.
+    let _release = Release(gate("1.32"));
+    match provider {
+        Provider::Real => {
+            std::fs::write(gate("1.31"), "")?;
+            let module = stack.module()?;
+            stack.set_module(&format!(
+                "{module}resource \"terraform_data\" \"apply_gate\" {{\n  triggers_replace = var.kubernetes_version\n  provisioner \"local-exec\" {{\n    command = \"while [ ! -e {}/gate-${{var.kubernetes_version}} ]; do sleep 0.1; done\"\n  }}\n}}\noutput \"apply_gate\" {{ value = terraform_data.apply_gate.id }}\n",
+                dir.display()
+            ))?;
+            system
+                .wait_for("the gate applied", WAIT, || async {
+                    let cp = stack.control_plane()?;
+                    Ok(
+                        cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["apply_gate"]
+                            .is_string()
+                            && condition(&cp, "Ready").1 == "ControlPlaneReady",
+                    )
+                })
+                .await?;
+        }
+        Provider::Fake => {
+            let held = gate("1.32");
+            stack.annotate_workspace(&format!("{APPLY_GATE_ANNOTATION}={}", held.display()))?;
+        }
+    }
+    stack.kubectl(&[
+        "patch",
+        "captcontrolplane",
+        "demo",
+        "-n",
+        system.namespace(),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"version":"1.32"}}"#,
+    ])?;
+    // The new rendering is on the Workspace, its apply held: what the control plane says.
+    let last = std::sync::Mutex::new(String::new());
+    system
+        .wait_for(
+            "the control plane to show the update in progress",
+            WAIT,
+            || async {
+                let cp = stack.control_plane()?;
+                let seen = format!("{} version={}", summary(&cp), cp["status"]["version"]);
+                *last.lock().unwrap() = seen;
+                Ok(condition(&cp, "Ready")
+                    .2
+                    .contains("has not applied revision"))
+            },
+        )
+        .await
+        .with_context(|| format!("last seen: {}", last.lock().unwrap()))?;
+    let ws = stack.workspace()?;
+    let rendered = ws["metadata"]["annotations"][REVISION_ANNOTATION].clone();
+    println!(
+        "held update ({provider:?}): Workspace Ready={:?} Synced={:?} rendered {rendered} applied {}",
+        condition(&ws, "Ready"),
+        condition(&ws, "Synced"),
+        ws["status"]["atProvider"]["outputs"][REVISION_OUTPUT]
+    );
+    assert_eq!(
+        (
+            condition(&ws, "Ready").0.as_str(),
+            condition(&ws, "Synced").0.as_str()
+        ),
+        ("True", "True"),
+        "the provider reports Ready and Synced while applying"
+    );
+    assert_ne!(
+        ws["status"]["atProvider"]["outputs"][REVISION_OUTPUT],
+        rendered
+    );
+    let cp = stack.control_plane()?;
+    println!(
+        "held update ({provider:?}): CAPT reports {} version={}",
+        summary(&cp),
+        cp["status"]["version"]
+    );
+    let during = Outcome::of(&cp);
+    let during_version = cp["status"]["version"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    std::fs::write(gate("1.32"), "")?;
+    system
+        .wait_for("status.version 1.32", WAIT, || async {
+            Ok(stack.control_plane()?["status"]["version"] == "1.32")
+        })
+        .await?;
+    let cp = stack.control_plane()?;
+    let ws = stack.workspace()?;
+    println!("applied ({provider:?}): CAPT reports {}", summary(&cp));
+    assert_eq!(
+        ws["status"]["atProvider"]["outputs"][REVISION_OUTPUT],
+        ws["metadata"]["annotations"][REVISION_ANNOTATION],
+        "the version follows the proof"
+    );
+    assert_eq!(
+        cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["kubernetes_version"],
+        "1.32"
+    );
+    let after = Outcome::of(&cp);
+    let after_version = cp["status"]["version"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    stack.clean_up().await?;
+    Ok(HeldUpdate {
+        during,
+        during_version,
+        after,
+        after_version,
+    })
+}
+
+#[tokio::test]
+async fn the_version_follows_the_proof_that_the_update_was_applied_on_both_providers() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = held_update(Provider::Real).await?;
+    let fake = held_update(Provider::Fake).await?;
+    assert_eq!(real, fake, "CAPT reports the same on both");
+    assert_eq!(real.during_version, "1.31", "not proven while applying");
+    assert_eq!(real.during.phase, "Ready", "{real:?}");
+    assert_eq!(
+        real.during.condition("Ready"),
+        ("True", "WorkspaceUpdating")
+    );
+    assert_eq!(real.during.condition("Failed").0, "False");
+    assert_eq!(real.after_version, "1.32");
+    assert_eq!(real.after.condition("Ready"), ("True", "ControlPlaneReady"));
+    Ok(())
+}
+
+/// A provider that stops mid-apply (a crash, a restart) leaves
+/// `crossplane.io/external-create-pending` later than any recorded result; crossplane-runtime
+/// then refuses to go on (`Synced=False "cannot determine creation result …"`) until a person
+/// removes it. The real provider cannot be made to crash on demand here, so the stand-in
+/// plays what that annotation makes the managed reconciler do; the annotation is written as
+/// the crash leaves it, with the provider's restart (a change it wakes on). CAPT fails the
+/// control plane with its own reason, says what to do in the condition and a Warning Event,
+/// and doing what it says brings the control plane back.
+#[tokio::test]
+async fn a_create_left_pending_by_a_crash_tells_an_operator_what_to_do() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::provisioned(Provider::Fake, "fake-crash").await?;
+    let system = &stack.system;
+    let pending_since = capt_tests::fake_provider::now();
+    stack.annotate_workspace(&format!("{EXTERNAL_CREATE_PENDING}={pending_since}"))?;
+    stack.annotate_workspace("capt.test/provider-restarted=1")?;
+    system
+        .wait_for("the control plane to need an operator", WAIT, || async {
+            Ok(condition(&stack.control_plane()?, "Failed").1 == "WorkspaceNeedsOperator")
+        })
+        .await?;
+    let ws = stack.workspace()?;
+    let (_, _, provider_says) = condition(&ws, "Synced");
+    assert!(
+        provider_says.starts_with("cannot determine creation result"),
+        "{provider_says}"
+    );
+    assert_eq!(condition(&ws, "Ready").1, "Creating");
+    let cp = stack.control_plane()?;
+    println!("crash: CAPT reports {}", summary(&cp));
+    assert_eq!(cp["status"]["phase"], "Failed");
+    let (status, _, message) = condition(&cp, "Failed");
+    assert_eq!(status, "True");
+    let command = message
+        .split_once("kubectl annotate")
+        .and_then(|(_, rest)| rest.split_once(" --overwrite"))
+        .map(|(args, _)| args.to_owned())
+        .with_context(|| format!("a command in the message: {message}"))?;
+    // The Warning Event on the control plane says the same.
+    let events: Value = serde_json::from_str(&stack.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        system.namespace(),
+        "-o",
+        "json",
+    ])?)?;
+    let event = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| {
+            e["reason"] == "WorkspaceNeedsOperator"
+                && e["involvedObject"]["kind"] == "CAPTControlPlane"
+        })
+        .context("a WorkspaceNeedsOperator Event on the control plane")?;
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&command)),
+        "{event}"
+    );
+
+    // What the message says to do, as an operator would run it.
+    let args: Vec<String> = command
+        .replace("\"$(date +%s)\"", "1")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let mut kubectl = vec!["annotate".to_owned()];
+    kubectl.extend(args);
+    kubectl.push("--overwrite".into());
+    stack.kubectl(&kubectl.iter().map(String::as_str).collect::<Vec<_>>())?;
+    system
+        .wait_for("the control plane Ready again", WAIT, || async {
+            Ok(condition(&stack.control_plane()?, "Ready").1 == "ControlPlaneReady")
+        })
+        .await?;
+    assert_eq!(stack.control_plane()?["status"]["phase"], "Ready");
+    stack.clean_up().await?;
+    Ok(())
+}
+
+/// Someone patches the control plane's Workspace to `deletionPolicy: Orphan`, with which
+/// provider-terraform (and the stand-in, alike) would drop it on deletion without destroying
+/// anything. CAPT renders `Delete` and owns the field: it puts it back, and deleting the
+/// Cluster destroys (on the real provider: its state Secrets gone). Returns the policy the
+/// Workspace had when the deletion started.
+async fn orphan_patched(provider: Provider) -> Result<String> {
+    let stack = Stack::provisioned(provider, "real-orphan").await?;
+    let name = stack.workspace_name();
+    stack.kubectl(&[
+        "patch",
+        "workspace",
+        &name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"deletionPolicy":"Orphan"}}"#,
+    ])?;
+    stack
+        .system
+        .wait_for("CAPT to put deletionPolicy Delete back", WAIT, || async {
+            Ok(stack.workspace()?["spec"]["deletionPolicy"] == "Delete")
+        })
+        .await?;
+    let policy = stack.workspace()?["spec"]["deletionPolicy"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    println!("orphan ({provider:?}): deletionPolicy back to {policy}");
+    stack.clean_up().await?;
+    if provider == Provider::Real {
+        assert_eq!(
+            state_secrets(&stack.system)?,
+            Vec::<String>::new(),
+            "destroyed, state gone"
+        );
+    }
+    Ok(policy)
+}
+
+#[tokio::test]
+async fn a_workspace_patched_to_orphan_is_put_back_and_destroyed_on_both_providers() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let real = orphan_patched(Provider::Real).await?;
+    let fake = orphan_patched(Provider::Fake).await?;
+    assert_eq!(real, fake);
+    assert_eq!(real, "Delete");
+    Ok(())
+}
+
+/// provider-terraform puts Terraform's whole error, gzipped and base64-encoded, in the
+/// Workspace's `Synced` message ("To see the full error run: echo …"); a `local-exec` error
+/// carries its command with a variable's value, here one read from a Secret and declared
+/// `sensitive`. CAPT's conditions, its apply's mirrored conditions and its Events carry the
+/// provider's summary without that blob, so the value is nowhere CAPT writes.
+#[tokio::test]
+async fn a_terraform_error_carrying_a_secret_value_is_not_copied_by_capt() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stack = Stack::provisioned(Provider::Real, "real-leak").await?;
+    let system = &stack.system;
+    let ns = system.namespace().to_owned();
+    const PASSWORD: &str = "hunter2-never-copied";
+    stack.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        "-n",
+        &ns,
+        &format!("--from-literal=vars.json={{\"db_password\":\"{PASSWORD}\"}}"),
+    ])?;
+    let module = stack.module()?;
+    system.patch_control_plane_template(&json!({"spec": {"template": {"spec": {"forProvider": {
+        "module": format!("{module}variable \"db_password\" {{\n  type      = string\n  sensitive = true\n}}\nresource \"terraform_data\" \"uses_secret\" {{\n  provisioner \"local-exec\" {{\n    command = \"echo connecting with ${{var.db_password}}; exit 1\"\n  }}\n}}\n"),
+        "varFiles": [{"source": "SecretKey", "format": "JSON",
+                      "secretKeyRef": {"namespace": ns, "name": "db", "key": "vars.json"}}],
+    }}}}}))?;
+    system
+        .wait_for(
+            "the control plane to show the failed apply",
+            WAIT,
+            || async {
+                Ok(condition(&stack.control_plane()?, "Failed")
+                    .2
+                    .contains("local-exec provisioner error"))
+            },
+        )
+        .await?;
+    let (_, _, provider_says) = condition(&stack.workspace()?, "Synced");
+    assert!(
+        provider_says.contains("To see the full error run: echo"),
+        "the premise: the provider writes the blob: {provider_says}"
+    );
+    let cp = stack.control_plane()?;
+    println!("leak: CAPT reports {}", summary(&cp));
+    let apply = system
+        .get(&["workspacetemplateapply", "demo-controlplane"])?
+        .context("the apply")?;
+    let events = stack.kubectl(&["get", "events", "-n", &ns, "-o", "json"])?;
+    for (what, text) in [
+        ("control plane", cp.to_string()),
+        ("apply", apply.to_string()),
+        ("events", events),
+    ] {
+        assert!(!text.contains(PASSWORD), "{what}: {text}");
+        assert!(
+            !text.contains("H4sI"),
+            "{what} carries the encoded error: {text}"
+        );
+    }
+    system.patch_control_plane_template(&json!({"spec": {"template": {"spec": {"forProvider": {
+        "module": module, "varFiles": null}}}}}))?;
+    stack.clean_up().await?;
     Ok(())
 }

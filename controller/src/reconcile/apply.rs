@@ -370,7 +370,8 @@ fn mirrored_conditions(workspace: &TerraformWorkspace) -> Vec<Value> {
             json!({
                 "type": c["type"], "status": c["status"],
                 "reason": c["reason"].as_str().filter(|r| !r.is_empty()).unwrap_or("Unknown"),
-                "message": c["message"].as_str().unwrap_or(""),
+                "message": crate::status::workspace::without_error_blob(
+                    c["message"].as_str().unwrap_or("")),
                 "lastTransitionTime": c["lastTransitionTime"],
             })
         })

@@ -135,6 +135,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         &input.cluster_endpoint,
         &refusal,
     );
+    owner::warn_if_needing_operator(&ctx, &*cc, &desired.status_fragment).await;
     let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);
     ctx.publish(status.observing(&observed)).await?;
     Ok(after(owner::recheck(

@@ -129,6 +129,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         vpc_ready,
         workspace,
         endpoint_source,
+        apply_generation: apply.as_ref().and_then(|a| a.meta().generation),
     };
     let mut desired = desired_control_plane(&input);
     // What the endpoint and status are computed from, less the clock and the status's own
@@ -140,6 +141,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         input.vpc_ready,
         &input.workspace,
         &input.endpoint_source,
+        input.apply_generation,
         &refusal,
     );
     let observed = format!("{observed:?}");
@@ -172,6 +174,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         desired.recheck_after,
         refusal.as_ref(),
     ));
+    owner::warn_if_needing_operator(&ctx, &*cp, &desired.status_fragment).await;
     let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
     ctx.publish(status.observing(&observed)).await?;
     // The kubeconfig Secret last: reading the connection Secret is a request, and the

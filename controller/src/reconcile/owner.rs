@@ -156,6 +156,30 @@ pub fn add_refusal<O: ApplyOwner>(fragment: &mut Value, owner: &O, refusal: &Ref
     }
 }
 
+/// A Warning Event when the status about to be published newly says that a person must act
+/// (a True condition with reason `WorkspaceNeedsOperator` the live status does not have):
+/// the condition is the record, the Event is where `kubectl get events` and `kubectl
+/// describe` show it, with what to do.
+pub async fn warn_if_needing_operator<O: ApplyOwner>(ctx: &Context, owner: &O, fragment: &Value) {
+    let needs = crate::status::conditions::reason::WORKSPACE_NEEDS_OPERATOR;
+    let conditions = fragment["status"]["conditions"].as_array();
+    let Some(wanted) = conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c["status"] == "True" && c["reason"] == needs)
+    else {
+        return;
+    };
+    let already = owner
+        .conditions()
+        .iter()
+        .any(|c| c.type_ == wanted["type"] && c.status == "True" && c.reason == needs);
+    if !already {
+        let note = wanted["message"].as_str().unwrap_or_default().to_owned();
+        ctx.warn(owner, needs, "Reconcile", note).await;
+    }
+}
+
 /// `Some(action)` when the owner is paused: its `Paused` condition published, nothing else.
 pub async fn hold_if_paused<O: ApplyOwner>(
     ctx: &Context,

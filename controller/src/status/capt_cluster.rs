@@ -47,7 +47,8 @@ pub const DEFAULT_VPC_READY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 pub mod reason {
     pub use crate::status::conditions::reason::{
         VPC_READY_TIMEOUT, WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING,
-        WORKSPACE_DEGRADED, WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_PAUSED,
+        WORKSPACE_DEGRADED, WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_NEEDS_OPERATOR,
+        WORKSPACE_PAUSED,
     };
     /// `spec.existingVpcId` names the VPC.
     pub const EXISTING_VPC: &str = "ExistingVPC";
@@ -158,6 +159,10 @@ fn observed_outcome(input: &CaptClusterInput, vpc_id: Option<&str>) -> Outcome {
     match (state, vpc_id) {
         (Some((WorkspaceState::Failed { message }, name)), _) => Outcome::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
+            message: format!("Workspace {name}: {message}"),
+        },
+        (Some((WorkspaceState::NeedsOperator { message }, name)), _) => Outcome::Failed {
+            reason: reason::WORKSPACE_NEEDS_OPERATOR.into(),
             message: format!("Workspace {name}: {message}"),
         },
         (Some((WorkspaceState::Ready, _)), Some(id)) => Outcome::Ready {

@@ -153,6 +153,12 @@ pub mod reason {
     /// The Workspace is paused (`crossplane.io/paused`) and not ready: nothing happens until
     /// someone removes the annotation, so the wait has no timeout.
     pub const WORKSPACE_PAUSED: &str = "WorkspacePaused";
+    /// The Workspace is ready, but does not yet prove that the configuration last rendered
+    /// into it was applied (its `capt_revision` output differs): an update in progress.
+    pub const WORKSPACE_UPDATING: &str = "WorkspaceUpdating";
+    /// The Workspace's provider stopped mid-apply and waits for a person
+    /// (`crossplane.io/external-create-pending`): a failure that says what to do.
+    pub const WORKSPACE_NEEDS_OPERATOR: &str = "WorkspaceNeedsOperator";
     /// The VPC was not ready within its timeout.
     pub const VPC_READY_TIMEOUT: &str = "VPCReadyTimeout";
     /// No Cluster owns the object yet; nothing is built before one does.
@@ -170,8 +176,9 @@ pub mod reason {
 
 /// The reasons of a failure (in any manager's conditions): a False condition with one of them
 /// is of severity `Error`.
-pub const FAILURE_REASONS: [&str; 5] = [
+pub const FAILURE_REASONS: [&str; 6] = [
     reason::WORKSPACE_FAILED,
+    reason::WORKSPACE_NEEDS_OPERATOR,
     reason::CONTROL_PLANE_TIMEOUT,
     reason::VPC_READY_TIMEOUT,
     reason::INVALID_ENDPOINT,

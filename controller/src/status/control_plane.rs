@@ -16,7 +16,11 @@
 //!
 //! `ready` and `initialized` are the Cluster API contract's: once true they stay true (core
 //! treats them as "provisioning completed"); `phase` and the conditions say what the control
-//! plane is doing now, an upgrade included. `version` is the version last seen Ready.
+//! plane is doing now, an upgrade included. `version` is the version last seen Ready with
+//! the proof that Terraform applied it: the Workspace rendered from the apply's current
+//! generation, and its module's `capt_revision` output equal to the revision rendered
+//! ([`WorkspaceObservation::applied`]). Until then an upgrade shows `Ready=True
+//! WorkspaceUpdating` (or, never ready before, a wait with that reason).
 //!
 //! The wait started when the `Creating` condition last turned True (the object's creation
 //! time before any status exists). A timeout failure stays until the control plane becomes
@@ -27,7 +31,7 @@ use super::duration::{DurationError, format_duration, parse_duration};
 use super::endpoint::{self, EndpointError, parse_endpoint};
 use super::pause::{PAUSED_CONDITION, paused_condition};
 use super::wait::{self, Deadline, recheck_after};
-use super::workspace::{WorkspaceObservation, WorkspaceState};
+use super::workspace::{Applied, WorkspaceObservation, WorkspaceState};
 use crate::api::{ApiEndpoint, CAPTControlPlaneStatus, ControlPlanePhase, Timeouts};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -55,7 +59,8 @@ pub mod reason {
     pub use crate::status::conditions::reason::{
         CONTROL_PLANE_TIMEOUT, INVALID_ENDPOINT, INVALID_TIMEOUT, VPC_READY_TIMEOUT,
         WAITING_FOR_CLUSTER, WAITING_FOR_WORKSPACE, WORKSPACE_CREATING, WORKSPACE_DEGRADED,
-        WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_PAUSED,
+        WORKSPACE_DELETING, WORKSPACE_FAILED, WORKSPACE_NEEDS_OPERATOR, WORKSPACE_PAUSED,
+        WORKSPACE_UPDATING,
     };
     /// The VPC is not ready yet.
     pub const WAITING_FOR_VPC: &str = "WaitingForVPC";
@@ -90,6 +95,10 @@ pub struct ControlPlaneInput {
     pub workspace: Option<WorkspaceObservation>,
     /// The `cluster_endpoint` output, else the connection Secret's endpoint value.
     pub endpoint_source: Option<String>,
+    /// `metadata.generation` of the WorkspaceTemplateApply as this reconcile left it: the
+    /// Workspace proves an update applied only when rendered from it
+    /// ([`WorkspaceObservation::applied`]).
+    pub apply_generation: Option<i64>,
 }
 
 /// The desired control-plane status and endpoint.
@@ -174,7 +183,21 @@ fn observed_outcome(
             reason: reason::WORKSPACE_FAILED.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
-        (WorkspaceState::Ready, Some(Ok(e))) => Outcome::Ready(e.clone()),
+        (WorkspaceState::NeedsOperator { message }, _) => Outcome::Failed {
+            reason: reason::WORKSPACE_NEEDS_OPERATOR.into(),
+            message: format!("Workspace {}: {message}", ws.name),
+        },
+        (WorkspaceState::Ready, Some(Ok(e))) => match ws.applied(input.apply_generation) {
+            Applied::Proven | Applied::Unproven => Outcome::Ready(e.clone()),
+            // An update Terraform has not applied yet: the control plane serves as before,
+            // and its version stays the one last proven.
+            Applied::Pending { message } if was_ready(input) => Outcome::Degraded {
+                endpoint: e.clone(),
+                reason: reason::WORKSPACE_UPDATING,
+                message,
+            },
+            Applied::Pending { message } => waiting(reason::WORKSPACE_UPDATING, message),
+        },
         (WorkspaceState::Degraded { message }, Some(Ok(e))) => Outcome::Degraded {
             endpoint: e.clone(),
             reason: reason::WORKSPACE_DEGRADED,
@@ -226,6 +249,14 @@ fn observed_outcome(
             format!("waiting for Workspace {} to become ready", ws.name),
         ),
     }
+}
+
+/// True when the control plane has been ready (the contract's sticky `initialized`).
+fn was_ready(input: &ControlPlaneInput) -> bool {
+    input
+        .existing
+        .as_ref()
+        .is_some_and(|s| s.initialized == Some(true) || s.ready == Some(true))
 }
 
 /// Turns a wait into a failure once it has lasted too long; otherwise says when to look again.
@@ -358,7 +389,8 @@ fn status_fragment(
     status.insert("externalManagedControlPlane".into(), json!(true));
     status.insert("phase".into(), json!(phase));
     // Omitted while not Ready, so the version last seen Ready stays (an upgrade in progress);
-    // and while degraded: the provider did not look, let alone apply.
+    // while degraded: the provider did not look, let alone apply; and until the Workspace
+    // proves the rendering of this spec applied (`Outcome::Ready` needs the proof).
     if let Outcome::Ready(_) = outcome {
         status.insert("version".into(), json!(input.version));
         status.insert("versions".into(), json!([{"version": input.version}]));

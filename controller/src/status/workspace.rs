@@ -11,8 +11,18 @@
 //! reports `Synced=False ReconcileError`: that is [`WorkspaceState::Failed`] too. Sensitive outputs are not
 //! in `atProvider` (only in the connection Secret), so nothing here sees secret data.
 
+use crate::render::{APPLY_GENERATION_ANNOTATION, REVISION_ANNOTATION, REVISION_OUTPUT};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+
+/// The start of crossplane-runtime's `errCreateIncomplete` (managed reconciler, v1.16.0).
+const CREATE_INCOMPLETE: &str = "cannot determine creation result";
+/// crossplane-runtime's `meta.AnnotationKeyExternalCreatePending`.
+pub const CREATE_PENDING_ANNOTATION: &str = "crossplane.io/external-create-pending";
+
+/// An annotation whose change wakes provider-terraform (any not in crossplane-runtime's
+/// `DesiredStateChanged` ignore list would do): the retry an operator makes after a crash.
+pub const RETRY_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/operator-retry";
 
 /// One of a Workspace's Crossplane conditions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,6 +48,28 @@ pub struct WorkspaceObservation {
     pub at_provider: Option<Value>,
     /// True when `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// The revision CAPT rendered into it (`render::REVISION_ANNOTATION`); `None` for a
+    /// module CAPT cannot add its revision output to.
+    pub rendered_revision: Option<String>,
+    /// The generation of the apply it was rendered from
+    /// (`render::APPLY_GENERATION_ANNOTATION`).
+    pub rendered_generation: Option<i64>,
+}
+
+/// Whether a Workspace proves that the configuration last rendered into it was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Its module's `capt_revision` output is the revision rendered from the apply's
+    /// current generation: Terraform applied exactly that.
+    Proven,
+    /// Not yet (or not the apply's current generation): an update in progress.
+    Pending {
+        /// What is missing, for a person.
+        message: String,
+    },
+    /// The module carries no revision output (remote, or inline JSON): `Ready` is all there
+    /// is to go by.
+    Unproven,
 }
 
 /// What a Workspace's state means for the object waiting on it.
@@ -54,6 +86,14 @@ pub enum WorkspaceState {
     },
     /// The Workspace is being deleted.
     Deleting,
+    /// crossplane-runtime found `crossplane.io/external-create-pending` later than any
+    /// create result (the provider stopped mid-apply, e.g. a crash or restart): `Synced=False
+    /// ReconcileError "cannot determine creation result …"`, `Ready=False Creating`, and it is
+    /// never retried until a person removes the annotation.
+    NeedsOperator {
+        /// What to do, with the provider's message.
+        message: String,
+    },
     /// `Synced=False ReconcileError` from Observe or Connect (`observe failed: …`, e.g. a plan
     /// of a broken module; `connect failed: …`) while `Ready=True` stays: the provider cannot
     /// look at the infrastructure, which is as it last saw it. Not a failed apply.
@@ -83,6 +123,50 @@ impl WorkspaceObservation {
             ready: conditions.and_then(|c| condition(c, "Ready")),
             at_provider: at_provider.is_object().then(|| at_provider.clone()),
             deleting: !metadata["deletionTimestamp"].is_null(),
+            rendered_revision: metadata["annotations"][REVISION_ANNOTATION]
+                .as_str()
+                .map(str::to_owned),
+            rendered_generation: metadata["annotations"][APPLY_GENERATION_ANNOTATION]
+                .as_str()
+                .and_then(|g| g.parse().ok()),
+        }
+    }
+
+    /// Whether this Workspace proves that the apply at `apply_generation` (its owner's
+    /// current apply; `None` when unknown) was applied: rendered from that generation, and
+    /// its `capt_revision` output equal to the revision rendered. provider-terraform keeps
+    /// `Ready=True` through an update and writes no observedGeneration, so `Ready` alone
+    /// cannot tell an applied update from one not yet started.
+    pub fn applied(&self, apply_generation: Option<i64>) -> Applied {
+        if let Some(wanted) = apply_generation
+            && self.rendered_generation != Some(wanted)
+        {
+            let rendered = self
+                .rendered_generation
+                .map_or("an older generation".to_owned(), |g| {
+                    format!("generation {g}")
+                });
+            return Applied::Pending {
+                message: format!(
+                    "Workspace {} still renders {rendered} of its WorkspaceTemplateApply, not \
+                     generation {wanted}",
+                    self.name
+                ),
+            };
+        }
+        let Some(rendered) = &self.rendered_revision else {
+            return Applied::Unproven;
+        };
+        match self.output_string(REVISION_OUTPUT) {
+            Some(applied) if &applied == rendered => Applied::Proven,
+            applied => Applied::Pending {
+                message: format!(
+                    "Workspace {} has not applied revision {rendered} yet (its {REVISION_OUTPUT} \
+                     output is {})",
+                    self.name,
+                    applied.as_deref().unwrap_or("absent")
+                ),
+            },
         }
     }
 
@@ -107,6 +191,21 @@ impl WorkspaceObservation {
                 "" => "the Workspace reported ReconcileError without a message".to_string(),
                 m => m.to_string(),
             };
+            if message.starts_with(CREATE_INCOMPLETE) {
+                return WorkspaceState::NeedsOperator {
+                    message: format!(
+                        "provider-terraform cannot tell whether its first apply finished (it \
+                         stopped mid-apply) and will not retry until a person decides: check \
+                         the Terraform state in the backend for what that apply created, then \
+                         remove the annotation {CREATE_PENDING_ANNOTATION} together with a \
+                         change the provider wakes on (the removal alone does not wake it): \
+                         kubectl annotate workspace {} {CREATE_PENDING_ANNOTATION}- \
+                         {RETRY_ANNOTATION}=\"$(date +%s)\" --overwrite. The provider says: \
+                         {message}",
+                        self.name
+                    ),
+                };
+            }
             // crossplane-runtime's prefixes of errors before any apply (errReconcileObserve,
             // errReconcileConnect): nothing was changed, what was Ready stays so.
             let unobserved = ["observe failed", "connect failed"]
@@ -178,7 +277,12 @@ impl WorkspaceObservation {
             (WorkspaceState::Ready, Some(sum)) => {
                 out.insert("lastAppliedRevision".into(), json!(sum));
             }
-            (WorkspaceState::Failed { message } | WorkspaceState::Degraded { message }, sum) => {
+            (
+                WorkspaceState::Failed { message }
+                | WorkspaceState::Degraded { message }
+                | WorkspaceState::NeedsOperator { message },
+                sum,
+            ) => {
                 if let Some(sum) = sum {
                     out.insert("lastFailedRevision".into(), json!(sum));
                 }
@@ -227,8 +331,27 @@ fn condition(conditions: &[Value], type_: &str) -> Option<WorkspaceCondition> {
     Some(WorkspaceCondition {
         status: text("status"),
         reason: text("reason"),
-        message: text("message"),
+        message: without_error_blob(&text("message")),
     })
+}
+
+/// What provider-terraform (v0.18.0) writes before the whole Terraform error, gzipped and
+/// base64-encoded, in a condition's message.
+const ERROR_BLOB_START: &str = "To see the full error run: echo \"";
+
+/// `message` without provider-terraform's encoded full error: that blob holds Terraform's
+/// whole output, variable values included (seen on the real provider: a `local-exec` error
+/// carries its command with the value of a variable read from a Secret, `sensitive = true`
+/// or not). It stays on the Workspace, for whoever may read that; nothing CAPT writes (a
+/// condition, an Event, a mirrored condition) copies it.
+pub fn without_error_blob(message: &str) -> String {
+    match message.split_once(ERROR_BLOB_START) {
+        None => message.to_owned(),
+        Some((before, _)) => format!(
+            "{before}(the full Terraform error, which may hold variable values, is left out: \
+             see the Workspace's Synced condition)"
+        ),
+    }
 }
 
 fn is_true(condition: &Option<WorkspaceCondition>) -> bool {
@@ -269,6 +392,18 @@ pub(crate) mod testing {
         }
         json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
                "metadata": {"name": "ws-1"}, "status": status})
+    }
+
+    /// `workspace` as CAPT rendered it from generation `generation` of its apply, with the
+    /// revision `rendered` (annotations).
+    pub fn rendered(
+        mut workspace: WorkspaceObservation,
+        generation: i64,
+        rendered: &str,
+    ) -> WorkspaceObservation {
+        workspace.rendered_generation = Some(generation);
+        workspace.rendered_revision = Some(rendered.to_owned());
+        workspace
     }
 
     /// A decoded Workspace: see [`mk_workspace_json`].
@@ -545,5 +680,121 @@ mod tests {
     fn workspace_status_omits_at_provider_before_the_provider_reports_it() {
         let status = creating_workspace().workspace_status();
         assert_eq!(status, json!({"ready": false, "state": "Creating"}));
+    }
+}
+
+#[cfg(test)]
+mod applied_tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn the_revision_output_proves_the_rendering_of_the_current_generation_applied() {
+        let ws = |generation, wanted: &str, applied: Option<&str>| {
+            let outputs = match applied {
+                Some(a) => json!({"capt_revision": a}),
+                None => json!({}),
+            };
+            rendered(ready_workspace(outputs), generation, wanted)
+        };
+        assert_eq!(ws(2, "r2", Some("r2")).applied(Some(2)), Applied::Proven);
+        assert_eq!(ws(2, "r2", Some("r2")).applied(None), Applied::Proven);
+        for (name, w, generation) in [
+            ("older output", ws(2, "r2", Some("r1")), Some(2)),
+            ("no output yet", ws(2, "r2", None), Some(2)),
+            (
+                "rendered from an older generation",
+                ws(1, "r1", Some("r1")),
+                Some(2),
+            ),
+        ] {
+            assert!(
+                matches!(w.applied(generation), Applied::Pending { .. }),
+                "{name}"
+            );
+        }
+        let mut remote = ready_workspace(json!({}));
+        remote.rendered_generation = Some(2);
+        assert_eq!(remote.applied(Some(2)), Applied::Unproven);
+    }
+
+    #[test]
+    fn the_rendered_revision_and_generation_are_read_from_annotations() {
+        let mut json = mk_workspace_json(SYNCED_OK, None, None);
+        json["metadata"]["annotations"] = json!({
+            REVISION_ANNOTATION: "abc", APPLY_GENERATION_ANNOTATION: "7"});
+        let ws = WorkspaceObservation::from_json(&json);
+        assert_eq!(ws.rendered_revision.as_deref(), Some("abc"));
+        assert_eq!(ws.rendered_generation, Some(7));
+    }
+}
+
+#[cfg(test)]
+mod needs_operator_tests {
+    use super::testing::*;
+    use super::*;
+
+    /// crossplane-runtime's `errCreateIncomplete`, as the managed reconciler writes it.
+    const INCOMPLETE: &str = "cannot determine creation result - remove the \
+        crossplane.io/external-create-pending annotation if it is safe to proceed";
+
+    #[test]
+    fn a_create_left_pending_by_a_crash_needs_an_operator_and_says_what_to_do() {
+        let ws = mk_workspace(
+            Some(("False", "ReconcileError", INCOMPLETE)),
+            Some(("False", "Creating", "")),
+            None,
+        );
+        let WorkspaceState::NeedsOperator { message } = ws.state() else {
+            panic!("{:?}", ws.state());
+        };
+        assert!(
+            message
+                .contains("kubectl annotate workspace ws-1 crossplane.io/external-create-pending-"),
+            "{message}"
+        );
+        assert!(message.ends_with(INCOMPLETE), "{message}");
+        assert!(!ws.is_ready());
+        assert_eq!(
+            ws.template_status(None)["lastFailureMessage"],
+            json!(message)
+        );
+    }
+}
+
+#[cfg(test)]
+mod error_blob_tests {
+    use super::testing::*;
+    use super::*;
+
+    /// The message provider-terraform wrote on the real provider for a `local-exec` that
+    /// failed with a variable read from a Secret (its blob decodes to
+    /// `Error running command 'echo using hunter2-secret-value; exit 1'`).
+    const REAL: &str = "create failed: cannot apply Terraform configuration: Terraform \
+        encountered an error. Summary: local-exec provisioner error. To see the full error \
+        run: echo \"H4sIAAAAAAAA/3yQQUozQRCF932KR2+ySSbkh2zmX4oLQXATcSmdTk2mYaYqVFfHAXeewRxFvE9OIhMjEhR3RVV9r96rVUtKCErI0hN2KuuO+oynZC2sJVzd3iAKN2lbNFgSrt3x8O6Ory94CMqJtzXuOaw7gglkR/wTQZM6GpETtvpN9bSCYPBzFbF5ZaQaGtFeo8dGKIPFQEPKVrnj4c05d60qWqOTGLoZDRRH+/uUkzApaJw6h3OUL7nHTbBQDVMHCKMPiStr0CUmLKdIDKUsRSPBXzIefvC1A7CsgYtT/tuCx/PZGLTw+B5E6fvAG0wotoKSx15b2Ej/zTJFJZvtQ1fo/5jOsJjUn0W2YCW7RYW7Yrti9R+scx8AAAD//wEAAP//bFkdd8kBAAA=\" \
+        | base64 -d | gunzip";
+
+    #[test]
+    fn the_encoded_full_error_never_leaves_the_workspace() {
+        let ws = mk_workspace(
+            Some(("False", "ReconcileError", REAL)),
+            Some(("False", "Creating", "")),
+            None,
+        );
+        let WorkspaceState::Failed { message } = ws.state() else {
+            panic!("{:?}", ws.state());
+        };
+        assert!(
+            message.starts_with(
+                "create failed: cannot apply Terraform configuration: Terraform \
+                 encountered an error. Summary: local-exec provisioner error. (the full"
+            ),
+            "{message}"
+        );
+        assert!(!message.contains("H4sI"), "{message}");
+        assert!(!ws.template_status(None).to_string().contains("H4sI"));
+        let plain = "update failed: cannot apply Terraform configuration: quota";
+        assert_eq!(without_error_blob(plain), plain);
     }
 }

@@ -35,12 +35,12 @@
 
 use anyhow::Context as _;
 use capt_tests::fake_provider::{
-    Cond, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_MAX_MS, DEFAULT_DELAY_MS,
+    APPLY_GATE_ANNOTATION, Cond, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_MAX_MS, DEFAULT_DELAY_MS,
     DEFAULT_POLL_INTERVAL_MS, Desired, FAIL_DESTROY_ANNOTATION, FIELD_MANAGER, FINALIZER,
     IGNORED_ANNOTATIONS, PAUSED_ANNOTATION, Path, READY_LOG_LINE, applied_at_provider, at_provider,
-    backoff, checksum, condition, connection_secret, connection_secret_ref, message, now,
-    pass_conditions, path, secret_needs_write, set_conditions, typed_status, watch_selector,
-    workspace_resource,
+    backoff, checksum, condition, connection_secret, connection_secret_ref,
+    external_create_incomplete, message, now, orphaned, pass_conditions, path, secret_needs_write,
+    set_conditions, typed_status, watch_selector, workspace_resource,
 };
 use clap::Parser;
 use futures::StreamExt;
@@ -233,9 +233,29 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
         return Ok(ctx.forget(&key, Action::await_change()));
     }
 
+    // deletionPolicy Orphan: no Observe and no destroy; the finalizer goes at once and the
+    // Terraform state (and what it describes) stays.
+    if deleting && orphaned(&spec) {
+        info!(workspace = %name, "deletionPolicy Orphan: finalizer removed, nothing destroyed");
+        return finalize(&ctx, obj, &name, &key).await;
+    }
+
+    // A create that started and never recorded its result (the provider stopped mid-apply):
+    // refuse to go on until a person removes the pending annotation, deleting or not.
+    if external_create_incomplete(ws.annotations()) {
+        let conds = [
+            Cond::Creating,
+            Cond::ReconcileError(message::create_incomplete()),
+        ];
+        set_conditions(&mut status, &conds, &now());
+        put_status(&ctx, &mut obj, status).await?;
+        warn!(workspace = %name, "cannot determine creation result: waits for a person");
+        return Ok(ctx.forget(&key, Action::await_change()));
+    }
+
     // Observe: `terraform plan` fails on input it cannot use (ignored while deleting).
     let desired = match Desired::parse(ws.annotations()) {
-        Ok(d) => d,
+        Ok(d) => d.with_module_outputs(&spec),
         Err(_) if deleting => Desired::default(),
         Err(e) => {
             let text = message::observe(&format!("invalid fake provider input: {e}"));
@@ -285,21 +305,7 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
             info!(workspace = %name, "destroyed: Ready=False Deleting");
             return Ok(ctx.rate_limited(&key));
         }
-        Path::Finalize => {
-            // UnpublishConnection does nothing: the Secret goes by garbage collection.
-            obj.finalizers_mut().retain(|f| f != FINALIZER);
-            match ctx.workspaces.replace(&name, &post_params(), &obj).await {
-                Ok(_) => info!(workspace = %name, "finalizer removed"),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(Error(
-                        anyhow::Error::new(e).context("removing the finalizer"),
-                    ));
-                }
-            }
-            ctx.attempts.lock().expect("lock").remove(&key);
-            return Ok(ctx.forget(&key, Action::await_change()));
-        }
+        Path::Finalize => return finalize(&ctx, obj, &name, &key).await,
         _ => {}
     }
 
@@ -340,6 +346,18 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
         entry.1 += 1;
         entry.1 - 1
     };
+    if let Some(gate) = ws
+        .annotations()
+        .get(APPLY_GATE_ANNOTATION)
+        .filter(|g| !g.is_empty())
+    {
+        // An apply that takes as long as the test wants (a file is the test's signal: the
+        // real module in tests/tests/real_provider.rs waits the same way).
+        info!(workspace = %name, gate = %gate, "apply waits for its gate file");
+        while !std::path::Path::new(gate).exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     tokio::time::sleep(ctx.delay).await;
     let creating = route == Path::Create;
     match desired.apply_outcome(attempt) {
@@ -373,6 +391,28 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
             Ok(ctx.forget(&key, Action::requeue(ctx.poll)))
         }
     }
+}
+
+/// Removes the finalizer by an Update (`RemoveFinalizer`); UnpublishConnection does nothing:
+/// the Secret goes by garbage collection.
+async fn finalize(
+    ctx: &Ctx,
+    mut obj: DynamicObject,
+    name: &str,
+    key: &str,
+) -> Result<Action, Error> {
+    obj.finalizers_mut().retain(|f| f != FINALIZER);
+    match ctx.workspaces.replace(name, &post_params(), &obj).await {
+        Ok(_) => info!(workspace = %name, "finalizer removed"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            return Err(Error(
+                anyhow::Error::new(e).context("removing the finalizer"),
+            ));
+        }
+    }
+    ctx.attempts.lock().expect("lock").remove(key);
+    Ok(ctx.forget(key, Action::await_change()))
 }
 
 /// `r.client.Status().Update(ctx, managed)`: the object as read, with this status, PUT on

@@ -87,6 +87,20 @@ impl Desired {
         })
     }
 
+    /// Adds the non-sensitive outputs an inline HCL module in `spec` declares with a string
+    /// literal value ([`literal_module_outputs`]), as Terraform would report them; an
+    /// annotation's output of the same name wins. Sensitive outputs come from the
+    /// sensitive-outputs annotation alone: a test decides what secret data exists.
+    pub fn with_module_outputs(mut self, spec: &Value) -> Self {
+        for (name, value, sensitive) in literal_module_outputs(spec) {
+            if sensitive || self.sensitive.contains_key(&name) {
+                continue;
+            }
+            self.outputs.entry(name).or_insert(value);
+        }
+        self
+    }
+
     /// The names of the sensitive outputs (safe to log).
     pub fn sensitive_names(&self) -> Vec<&str> {
         self.sensitive.keys().map(String::as_str).collect()
@@ -163,6 +177,61 @@ fn parse_outputs(
         )));
     }
     Ok(map)
+}
+
+/// `(name, value, sensitive)` of each `output` block of an inline HCL module
+/// (`forProvider.source: Inline`) whose `value` is a string literal without interpolation,
+/// one attribute per line or all on the block's line. Anything else (a reference, a list, a
+/// remote module) is Terraform's to compute, which the fake does not: such outputs come from
+/// the outputs annotations.
+pub fn literal_module_outputs(spec: &Value) -> Vec<(String, Value, bool)> {
+    let for_provider = &spec["forProvider"];
+    let format = for_provider["inlineFormat"].as_str().unwrap_or("HCL");
+    let module = match for_provider["module"].as_str() {
+        Some(m) if for_provider["source"] == "Inline" && format == "HCL" => m,
+        _ => return vec![],
+    };
+    let mut found = vec![];
+    // (name, value, sensitive) of the block being read.
+    let mut open: Option<(String, Option<String>, bool)> = None;
+    for line in module.lines() {
+        let line = line.trim();
+        let closes = match open.as_mut() {
+            Some(_) if line == "}" => true,
+            Some(block) => {
+                read_attributes(line, block);
+                false
+            }
+            None => {
+                let header = line.strip_prefix("output \"");
+                let Some((name, body)) = header.and_then(|h| h.split_once('"')) else {
+                    continue;
+                };
+                let mut block = (name.to_owned(), None, false);
+                let body = body.trim().trim_start_matches('{');
+                read_attributes(body, &mut block);
+                open = Some(block);
+                body.trim_end().ends_with('}')
+            }
+        };
+        if closes && let Some((name, Some(value), sensitive)) = open.take() {
+            found.push((name, Value::String(value), sensitive));
+        }
+    }
+    found
+}
+
+/// Reads `value = "…"` and `sensitive = true` from one line of an output block.
+fn read_attributes(text: &str, block: &mut (String, Option<String>, bool)) {
+    let text = text.trim().trim_end_matches('}').trim();
+    if let Some(rest) = text.strip_prefix("value") {
+        let literal = rest.trim_start().strip_prefix('=').map(str::trim);
+        let literal = literal.and_then(|l| l.strip_prefix('"'));
+        let literal = literal.and_then(|l| l.split_once('"')).map(|(v, _)| v);
+        block.1 = literal.filter(|v| !v.contains("${")).map(str::to_owned);
+    } else if text.replace(' ', "") == "sensitive=true" {
+        block.2 = true;
+    }
 }
 
 fn json_kind(v: &Value) -> &'static str {

@@ -39,14 +39,26 @@
 //!   "true"` sets `Synced=False ReconcilePaused` (no message), keeps `Ready`, writes the
 //!   status and waits for a change, deleting or not.
 //!
-//! Not modelled: the `crossplane.io/external-create-*` annotations, management policies,
+//! - `Reconcile`, after the pause: a deleted Workspace with `spec.deletionPolicy: Orphan`
+//!   loses its finalizer with no Observe and no destroy; then `meta.ExternalCreateIncomplete`
+//!   (`crossplane.io/external-create-pending` later than the create's recorded result, as a
+//!   provider that stopped mid-apply leaves it) sets `Ready=False Creating` and `Synced=False
+//!   ReconcileError "cannot determine creation result - …"` and waits for a change, deleting
+//!   or not. The fake never writes the `external-create-*` annotations itself (a test writes
+//!   the pending one, as a crash leaves it), nor the Warning Event the real one records.
+//!
+//! Not modelled: management policies,
 //! `--poll-jitter`, the global rate limit, the Terraform timeout.
 //! `Unavailable` is never set: neither the managed reconciler nor provider-terraform does.
+//!
+//! - Terraform's outputs: an inline HCL module's `output` whose value is a string literal is
+//!   reported as tofu reports it (CAPT's `capt_revision` echo is one); every other output
+//!   comes from the annotations below, since the fake evaluates no Terraform.
 //!
 //! What a test asks for is read from annotations: [`OUTPUTS_ANNOTATION`],
 //! [`SENSITIVE_OUTPUTS_ANNOTATION`], [`FAIL_ANNOTATION`] (every apply fails),
 //! [`FAIL_TIMES_ANNOTATION`] (the first N applies fail, then it recovers by itself),
-//! [`FAIL_DESTROY_ANNOTATION`] (every destroy fails), [`PAUSED_ANNOTATION`] (as the real one),
+//! [`FAIL_DESTROY_ANNOTATION`] (every destroy fails), [`APPLY_GATE_ANNOTATION`] (an apply waits for a file), [`PAUSED_ANNOTATION`] (as the real one),
 //! [`REVISION_ANNOTATION`]. Writes are made under [`FIELD_MANAGER`] (operation `Update`).
 //!
 //! This file holds the Workspace's names and annotations and the provider's watch selector;
@@ -64,11 +76,11 @@ mod tests;
 pub use connection_secret::{
     SecretRef, connection_secret, connection_secret_ref, secret_needs_write,
 };
-pub use desired::{AnnotationError, Desired, canonical_json, checksum};
+pub use desired::{AnnotationError, Desired, canonical_json, checksum, literal_module_outputs};
 pub use process::FakeProvider;
 pub use status::{
-    Cond, Path, applied_at_provider, at_provider, backoff, condition, message, now,
-    pass_conditions, path, set_conditions, typed_status,
+    Cond, Path, applied_at_provider, at_provider, backoff, condition, external_create_incomplete,
+    message, now, orphaned, pass_conditions, path, set_conditions, typed_status,
 };
 
 use kube::core::{ApiResource, GroupVersionKind};
@@ -97,6 +109,9 @@ pub const FAIL_TIMES_ANNOTATION: &str = "fake.tf.upbound.io/fail-times";
 /// When present and not empty, every destroy fails with this message (`delete failed: …`,
 /// `Ready=False Deleting` kept, retried with backoff), as a module whose destroy fails.
 pub const FAIL_DESTROY_ANNOTATION: &str = "fake.tf.upbound.io/fail-destroy";
+/// A file path: an apply (Create or Update) waits until the file exists, writing nothing
+/// meanwhile, as a long `terraform apply` does. Not read while deleting.
+pub const APPLY_GATE_ANNOTATION: &str = "fake.tf.upbound.io/apply-gate";
 /// crossplane-runtime's pause annotation (`meta.AnnotationKeyReconciliationPaused`): the
 /// value `true` pauses the Workspace's reconciliation.
 pub const PAUSED_ANNOTATION: &str = "crossplane.io/paused";
@@ -114,11 +129,15 @@ pub const DEFAULT_POLL_INTERVAL_MS: u64 = 600_000;
 pub const DEFAULT_BACKOFF_BASE_MS: u64 = 1_000;
 /// The default of `--backoff-max-ms`: crossplane-runtime's rate limiter maximum (60 s).
 pub const DEFAULT_BACKOFF_MAX_MS: u64 = 60_000;
+/// crossplane-runtime's `meta.AnnotationKeyExternalCreatePending`: written just before a
+/// create; left behind when the provider stops before recording the result.
+pub const EXTERNAL_CREATE_PENDING: &str = "crossplane.io/external-create-pending";
+/// `meta.AnnotationKeyExternalCreateSucceeded`.
+pub const EXTERNAL_CREATE_SUCCEEDED: &str = "crossplane.io/external-create-succeeded";
+/// `meta.AnnotationKeyExternalCreateFailed`.
+pub const EXTERNAL_CREATE_FAILED: &str = "crossplane.io/external-create-failed";
 /// The annotation the managed reconciler ignores as a desired-state change (it writes them).
-pub const IGNORED_ANNOTATIONS: [&str; 2] = [
-    "crossplane.io/external-create-pending",
-    "crossplane.io/external-create-failed",
-];
+pub const IGNORED_ANNOTATIONS: [&str; 2] = [EXTERNAL_CREATE_PENDING, EXTERNAL_CREATE_FAILED];
 /// What the binary logs once its first list of Workspaces is in its cache.
 pub const READY_LOG_LINE: &str = "watching Workspaces";
 

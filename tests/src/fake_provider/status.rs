@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::{EXTERNAL_CREATE_FAILED, EXTERNAL_CREATE_PENDING, EXTERNAL_CREATE_SUCCEEDED};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Map, Value, json};
 
@@ -62,6 +63,14 @@ pub mod message {
     /// An apply of an existing Workspace (Update path) failed.
     pub fn update(cause: &str) -> String {
         format!("update failed: cannot apply Terraform configuration: {cause}")
+    }
+    /// crossplane-runtime's `errCreateIncomplete`: a create started and never recorded.
+    pub fn create_incomplete() -> String {
+        format!(
+            "cannot determine creation result - remove the {} annotation if it is safe to \
+             proceed",
+            super::EXTERNAL_CREATE_PENDING
+        )
     }
     /// `terraform destroy` failed.
     pub fn delete(cause: &str) -> String {
@@ -240,4 +249,31 @@ pub fn pass_conditions(route: Path, outcome: Result<(), &str>) -> Vec<Cond> {
 pub fn backoff(failures: u32, base: Duration, max: Duration) -> Duration {
     let factor = 2u32.checked_pow(failures.min(31)).unwrap_or(u32::MAX);
     base.checked_mul(factor).map_or(max, |d| d.min(max))
+}
+
+/// crossplane-runtime's `meta.ExternalCreateIncomplete`: `external-create-pending` is set
+/// and later than both `external-create-succeeded` and `external-create-failed` (an absent or
+/// unparsable time is the zero time).
+pub fn external_create_incomplete(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let time = |key: &str| {
+        annotations
+            .get(key)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+    };
+    let Some(pending) = time(EXTERNAL_CREATE_PENDING) else {
+        return false;
+    };
+    let latest = [EXTERNAL_CREATE_SUCCEEDED, EXTERNAL_CREATE_FAILED]
+        .iter()
+        .filter_map(|k| time(k))
+        .max();
+    latest.is_none_or(|l| pending > l)
+}
+
+/// `spec.deletionPolicy: Orphan`: crossplane-runtime removes the finalizer of a deleted
+/// resource without observing or deleting the external one (the Terraform state stays).
+pub fn orphaned(spec: &Value) -> bool {
+    spec["deletionPolicy"] == "Orphan"
 }

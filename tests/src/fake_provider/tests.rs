@@ -429,3 +429,63 @@ fn now_is_a_kubernetes_timestamp() {
     assert_eq!(t.len(), 20, "{t}");
     assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T', "{t}");
 }
+
+/// Terraform reports an output whose value is a string literal as that string; the fake does
+/// the same for an inline HCL module (CAPT's `capt_revision` echo is one such output).
+#[test]
+fn literal_string_outputs_of_an_inline_module_are_reported_as_tofu_would() {
+    let module = "variable \"v\" { type = string }\n\
+        output \"one_line\" { value = \"a\" }\n\
+        output \"block\" {\n  value = \"b\"\n}\n\
+        output \"secret\" {\n  value     = \"s\"\n  sensitive = true\n}\n\
+        output \"computed\" { value = var.v }\n\
+        output \"interpolated\" { value = \"x-${var.v}\" }\n\
+        output \"list\" { value = [\"a\"] }\n";
+    let spec = json!({"forProvider": {"source": "Inline", "module": module}});
+    assert_eq!(
+        literal_module_outputs(&spec),
+        vec![
+            ("one_line".to_owned(), json!("a"), false),
+            ("block".to_owned(), json!("b"), false),
+            ("secret".to_owned(), json!("s"), true),
+        ]
+    );
+    let remote = json!({"forProvider": {"source": "Remote", "module": module}});
+    assert!(literal_module_outputs(&remote).is_empty());
+    // The annotations' outputs win over the module's; sensitive outputs come from the
+    // annotation alone (the test decides what secret data exists).
+    let d = Desired::parse(&annotations(&[(
+        OUTPUTS_ANNOTATION,
+        r#"{"one_line": "z"}"#,
+    )]))
+    .unwrap()
+    .with_module_outputs(&spec);
+    assert_eq!(d.outputs, map(json!({"one_line": "z", "block": "b"})));
+    assert!(d.sensitive_names().is_empty());
+}
+
+#[test]
+fn a_create_is_incomplete_while_pending_is_later_than_its_recorded_result() {
+    let at = |pairs: &[(&str, &str)]| external_create_incomplete(&annotations(pairs));
+    assert!(!at(&[]), "never started");
+    assert!(at(&[(EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:02Z")]));
+    assert!(at(&[
+        (EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:02Z"),
+        (EXTERNAL_CREATE_SUCCEEDED, "2026-01-01T00:00:01Z"),
+    ]));
+    assert!(!at(&[
+        (EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:01Z"),
+        (EXTERNAL_CREATE_SUCCEEDED, "2026-01-01T00:00:02Z"),
+    ]));
+    assert!(
+        !at(&[
+            (EXTERNAL_CREATE_PENDING, "2026-01-01T00:00:01Z"),
+            (EXTERNAL_CREATE_FAILED, "2026-01-01T00:00:01Z"),
+        ]),
+        "not after: complete"
+    );
+    assert!(!at(&[(EXTERNAL_CREATE_PENDING, "garbage")]), "zero time");
+    assert!(orphaned(&json!({"deletionPolicy": "Orphan"})));
+    assert!(!orphaned(&json!({"deletionPolicy": "Delete"})));
+    assert!(!orphaned(&json!({})));
+}

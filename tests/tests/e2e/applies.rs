@@ -4,6 +4,7 @@
 
 use crate::common::{ONE_AT_A_TIME, provisioned, workspace_name};
 use anyhow::Result;
+use capt_controller::render::REVISION_OUTPUT;
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
 use serde_json::{Value, json};
@@ -193,7 +194,12 @@ async fn later_template_and_version_changes_reach_the_workspace() -> Result<()> 
         .wait_for(
             "the new template in the Workspace",
             Duration::from_secs(20),
-            || async { Ok(module()? == "# v2 of demo") },
+            // Followed by the revision output CAPT adds to an inline module.
+            || async {
+                let module = module()?;
+                let echo = format!("output \"{REVISION_OUTPUT}\"");
+                Ok(module.starts_with("# v2 of demo\n") && module.contains(&echo))
+            },
         )
         .await?;
     system

@@ -22,6 +22,7 @@ fn mk_input() -> ControlPlaneInput {
         vpc_ready: Some(true),
         workspace: None,
         endpoint_source: None,
+        apply_generation: None,
     }
 }
 
@@ -854,4 +855,136 @@ fn initialized_is_sticky_and_available_follows_the_control_plane() {
     );
     assert_eq!(available(s)["status"], "False");
     assert_eq!(available(s)["reason"], reason::WORKSPACE_FAILED);
+}
+
+/// issue 25 item 4: provider-terraform keeps `Ready=True Available` through an update and
+/// writes no observedGeneration, so a Ready Workspace proves nothing about the new spec. The
+/// version follows the proof: the Workspace rendered from the apply's current generation, and
+/// its module's `capt_revision` output equal to the revision rendered into it.
+#[test]
+fn an_upgrade_completes_only_when_the_workspace_proves_the_new_revision_applied() {
+    use crate::status::workspace::testing::rendered;
+    let outputs = |applied: &str| json!({"cluster_endpoint": ENDPOINT, "cluster_name": "demo", "capt_revision": applied});
+    let step = |sim: &mut Sim, now, version: &str, apply_gen, ws: WorkspaceObservation| {
+        sim.step(with(|i| {
+            i.now = at_min(now);
+            i.version = version.into();
+            i.apply_generation = Some(apply_gen);
+            i.workspace = Some(ws);
+            i.endpoint_source = Some(ENDPOINT.into());
+        }))
+    };
+    let mut sim = Sim::new();
+    let d = step(
+        &mut sim,
+        2,
+        "1.31",
+        1,
+        rendered(ready_workspace(outputs("r1")), 1, "r1"),
+    );
+    assert_eq!(d.phase, ControlPlanePhase::Ready);
+    assert_eq!(sim.live["status"]["version"], "1.31", "proven: r1 applied");
+    assert_eq!(
+        sim.condition("Ready")["reason"],
+        reason::CONTROL_PLANE_READY
+    );
+
+    // The spec says 1.32; the apply is at generation 2, and every Workspace below stays
+    // Ready=True Available, as both providers keep it through an update.
+    let in_progress = [
+        (
+            "not rendered from generation 2 yet",
+            1,
+            "r1",
+            "r1",
+            "generation 1",
+        ),
+        ("rendered, not applied yet", 2, "r2", "r1", "revision r2"),
+    ];
+    for (name, generation, wanted, applied, says) in in_progress {
+        let ws = rendered(ready_workspace(outputs(applied)), generation, wanted);
+        let d = step(&mut sim, 3, "1.32", 2, ws);
+        assert_eq!(d.phase, ControlPlanePhase::Ready, "{name}: still serving");
+        assert!(d.endpoint.is_some(), "{name}");
+        assert_eq!(sim.live["status"]["version"], "1.31", "{name}: not proven");
+        let ready = sim.condition("Ready");
+        assert_eq!(ready["status"], "True", "{name}");
+        assert_eq!(ready["reason"], reason::WORKSPACE_UPDATING, "{name}");
+        assert!(
+            ready["message"].as_str().unwrap().contains(says),
+            "{name}: {ready}"
+        );
+        assert_eq!(sim.condition("Failed")["status"], "False", "{name}");
+    }
+
+    let d = step(
+        &mut sim,
+        4,
+        "1.32",
+        2,
+        rendered(ready_workspace(outputs("r2")), 2, "r2"),
+    );
+    assert_eq!(d.phase, ControlPlanePhase::Ready);
+    assert_eq!(sim.live["status"]["version"], "1.32", "proven: r2 applied");
+    assert_eq!(
+        sim.condition("Ready")["reason"],
+        reason::CONTROL_PLANE_READY
+    );
+}
+
+/// A control plane never ready before waits for the proof (with its timeout), and a module
+/// that carries no revision (remote) is taken at its `Ready`, as before.
+#[test]
+fn a_first_apply_waits_for_the_proof_and_a_module_without_one_goes_by_ready() {
+    use crate::status::workspace::testing::rendered;
+    let ws = rendered(ready_ws(), 1, "r1");
+    let d = desired_control_plane(&with(|i| {
+        i.apply_generation = Some(1);
+        i.workspace = Some(ws);
+        i.endpoint_source = Some(ENDPOINT.into());
+    }));
+    assert_eq!(d.phase, ControlPlanePhase::Creating);
+    assert!(status(&d).get("version").is_none());
+    assert!(d.recheck_after.is_some(), "the wait has its timeout");
+
+    let mut remote = ready_ws();
+    remote.rendered_generation = Some(1);
+    let d = desired_control_plane(&with(|i| {
+        i.apply_generation = Some(1);
+        i.workspace = Some(remote);
+        i.endpoint_source = Some(ENDPOINT.into());
+    }));
+    assert_eq!(d.phase, ControlPlanePhase::Ready);
+    assert_eq!(status(&d)["version"], "1.31");
+}
+
+/// A provider that crashed mid-apply leaves `crossplane.io/external-create-pending`; it then
+/// waits for a person (`Synced=False "cannot determine creation result …"`). The control plane
+/// fails with a reason of its own and what to do, untimed: no silent hang, no timeout either.
+#[test]
+fn a_workspace_stuck_after_a_crash_fails_the_control_plane_with_what_to_do() {
+    let stuck = crate::status::workspace::testing::mk_workspace(
+        Some((
+            "False",
+            "ReconcileError",
+            "cannot determine creation result - remove the crossplane.io/external-create-pending \
+             annotation if it is safe to proceed",
+        )),
+        Some(("False", "Creating", "")),
+        None,
+    );
+    let d = desired_control_plane(&with(|i| i.workspace = Some(stuck)));
+    assert_eq!(d.phase, ControlPlanePhase::Failed);
+    assert_eq!(d.recheck_after, None);
+    let conditions = status(&d)["conditions"].as_array().unwrap();
+    let failed = conditions.iter().find(|c| c["type"] == "Failed").unwrap();
+    assert_eq!(failed["status"], "True");
+    assert_eq!(failed["reason"], reason::WORKSPACE_NEEDS_OPERATOR);
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("crossplane.io/external-create-pending-"),
+        "{failed}"
+    );
 }
