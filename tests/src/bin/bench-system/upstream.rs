@@ -390,11 +390,18 @@ async fn reconcile_apply(
             }
         }
         // A template that changed: the Workspace follows (upstream's CreateOrUpdate).
+        // Only what the template renders is compared: the provider adds annotations of its
+        // own, and upstream compared before it updated.
         Some(live)
             if live.data["spec"] != rendered["spec"]
-                || live.metadata.annotations.clone().unwrap_or_default()
-                    != serde_json::from_value(rendered["metadata"]["annotations"].clone())
-                        .unwrap_or_default() =>
+                || rendered["metadata"]["annotations"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .any(|(k, v)| {
+                        live.metadata.annotations.as_ref().and_then(|a| a.get(k))
+                            != v.as_str().map(str::to_owned).as_ref()
+                    }) =>
         {
             let patch = json!({"metadata": {"annotations": rendered["metadata"]["annotations"]},
                 "spec": rendered["spec"]});
