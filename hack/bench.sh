@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole-system benchmark: N CAPT stacks with the system as deployed (status-applier +
 # capt-controller, started with the command and environment of manifests/deploy/deployment.yaml)
-# against the naive baseline (full status updates, as upstream CAPT did), beside the real
+# against the baseline (upstream CAPT's write pattern) and the floor (a direct writer), beside the real
 # Cluster API core manager, on fresh API servers of their own (CAPT_TESTENV_DIR=.benchenv,
 # restarted for each round, stopped at the end), with release builds. Prints markdown tables,
 # each with the commit, the machine and this command; not part of the test run.

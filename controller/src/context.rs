@@ -66,6 +66,20 @@ pub struct Context {
     pub write_loops: Mutex<WriteLoops<Written>>,
 }
 
+impl Context {
+    /// Forgets everything kept about `obj`, which was deleted: the publisher's deliveries and
+    /// the write-loop guard's counts (the caches drop it themselves).
+    pub fn forget<K: Resource<DynamicType = ()>>(&self, obj: &K) {
+        use kube::ResourceExt;
+        self.publisher.forget_object(obj);
+        let (kind, namespace, name) = (K::kind(&()), obj.namespace(), obj.name_any());
+        self.write_loops
+            .lock()
+            .expect("lock")
+            .forget(|w| w.kind == kind && w.namespace == namespace && w.name == name);
+    }
+}
+
 /// An object and the manager (and subresource) that wrote it: what the write-loop guard
 /// counts writes of.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

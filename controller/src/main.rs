@@ -76,10 +76,10 @@ struct Args {
     /// Manage the objects of this namespace only (all namespaces by default).
     #[arg(long, env = "CAPT_NAMESPACE")]
     namespace: Option<String>,
-    /// Benchmark baseline only: write status as upstream CAPT did (a full update on every
-    /// reconcile, woken by every change), straight to the API server, without the applier.
-    #[arg(long, hide_short_help = true)]
-    baseline_full_update: bool,
+    /// Manage only the objects labelled `cluster.x-k8s.io/watch-filter=<value>` (Cluster API's
+    /// sharding: one Deployment per value, each with a Lease of its own).
+    #[arg(long, env = "CAPT_WATCH_FILTER")]
+    watch_filter: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "CAPT_LOG_JSON")]
     log_json: bool,
@@ -146,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
     let applier = status_applier_api::Client::new(&args.applier_socket);
     let scope = capt_controller::run::Scope {
         namespace: args.namespace,
-        wake_on_every_change: args.baseline_full_update,
+        watch_filter: args.watch_filter,
         concurrency: args.max_concurrent_reconciles.max(1),
     };
     let workspace_policy =
@@ -158,11 +158,7 @@ async fn main() -> anyhow::Result<()> {
         caches: watches.caches(),
         rewake: capt_controller::rewake::Rewake::new(metrics.rewake_gave_up.clone()),
         client: client.clone(),
-        publisher: if args.baseline_full_update {
-            Publisher::full_update_baseline(client.clone())
-        } else {
-            Publisher::new(applier.clone())
-        },
+        publisher: Publisher::new(applier.clone()),
         metrics,
         settings: Settings {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),

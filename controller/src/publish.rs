@@ -5,10 +5,6 @@
 //! state costs no request at all. Delivered means the applier acted on it (the publisher
 //! waits for the outcome); a failed delivery is forgotten, so the next reconcile sends it
 //! again.
-//!
-//! For benchmarks only, a publisher can instead behave as upstream CAPT did
-//! ([`Publisher::full_update_baseline`]): read the object, set the computed fields and write
-//! the whole object (or its status) back with an update, on every reconcile.
 
 use crate::write_loops::Basis;
 use serde_json::Value;
@@ -28,15 +24,6 @@ pub enum PublishError {
         /// The cause.
         #[source]
         source: ClientError,
-    },
-    /// The baseline's full update failed.
-    #[error("{subject}: the full update failed: {source}")]
-    Update {
-        /// `kind/namespace/name [manager]`.
-        subject: String,
-        /// The cause.
-        #[source]
-        source: kube::Error,
     },
     /// The status-applier refused the intent.
     #[error("{subject}: the status-applier refused the intent ({status}): {body}")]
@@ -188,14 +175,6 @@ fn digest(uid: &Option<String>, fragment: &Value, release: &[String]) -> Digest 
     sha2::Sha256::digest(&text).into()
 }
 
-/// Where publications go.
-enum Sink {
-    /// The status-applier's socket.
-    Applier(Client),
-    /// Straight to the API server, as full updates (the benchmark baseline).
-    FullUpdate(kube::Client),
-}
-
 /// What became of a publication.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Published {
@@ -213,7 +192,7 @@ pub enum Published {
         /// The resourceVersion our last write left (`crate::rewake` waits for it).
         awaiting: u64,
     },
-    /// Sent, and what the status-applier did with it (the baseline's writes are `applied`).
+    /// Sent, and what the status-applier did with it.
     Sent {
         /// What the status-applier did.
         action: status_applier_api::Action,
@@ -241,7 +220,7 @@ impl Published {
 
 /// Delivers intents, skipping repeats.
 pub struct Publisher {
-    sink: Sink,
+    client: Client,
     delivered: Mutex<HashMap<Key, Delivered>>,
 }
 
@@ -249,33 +228,14 @@ impl Publisher {
     /// A publisher talking to the status-applier's socket.
     pub fn new(client: Client) -> Self {
         Self {
-            sink: Sink::Applier(client),
-            delivered: Mutex::default(),
-        }
-    }
-
-    /// The naive baseline of the benchmark, as upstream CAPT wrote status: every publication
-    /// is a read of the object, the fragment merged into it, and an update (PUT) of the whole
-    /// object or its status, sent every time, even when nothing changed. Releases are ignored.
-    pub fn full_update_baseline(client: kube::Client) -> Self {
-        Self {
-            sink: Sink::FullUpdate(client),
+            client,
             delivered: Mutex::default(),
         }
     }
 
     /// Publishes unless the same fragment was delivered last time.
     pub async fn publish(&self, p: Publication) -> Result<Published, PublishError> {
-        let client = match &self.sink {
-            Sink::Applier(client) => client,
-            Sink::FullUpdate(kube) => {
-                let generation = full_update(kube, p).await?;
-                return Ok(Published::Sent {
-                    action: status_applier_api::Action::applied,
-                    generation,
-                });
-            }
-        };
+        let client = &self.client;
         let key = Key {
             api_version: p.target.api_version.clone(),
             kind: p.target.kind.clone(),
@@ -349,37 +309,67 @@ impl Publisher {
             !(k.kind == kind && k.namespace.as_deref() == namespace && k.name == name)
         });
     }
+
+    /// Forgets what was delivered for `obj`, which was deleted: what the publisher keeps
+    /// stays bounded by the objects that exist (churn leaves nothing behind).
+    pub fn forget_object<K: kube::Resource<DynamicType = ()>>(&self, obj: &K) {
+        use kube::ResourceExt;
+        self.forget(&K::kind(&()), obj.namespace().as_deref(), &obj.name_any());
+    }
+
+    /// How many (object, subresource, manager) deliveries are remembered.
+    pub fn remembered(&self) -> usize {
+        self.delivered.lock().expect("lock").len()
+    }
 }
 
-/// The baseline's write: GET, merge the fragment, PUT. Answers the generation it left.
-async fn full_update(client: &kube::Client, p: Publication) -> Result<Option<i64>, PublishError> {
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-    let subject = p.subject();
-    let err = |source| PublishError::Update {
-        subject: subject.clone(),
-        source,
-    };
-    let (group, version) = match p.target.api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", p.target.api_version.as_str()),
-    };
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &p.target.kind));
-    let api: Api<DynamicObject> = match &p.target.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let live = api.get(&p.target.name).await.map_err(err)?;
-    let mut object = serde_json::to_value(&live).expect("an object read is serializable");
-    json_patch::merge(&mut object, &p.fragment);
-    let object: DynamicObject =
-        serde_json::from_value(object).expect("a merged object is still an object");
-    let params = PostParams {
-        field_manager: Some(p.field_manager.to_owned()),
-        ..Default::default()
-    };
-    let written = match p.subresource {
-        Some(Subresource::Status) => api.replace_status(&p.target.name, &params, &object).await,
-        None => api.replace(&p.target.name, &params, &object).await,
-    };
-    written.map(|o| o.metadata.generation).map_err(err)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CAPTCluster;
+    use crate::watches::{Change, Subscribers};
+
+    fn capt_cluster(name: &str) -> CAPTCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
+            "spec": {"region": "r"},
+        }))
+        .expect("a valid CAPTCluster")
+    }
+
+    /// Remembers a delivery for `obj` as a sent intent would.
+    fn delivered(publisher: &Publisher, obj: &CAPTCluster, manager: &'static str) {
+        let p = Publication::status(obj, manager, serde_json::json!({"status": {}}));
+        let key = Key {
+            api_version: p.target.api_version.clone(),
+            kind: p.target.kind.clone(),
+            namespace: p.target.namespace.clone(),
+            name: p.target.name.clone(),
+            subresource: p.subresource,
+            manager,
+        };
+        let d = Delivered {
+            digest: digest(&p.target.uid, &p.fragment, &p.release),
+            version: Some(1),
+            generation: Some(1),
+        };
+        publisher.delivered.lock().expect("lock").insert(key, d);
+    }
+
+    #[test]
+    fn a_deleted_objects_deliveries_are_forgotten_through_its_watch() {
+        let publisher = std::sync::Arc::new(Publisher::new(Client::new("/nonexistent.sock")));
+        let (a, b) = (capt_cluster("a"), capt_cluster("b"));
+        delivered(&publisher, &a, "capt-captcluster");
+        delivered(&publisher, &a, "capt-other");
+        delivered(&publisher, &b, "capt-captcluster");
+        let mut subscribers = Subscribers::<CAPTCluster>::default();
+        let p = publisher.clone();
+        subscribers.on_deleted(move |o| p.forget_object(o));
+        subscribers.deliver(&a, Change::Applied);
+        assert_eq!(publisher.remembered(), 3, "a change forgets nothing");
+        subscribers.deliver(&a, Change::Deleted);
+        assert_eq!(publisher.remembered(), 1, "only b's delivery is left");
+    }
 }

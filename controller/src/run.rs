@@ -24,6 +24,9 @@ use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
+/// The label Cluster API providers shard by (`--watch-filter`).
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+
 /// Which objects the controllers manage.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
@@ -31,9 +34,12 @@ pub struct Scope {
     /// of them are watched either way: whether a name is taken by another's Workspace must be
     /// answered from the cache, and another's carries no label of ours to select it by.
     pub namespace: Option<String>,
-    /// Wake reconcilers on every change of their own objects, status included: the benchmark
-    /// baseline, as upstream CAPT did. Our own status writes then wake us again.
-    pub wake_on_every_change: bool,
+    /// Manage only the objects labelled `cluster.x-k8s.io/watch-filter=<this>`, as Cluster
+    /// API providers shard (`--watch-filter`): the Clusters, CAPT objects and applies of the
+    /// shard are watched by that label; Workspaces and WorkspaceTemplates are not (a
+    /// template is shared, and a Workspace name taken by another shard must still be seen).
+    /// The applies we create carry the label of their owner.
+    pub watch_filter: Option<String>,
     /// Reconciles each controller runs at once. Each holds its intents in flight at the
     /// status-applier until they are applied: unbounded, 1,000 stacks created at once were
     /// thousands of reconciles in flight, and both processes' memory followed.
@@ -72,15 +78,19 @@ impl Watches {
         // all, before the cache strips it, and six kinds list at once after a restart, which
         // is where the peak at 1,000 clusters was (docs/performance.md, "Memory").
         let wc = || watcher::Config::default().page_size(50);
+        let shard = || match &scope.watch_filter {
+            Some(value) => wc().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
+            None => wc(),
+        };
         let templates = match templates_elsewhere {
             true => Api::all(client.clone()),
             false => scope.api(client),
         };
         Self {
-            clusters: Watch::new(scope.api(client), wc()),
-            capt_clusters: Watch::new(scope.api(client), wc()),
-            control_planes: Watch::new(scope.api(client), wc()),
-            applies: Watch::new(scope.api(client), wc()),
+            clusters: Watch::new(scope.api(client), shard()),
+            capt_clusters: Watch::new(scope.api(client), shard()),
+            control_planes: Watch::new(scope.api(client), shard()),
+            applies: Watch::new(scope.api(client), shard()),
             templates: Watch::new(templates, wc()),
             workspaces: Watch::new(Api::all(client.clone()), wc()),
         }
@@ -102,15 +112,12 @@ impl Watches {
 /// Runs every controller until a shutdown signal: wires what wakes each, starts the watches,
 /// and reconciles once every cache has listed its kind.
 pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
-    let every_change = scope.wake_on_every_change;
     let apply_t = Trigger::<WorkspaceTemplateApply>::default();
     let cp_t = Trigger::<CAPTControlPlane>::default();
     let cc_t = Trigger::<CAPTCluster>::default();
     let cluster_t = Trigger::<Cluster>::default();
 
-    w.applies
-        .subscribers
-        .wakes_own(&apply_t, wakes(every_change));
+    w.applies.subscribers.wakes_own(&apply_t, lifecycle);
     w.workspaces.subscribers.wakes(&apply_t, |ws| {
         labelled_ref(ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
     });
@@ -124,33 +131,39 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
         .subscribers
         .wakes(&apply_t, move |t| users_of(&applies, t));
 
-    w.control_planes
-        .subscribers
-        .wakes_own(&cp_t, wakes(every_change));
+    w.control_planes.subscribers.wakes_own(&cp_t, lifecycle);
     let control_planes = w.control_planes.store();
     w.capt_clusters
         .subscribers
         .wakes(&cp_t, move |peer| same_cluster(&control_planes, peer));
     owner_wakes(&cp_t, &mut w, |c| &c.spec.control_plane_ref);
 
-    w.capt_clusters
-        .subscribers
-        .wakes_own(&cc_t, wakes(every_change));
+    w.capt_clusters.subscribers.wakes_own(&cc_t, lifecycle);
     let capt_clusters = w.capt_clusters.store();
     w.control_planes
         .subscribers
         .wakes(&cc_t, move |peer| same_cluster(&capt_clusters, peer));
     owner_wakes(&cc_t, &mut w, |c| &c.spec.infrastructure_ref);
 
-    w.clusters
-        .subscribers
-        .wakes_own(&cluster_t, wakes(every_change));
+    w.clusters.subscribers.wakes_own(&cluster_t, lifecycle);
     w.capt_clusters
         .subscribers
         .wakes(&cluster_t, owning_cluster_ref);
     w.control_planes
         .subscribers
         .wakes(&cluster_t, owning_cluster_ref);
+
+    // What is kept per object goes when it is deleted (memory stays flat under churn).
+    let c = ctx.clone();
+    w.applies.subscribers.on_deleted(move |o| c.forget(o));
+    let c = ctx.clone();
+    w.control_planes
+        .subscribers
+        .on_deleted(move |o| c.forget(o));
+    let c = ctx.clone();
+    w.capt_clusters.subscribers.on_deleted(move |o| c.forget(o));
+    let c = ctx.clone();
+    w.clusters.subscribers.on_deleted(move |o| c.forget(o));
 
     let caches = w.caches();
     // Nothing else wakes an object whose publication waits for our own write to be seen.
@@ -200,15 +213,6 @@ where
             ctx.metrics.reconciled(kind);
         }
         std::future::ready(())
-    }
-}
-
-/// What wakes a primary object's own reconciler: its lifecycle ([`lifecycle`]), or every
-/// change for the benchmark's baseline.
-fn wakes<K: Resource>(every_change: bool) -> fn(&K) -> Option<u64> {
-    match every_change {
-        true => kube::runtime::predicates::resource_version,
-        false => lifecycle,
     }
 }
 

@@ -182,6 +182,16 @@ impl<K: Watched> Subscribers<K> {
         }));
     }
 
+    /// Calls `forget` with each deleted object of this kind, so that what is kept per object
+    /// goes with it.
+    pub fn on_deleted(&mut self, forget: impl Fn(&K) + Send + Sync + 'static) {
+        self.each.push(Box::new(move |obj, change| {
+            if change == Change::Deleted {
+                forget(obj);
+            }
+        }));
+    }
+
     /// Wakes the controller of `P` for the objects `map` finds, on every change of an object
     /// of this kind, its deletion included.
     pub fn wakes<P, I>(

@@ -96,6 +96,11 @@ impl<K: Hash + Eq + Clone> WriteLoops<K> {
         }
     }
 
+    /// Forgets the writes of every key `gone` says is gone (its object was deleted).
+    pub fn forget(&mut self, gone: impl Fn(&K) -> bool) {
+        self.objects.retain(|k, _| !gone(k));
+    }
+
     /// The limit in force.
     pub fn limit(&self) -> Limit {
         self.limit

@@ -80,9 +80,22 @@ fn version(obj: &View) -> u64 {
 /// A change the watches saw: the object as cached now, or `None` once it is deleted.
 pub type Change = (ObjectRef, Option<Arc<View>>);
 
+/// Which objects the cache watches: those of one namespace (cluster-scoped kinds are
+/// watched whole), those matching a label selector, or every one. An intent for an object
+/// outside is still served: the object is read when needed, and an apply planned on a read
+/// that went stale is refused (409) and planned again on a new read.
+#[derive(Clone, Debug, Default)]
+pub struct WatchScope {
+    /// One namespace.
+    pub namespace: Option<String>,
+    /// A label selector (`key=value,...`).
+    pub label_selector: Option<String>,
+}
+
 /// The caches of every kind met so far.
 pub struct Live {
     client: kube::Client,
+    scope: WatchScope,
     kinds: tokio::sync::Mutex<HashMap<(String, String), Arc<Kind>>>,
     changes: mpsc::UnboundedSender<Change>,
     watched: Mutex<Vec<Arc<Kind>>>,
@@ -96,9 +109,11 @@ impl Live {
         client: kube::Client,
         changes: mpsc::UnboundedSender<Change>,
         managers: &[String],
+        scope: WatchScope,
     ) -> Self {
         Self {
             client,
+            scope,
             kinds: Default::default(),
             changes,
             watched: Default::default(),
@@ -109,6 +124,11 @@ impl Live {
     /// From now on, keeps of `object` what `keep` names besides the allowed managers' applies.
     pub fn keep(&self, object: ObjectRef, keep: &Keep) {
         self.keeps.set(object, keep);
+    }
+
+    /// Forgets what was to be kept of a deleted `object`.
+    pub fn forget(&self, object: &ObjectRef) {
+        self.keeps.forget(object);
     }
 
     /// The client.
@@ -136,6 +156,7 @@ impl Live {
         });
         tokio::spawn(watch(
             self.client.clone(),
+            self.scope.clone(),
             found.clone(),
             self.changes.clone(),
             self.keeps.clone(),
@@ -200,18 +221,24 @@ fn object_ref(kind: &Kind, obj: &DynamicObject) -> ObjectRef {
 
 async fn watch(
     client: kube::Client,
+    scope: WatchScope,
     kind: Arc<Kind>,
     changes: mpsc::UnboundedSender<Change>,
     keeps: Arc<Keeps>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &kind.resource);
+    let api: Api<DynamicObject> = match &scope.namespace {
+        Some(ns) if kind.namespaced => Api::namespaced_with(client, ns, &kind.resource),
+        _ => Api::all_with(client, &kind.resource),
+    };
+    let mut config = watcher::Config::default().page_size(50);
+    if let Some(selector) = &scope.label_selector {
+        config = config.labels(selector);
+    }
     // Lists in pages of 50 (kube-rs lists 500 at once by default): every object of a page is
     // parsed whole before it is cut down, and four kinds list at once. 50 halved the listing
     // peak at 4,000 objects (status-applier/examples/memory.rs: 77 → 34 MiB); streaming lists
     // (WatchList) did as well (29 MiB) but need an API server that serves them.
-    let mut events = watcher(api, watcher::Config::default().page_size(50))
-        .default_backoff()
-        .boxed();
+    let mut events = watcher(api, config).default_backoff().boxed();
     let mut listed: HashSet<ObjectName> = HashSet::new();
     info!(kind = %kind.resource.kind, "Watching");
     while let Some(event) = events.next().await {

@@ -283,6 +283,21 @@ impl Keeps {
         });
         self.objects.write().expect("lock").insert(object, keep);
     }
+
+    /// Forgets `object` (deleted): it is kept as any other from now on.
+    pub fn forget(&self, object: &ObjectRef) {
+        self.objects.write().expect("lock").remove(object);
+    }
+
+    /// How many objects have a keep of their own.
+    pub fn len(&self) -> usize {
+        self.objects.read().expect("lock").len()
+    }
+
+    /// True when no object has a keep of its own.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]

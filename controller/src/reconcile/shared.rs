@@ -125,6 +125,10 @@ where
     if let Some(cluster) = cluster_name(owner) {
         labels[CLUSTER_NAME_LABEL] = json!(cluster);
     }
+    // The owner's shard (`--watch-filter`): its apply must be watched by the same controller.
+    if let Some(shard) = owner.labels().get(crate::run::WATCH_FILTER_LABEL) {
+        labels[crate::run::WATCH_FILTER_LABEL] = json!(shard);
+    }
     // No owner reference: the garbage collector would delete the apply as soon as its owner
     // is deleted, racing the deletion order (the control plane before the VPC). The owner's
     // finalizer deletes it instead, in order; the labels map events back to the owner.

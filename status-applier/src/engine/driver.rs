@@ -58,6 +58,7 @@ impl Engine {
         settings: Settings,
         metrics: Metrics,
         events: bool,
+        scope: crate::live::WatchScope,
     ) -> Arc<Self> {
         let (changes, changed) = mpsc::unbounded_channel();
         let recorder = events.then(|| {
@@ -68,7 +69,7 @@ impl Engine {
             kube::runtime::events::Recorder::new(client.clone(), reporter)
         });
         let policy = Arc::new(policy);
-        let live = Live::new(client, changes, &policy.allowed_managers);
+        let live = Live::new(client, changes, &policy.allowed_managers, scope);
         let engine = Arc::new(Self {
             machine: Mutex::new(Machine::new(
                 policy.clone(),
@@ -257,6 +258,7 @@ impl Engine {
             } => self.report(key, conflicts, local, object_uid),
             Effect::Counted(count) => self.count(count),
             Effect::Keep { object, keep } => self.live.keep(object, &keep),
+            Effect::Forget(object) => self.live.forget(&object),
         }
     }
 

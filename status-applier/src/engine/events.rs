@@ -103,6 +103,9 @@ pub enum Effect {
         /// What to keep of it.
         keep: Keep,
     },
+    /// The object was deleted and the machine forgot it (its documents, keys and claims):
+    /// forget what the views keep of it too.
+    Forget(ObjectRef),
 }
 
 /// What the metrics count.

@@ -215,6 +215,11 @@ impl Machine {
         }
     }
 
+    /// How many objects the machine holds something of (documents, keys, parked intents).
+    pub fn objects_held(&self) -> usize {
+        self.objects.len()
+    }
+
     /// Takes one event at time `now`; answers what to do.
     pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();

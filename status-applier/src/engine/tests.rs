@@ -1263,3 +1263,33 @@ fn an_answer_tells_the_generation_the_apply_left_the_object_at() {
 }
 
 mod leadership;
+
+#[test]
+fn a_deleted_object_is_forgotten_once_its_keys_have_nothing_left_to_do() {
+    let mut h = Harness::default();
+    h.apply_a1(6);
+    assert_eq!(h.machine.desired().len(), 1);
+    assert_eq!(h.machine.objects_held(), 1);
+    let effects = h.at(20).feed(Event::Gone(object()));
+    assert!(
+        h.machine.desired().is_empty(),
+        "the deleted object's document is forgotten"
+    );
+    assert_eq!(h.machine.objects_held(), 0, "and the object with it");
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Forget(o) if *o == object())),
+        "the views forget what they kept of it"
+    );
+}
+
+#[test]
+fn a_deleted_object_with_an_intent_still_queued_is_kept_until_that_is_done() {
+    let mut h = Harness::default();
+    h.apply_a1(6);
+    h.at(20)
+        .submit(intent(&status_key(), json!({"status": {"a": "2"}})), false);
+    h.at(21).feed(Event::Gone(object()));
+    assert_eq!(h.machine.desired().len(), 1, "queued: not forgotten yet");
+}

@@ -174,6 +174,17 @@ struct PolicyArgs {
     /// Do not publish Kubernetes Events for conflicts.
     #[arg(long)]
     no_events: bool,
+    /// Watch only this namespace's objects (of namespaced kinds): one shard of a sharded
+    /// deployment. Intents for other objects are still served, read on demand.
+    #[arg(long = "watch-namespace", env = "STATUS_APPLIER_WATCH_NAMESPACE")]
+    watch_namespace: Option<String>,
+    /// Watch only the objects this label selector matches (`key=value`), e.g. the
+    /// controller's shard label. Intents for other objects are still served, read on demand.
+    #[arg(
+        long = "watch-label-selector",
+        env = "STATUS_APPLIER_WATCH_LABEL_SELECTOR"
+    )]
+    watch_label_selector: Option<String>,
 }
 
 /// The engine's defaults: the flags' defaults are read from them, so the two cannot drift.
@@ -274,7 +285,18 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let client = diagnostics::kube_client("status-applier", env!("CARGO_PKG_VERSION")).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let engine = Engine::start(client.clone(), policy, settings, metrics, !flags.no_events);
+    let scope = status_applier::live::WatchScope {
+        namespace: flags.watch_namespace,
+        label_selector: flags.watch_label_selector,
+    };
+    let engine = Engine::start(
+        client.clone(),
+        policy,
+        settings,
+        metrics,
+        !flags.no_events,
+        scope,
+    );
     match lease {
         Some(lease) => {
             tracing::info!(

@@ -96,6 +96,34 @@ impl Machine {
                 .with_message(format!("{object}: {}", ApplyError::NotFound));
             self.finish(&key, outcome, false, now, out);
         }
+        self.forget_if_settled(object, out);
+    }
+
+    /// Forgets a deleted object whose keys have nothing left to do: its documents, keys and
+    /// claims (memory stays flat under churn). A key still queued, applying or waited for
+    /// keeps the object until a later deletion event; an intent for the name afterwards
+    /// starts from nothing, as for a new object.
+    fn forget_if_settled(&mut self, object: &ObjectRef, out: &mut Vec<Effect>) {
+        let Some(held) = self.objects.get(object) else {
+            return;
+        };
+        if held.view.is_some() || held.busy.is_some() || !held.parked.is_empty() {
+            return;
+        }
+        let settled = held.keys.iter().all(|k| {
+            self.entries
+                .get(k)
+                .is_none_or(|e| e.phase.is_idle() && e.waiters.is_empty())
+        });
+        if !settled {
+            return;
+        }
+        if let Some(held) = self.objects.remove(object) {
+            for key in &held.keys {
+                self.entries.remove(key);
+            }
+        }
+        out.push(Effect::Forget(object.clone()));
     }
 
     /// Rebuilds the documents of the allowed managers that have applied to `object` and have

@@ -6,7 +6,7 @@
 //! token's id (`user.extra["authentication.kubernetes.io/credential-id"]`, `JTI=<jti>`).
 //!
 //! The scraper of both metrics listeners is a ServiceAccount bound to
-//! `capt-controller-metrics-reader`, as a Prometheus would be. The naive baseline needs
+//! `capt-controller-metrics-reader`, as a Prometheus would be. The baseline (upstream's pattern) needs
 //! rights the shipped RBAC does not give (it PUTs whole statuses): it runs as a
 //! ServiceAccount of its own bound to `cluster-admin`.
 

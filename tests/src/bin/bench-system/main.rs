@@ -1,8 +1,8 @@
 //! Whole-system benchmark: N CAPT stacks (Cluster + CAPTCluster + CAPTControlPlane) against
 //! the real API server and the real Cluster API core manager (`hack/testenv.sh`), the system
-//! running as `manifests/deploy/deployment.yaml` configures it, beside the naive baseline
-//! (`capt-controller --baseline-full-update`: a full update on every reconcile, woken by
-//! every change, as upstream CAPT did). Prints tables.
+//! running as `manifests/deploy/deployment.yaml` configures it, beside the baseline
+//! (upstream CAPT's write pattern: `upstream`) and the floor (a minimal direct writer:
+//! `floor`). Prints tables.
 //!
 //! The system as deployed (`deployed`): the Deployment's two containers, `status-applier` and
 //! `manager`, become two processes started with each container's command and environment
@@ -10,8 +10,8 @@
 //! cluster-wide, the allow-lists and watch kinds), changing only what a local run must
 //! (paths under volume mounts, bind addresses, the pod's name, a kubeconfig with a token of
 //! the pod's ServiceAccount: `identity`); metrics are scraped over HTTPS with a token bound
-//! to `capt-controller-metrics-reader`. The baseline is the `manager` container alone, with
-//! its flag added. The fake provider runs with its defaults (provider-terraform's: a 10 min
+//! to `capt-controller-metrics-reader`. The baseline is this binary run as another process
+//! (`upstream::FLAG`). The fake provider runs with its defaults (provider-terraform's: a 10 min
 //! poll, one Workspace at a time), only its apply time set (`--provider-delay-ms`). Every
 //! difference from production is printed with the tables (`tables::differences`).
 //!
@@ -55,12 +55,14 @@
 
 mod census;
 mod deployed;
+mod floor;
 mod identity;
 mod probe;
 mod round;
 mod stacks;
 mod system;
 mod tables;
+mod upstream;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
@@ -70,12 +72,19 @@ use tables::{Header, tables};
 /// Runs the whole-system benchmark and prints its tables.
 #[derive(Parser)]
 #[command(
-    about = "The whole-system benchmark: N CAPT stacks as deployed, beside the naive baseline and Cluster API core (run it through hack/bench.sh)"
+    about = "The whole-system benchmark: N CAPT stacks as deployed, beside the baseline (upstream CAPT's write pattern), the floor and Cluster API core (run it through hack/bench.sh)"
 )]
 struct Args {
     /// Numbers of CAPT stacks, one round each (per mode).
     #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
     clusters: Vec<usize>,
+    /// Probe stacks and output changes of the baseline (each waits for its 30 s requeues:
+    /// up to 90 s).
+    #[arg(long, default_value_t = 5)]
+    baseline_changes: usize,
+    /// The numbers of stacks the system as deployed runs at (default: every `--clusters`).
+    #[arg(long, value_delimiter = ',')]
+    sidecar_clusters: Option<Vec<usize>>,
     /// The numbers of stacks the baseline runs at (it is skipped at the others).
     #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
     baseline_clusters: Vec<usize>,
@@ -120,7 +129,7 @@ struct Args {
 enum Mode {
     /// status-applier + capt-controller, as deployed.
     Sidecar,
-    /// capt-controller --baseline-full-update, alone.
+    /// Upstream CAPT's write pattern (`upstream`), alone.
     Baseline,
 }
 
@@ -128,7 +137,7 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Sidecar => "sidecar (as deployed)",
-            Mode::Baseline => "naive baseline",
+            Mode::Baseline => "baseline (upstream's pattern)",
         }
     }
 
@@ -160,6 +169,9 @@ fn restart_environment() -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(upstream::FLAG) {
+        return upstream::serve().await;
+    }
     let args = Args::parse();
     let header = Header::now()?;
     eprintln!("{}", header.text());
@@ -168,6 +180,14 @@ async fn main() -> Result<()> {
     for &n in &args.clusters {
         for &mode in &args.modes {
             if mode == Mode::Baseline && !args.baseline_clusters.contains(&n) {
+                continue;
+            }
+            if mode == Mode::Sidecar
+                && args
+                    .sidecar_clusters
+                    .as_ref()
+                    .is_some_and(|s| !s.contains(&n))
+            {
                 continue;
             }
             if !rounds.is_empty() && args.restart_environment {

@@ -101,6 +101,7 @@ pub(crate) struct ProcessStats {
 /// What measures a round: its namespace (and the Workspaces named after it) and the audit
 /// log.
 pub(crate) struct Probe<'a> {
+    pub(crate) mode: crate::Mode,
     pub(crate) ns: &'a str,
     pub(crate) audit: &'a std::path::Path,
 }

@@ -4,6 +4,7 @@
 
 use crate::census::{self, StatusCensus};
 use crate::deployed::{Launch, Pod};
+use crate::floor::{self, create_floor_stack, floor_name, floor_workspace};
 use crate::probe::{Delta, Probe, ProcessStats, process_stats};
 use crate::stacks::{
     Watches, change_output, create_stack, create_templates, endpoint_host, own_template,
@@ -83,6 +84,10 @@ pub(crate) struct Probes {
     pub(crate) ready_total_ms: Vec<f64>,
     /// t0r → CAPTControlPlane endpoint and `status.ready` (tr): ours.
     pub(crate) ready_ours_ms: Vec<f64>,
+    /// The same hop by the floor (`floor`), one floor stack after each probe stack.
+    pub(crate) floor_ms: Vec<f64>,
+    pub(crate) floor_made: usize,
+    pub(crate) floor_missed: usize,
     pub(crate) made: usize,
     pub(crate) missed: usize,
     pub(crate) delta: Delta,
@@ -140,6 +145,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     std::fs::create_dir_all(&dir)?;
     let mut system = BenchSystem::start(args, mode, pod, &dir).await?;
     let round = Probe {
+        mode,
         ns: &ns,
         audit: &audit,
     };
@@ -173,7 +179,25 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     let provisioned_census = captclusters.changes();
     let steady = steady_state(&round, &system, args.steady_seconds).await?;
     let before_probes = captclusters.changes();
-    let probes = probe_stacks(&round, &system, &client, &watches, args.changes).await?;
+    // The baseline's hops are its 30 s requeues: fewer probes, each given two of them.
+    let (probe_count, timeout) = match mode {
+        Mode::Sidecar => (args.changes, TIMEOUT),
+        Mode::Baseline => (args.baseline_changes, 3 * crate::upstream::REQUEUE),
+    };
+    let floor_task = (mode == Mode::Sidecar).then(|| floor::spawn(client.clone(), ns.clone()));
+    let probes = probe_stacks(
+        &round,
+        &system,
+        &client,
+        &watches,
+        probe_count,
+        timeout,
+        floor_task.is_some(),
+    )
+    .await?;
+    if let Some(t) = floor_task {
+        t.abort();
+    }
     let captcluster_changes = vec![
         ("provisioning", provisioned_census),
         (
@@ -182,7 +206,11 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         ),
     ];
     census_task.abort();
-    let changes = output_changes(&round, &system, &client, &watches, &own).await?;
+    let changed = match mode {
+        Mode::Sidecar => &own[..],
+        Mode::Baseline => &own[..args.baseline_changes.min(own.len())],
+    };
+    let changes = output_changes(&round, &system, &client, &watches, changed, timeout).await?;
     let (controller, applier) = measure_processes(&system)?;
     let standby = system
         .standbys()
@@ -332,6 +360,8 @@ async fn probe_stacks(
     client: &kube::Client,
     watches: &Watches,
     count: usize,
+    timeout: Duration,
+    floor: bool,
 ) -> Result<Probes> {
     let mut p = Probes::default();
     let before = round.snapshot(system).await?;
@@ -354,7 +384,7 @@ async fn probe_stacks(
         let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
         let t2 = watches
             .clusters
-            .wait(TIMEOUT, |s| s.first_with(&stack, "host:"))
+            .wait(timeout, |s| s.first_with(&stack, "host:"))
             .await;
         let t1 = watches.control_planes.first_with(&stack, "host:");
         let t0 = watches.workspaces.first_with(&ws, "output:");
@@ -377,6 +407,23 @@ async fn probe_stacks(
             }
             _ => p.missed += 1,
         }
+        if floor {
+            // The floor's hop, right after ours, under the same load.
+            let name = floor_name(i);
+            p.floor_made += 1;
+            create_floor_stack(client, round.ns, &name).await?;
+            let ws = floor_workspace(round.ns, &name);
+            let tr = watches
+                .control_planes
+                .wait(timeout, |s| {
+                    Some(s.first_with(&name, "host:")?.max(s.first(&name, "ready")?))
+                })
+                .await;
+            match (watches.workspaces.first_with(&ws, "ready-output"), tr) {
+                (Some(t0r), Some(tr)) => p.floor_ms.push(ms(t0r, tr)),
+                _ => p.floor_missed += 1,
+            }
+        }
     }
     round
         .quiet(Duration::from_secs(2), Duration::from_secs(30))
@@ -397,6 +444,7 @@ async fn output_changes(
     client: &kube::Client,
     watches: &Watches,
     own: &[String],
+    timeout: Duration,
 ) -> Result<Changes> {
     let mut c = Changes::default();
     let before = round.snapshot(system).await?;
@@ -420,7 +468,7 @@ async fn output_changes(
         let wanted = format!("host:{host}");
         let t1 = watches
             .control_planes
-            .wait(TIMEOUT, |s| s.first(stack, &wanted))
+            .wait(timeout, |s| s.first(stack, &wanted))
             .await;
         let t0 = watches
             .workspaces
@@ -575,6 +623,11 @@ async fn take_over(
     phase: &str,
     kill: impl FnOnce(&mut BenchSystem) -> Result<()>,
 ) -> Result<Restart> {
+    // The baseline never goes quiet (its requeues): a minute of it is enough to count.
+    let limit = match round.mode {
+        Mode::Sidecar => RESTART_LIMIT,
+        Mode::Baseline => Duration::from_secs(60),
+    };
     let from = round.audit_end()?;
     let killed = Instant::now();
     kill(system)?;
@@ -599,7 +652,7 @@ async fn take_over(
         {
             break Some((moved_at - killed).as_secs_f64());
         }
-        if now - killed > RESTART_LIMIT {
+        if now - killed > limit {
             break None;
         }
         if reported.elapsed() > PROGRESS {

@@ -1,8 +1,8 @@
 //! The system of one round: the fake provider (as deployed: its default 10 min poll, one
 //! Workspace at a time), and either the Deployment's pods (each a status-applier and a
-//! capt-controller, from `deployed`; as many as its replicas, one leading) or the naive
-//! baseline (one `manager` container alone, plus `--baseline-full-update`). Each round has
-//! fresh pod names; a restart keeps them.
+//! capt-controller, from `deployed`; as many as its replicas, one leading) or the baseline
+//! (`upstream`: this binary as a process of its own). Each round has fresh pod names; a
+//! restart keeps them.
 
 use crate::deployed::{APPLIER, Launch, MANAGER, Pod, Process};
 use crate::identity::{self, Identity};
@@ -43,14 +43,18 @@ impl PodProcesses {
             }
             Mode::Baseline => None,
         };
-        let (id, extra) = match mode {
-            Mode::Sidecar => (identity::pod(&pod.namespace, &dir, "controller")?, vec![]),
-            Mode::Baseline => (
-                identity::baseline(&pod.namespace, &dir)?,
-                vec!["--baseline-full-update".to_owned()],
-            ),
+        let (id, launch) = match mode {
+            Mode::Sidecar => {
+                let id = identity::pod(&pod.namespace, &dir, "controller")?;
+                let launch = pod.launch(MANAGER, &dir, name, &id.kubeconfig, &[])?;
+                (id, launch)
+            }
+            Mode::Baseline => {
+                let id = identity::baseline(&pod.namespace, &dir)?;
+                let launch = upstream_launch(&id.kubeconfig)?;
+                (id, launch)
+            }
         };
-        let launch = pod.launch(MANAGER, &dir, name, &id.kubeconfig, &extra)?;
         identities.push((process_name(name, "capt-controller"), id.credential_id));
         launches.push(launch.clone());
         let controller = Process::start(launch, &dir)?;
@@ -86,6 +90,27 @@ impl PodProcesses {
             a.kill();
         }
     }
+}
+
+/// The baseline's process: this binary with `upstream::FLAG`, its probes and metrics on
+/// free local ports.
+fn upstream_launch(kubeconfig: &Path) -> Result<Launch> {
+    let probe = capt_tests::system::free_local_addr()?;
+    let metrics = capt_tests::system::free_local_addr()?;
+    Ok(Launch {
+        container: "baseline".into(),
+        program: std::env::current_exe()?,
+        args: vec![crate::upstream::FLAG.into()],
+        env: vec![
+            ("KUBECONFIG".into(), kubeconfig.display().to_string()),
+            (crate::upstream::PROBE_ENV.into(), probe.clone()),
+            (crate::upstream::METRICS_ENV.into(), metrics.clone()),
+            ("RUST_LOG".into(), "info".into()),
+        ],
+        probe_addr: Some(probe),
+        metrics_addr: Some(metrics),
+        changes: vec![],
+    })
 }
 
 /// How the tables name a process: `<process>` for the first pod's, `<process> (<pod>)` for
