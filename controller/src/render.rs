@@ -164,7 +164,7 @@ pub fn render_workspace(
     // Only when there are some. The API server stores no empty map in `metadata` (they are
     // `omitempty`), so an empty one rendered is never found on the live Workspace: every
     // reconcile would apply it again, and each such apply is a real write (its managedFields
-    // entry gets a new time), whose watch event wakes the apply once more (issue 23).
+    // entry gets a new time), whose watch event wakes the apply once more: a write loop).
     let mut annotations = annotations;
     annotations.remove(REVISION_ANNOTATION);
     if let Some(generation) = apply.metadata.generation {

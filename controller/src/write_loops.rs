@@ -5,7 +5,7 @@
 //! it observed (the object's spec, the Workspace, the template, the peer objects). A write
 //! that repeats while that stayed the same is wrong by construction: it derives its change
 //! from our own previous write, or from the clock, and it usually wakes the reconcile that
-//! makes the next one (issue 23: a standalone WorkspaceTemplateApply at ~85 writes/s). This
+//! makes the next one (a standalone WorkspaceTemplateApply once wrote ~85 times a second). This
 //! module does not stop such a loop, it makes it visible: the caller counts a metric and
 //! puts a Warning Event on the object.
 //!

@@ -141,6 +141,36 @@ impl AuditLog {
     /// program of the user agent (`(no manager: capt-controller)`), a read has no field
     /// manager.
     pub fn requests_in(&self, ns: &str, verb: impl Fn(&str) -> bool) -> Result<Vec<Write>> {
+        let prefix = format!("{ns}-");
+        self.requests(|event| {
+            let o = &event["objectRef"];
+            let name = o["name"].as_str().unwrap_or("");
+            event["verb"].as_str().is_some_and(&verb)
+                && (o["namespace"] == ns || name.starts_with(&prefix))
+        })
+    }
+
+    /// The requests since this position by `programs` (the first word of their User-Agent)
+    /// that reach beyond namespace `ns`: any on a namespaced object of another namespace, or on
+    /// a Workspace not named for `ns` (`<ns>-…`). A process scoped to `ns` sends none of them;
+    /// its cluster-wide lists and watches name no object and are not counted.
+    pub fn requests_outside(&self, ns: &str, programs: &[&str]) -> Result<Vec<Write>> {
+        let prefix = format!("{ns}-");
+        self.requests(|event| {
+            let agent = event["userAgent"].as_str().unwrap_or("");
+            let program = agent.split('/').next().unwrap_or(agent);
+            let o = &event["objectRef"];
+            let name = o["name"].as_str().unwrap_or("");
+            let elsewhere = o["namespace"].as_str().is_some_and(|n| n != ns)
+                || (o["resource"] == "workspaces"
+                    && !name.is_empty()
+                    && !name.starts_with(&prefix));
+            programs.contains(&program) && elsewhere
+        })
+    }
+
+    /// The completed requests since this position that `keep` keeps.
+    fn requests(&self, keep: impl Fn(&Value) -> bool) -> Result<Vec<Write>> {
         let mut file = std::fs::File::open(&self.path)?;
         let end = file.metadata()?.len();
         anyhow::ensure!(end >= self.offset, "the audit log was rotated");
@@ -151,15 +181,11 @@ impl AuditLog {
             let Ok(event) = serde_json::from_str::<Value>(&line?) else {
                 continue; // the line the API server is still writing
             };
-            if !event["verb"].as_str().is_some_and(&verb) {
+            if event["stage"] != "ResponseComplete" || !keep(&event) {
                 continue;
             }
             let o = &event["objectRef"];
             let name = o["name"].as_str().unwrap_or("");
-            let ours = o["namespace"] == ns || name.starts_with(&format!("{ns}-"));
-            if !ours || event["stage"] != "ResponseComplete" {
-                continue;
-            }
             writes.push(Write {
                 manager: manager(&event),
                 verb: event["verb"].as_str().unwrap_or("").to_owned(),

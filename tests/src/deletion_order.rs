@@ -47,7 +47,61 @@ fn revision(obj: &DynamicObject) -> Option<u64> {
     obj.metadata.resource_version.as_deref()?.parse().ok()
 }
 
+/// The labels of [`DeletionOrder::of_sample_stack`], in the order they must go.
+pub const SAMPLE_STACK: [&str; 7] = [
+    "cluster",
+    "captcontrolplane",
+    "captcluster",
+    "cp-apply",
+    "cp-workspace",
+    "vpc-apply",
+    "vpc-workspace",
+];
+
 impl DeletionOrder {
+    /// Watches the sample stack `demo` of namespace `ns` ([`SAMPLE_STACK`]): the Cluster, both
+    /// CAPT objects, their applies and their Workspaces.
+    pub async fn of_sample_stack(client: &kube::Client, ns: &str) -> Result<Self> {
+        use capt_controller::api::{
+            CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
+        };
+        use capt_controller::render::workspace_name;
+        use kube::api::ApiResource;
+        let namespaced =
+            |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
+        let workspaces = Api::<DynamicObject>::all_with(
+            client.clone(),
+            &ApiResource::erase::<TerraformWorkspace>(&()),
+        );
+        let apply = || namespaced(ApiResource::erase::<WorkspaceTemplateApply>(&()));
+        Self::watch(vec![
+            (
+                "cluster",
+                namespaced(ApiResource::erase::<Cluster>(&())),
+                "demo".into(),
+            ),
+            (
+                "captcontrolplane",
+                namespaced(ApiResource::erase::<CAPTControlPlane>(&())),
+                "demo".into(),
+            ),
+            (
+                "captcluster",
+                namespaced(ApiResource::erase::<CAPTCluster>(&())),
+                "demo".into(),
+            ),
+            ("cp-apply", apply(), "demo-controlplane".into()),
+            (
+                "cp-workspace",
+                workspaces.clone(),
+                workspace_name(ns, "demo-controlplane"),
+            ),
+            ("vpc-apply", apply(), "demo-vpc".into()),
+            ("vpc-workspace", workspaces, workspace_name(ns, "demo-vpc")),
+        ])
+        .await
+    }
+
     /// Starts one watch per `(label, api, name)` and waits until each has listed.
     pub async fn watch(objects: Vec<(&str, Api<DynamicObject>, String)>) -> Result<Self> {
         Self::watch_checking(objects, vec![]).await

@@ -107,32 +107,16 @@ impl System {
         kubeconfig: &std::path::Path,
     ) -> Result<Self> {
         let applier = Applier::start_as(applier_args, kubeconfig).await?;
-        let selector = format!("{APPLY_NAMESPACE_LABEL}={namespace}");
-        let delay = provider_delay_ms.to_string();
-        // provider-terraform's timings, shortened: a poll every second (so a checksum an apply
-        // left out comes back soon), backoff from 100 ms. Each poll sends a status Update the
-        // API server stores nothing for; tests that count writes tell them apart
-        // (`AuditLog::writes_in` with the Workspaces' resourceVersions).
+        // provider-terraform's timings, shortened ([`FakeProvider::for_namespace`]). Each poll
+        // sends a status Update the API server stores nothing for; tests that count writes
+        // tell them apart (`AuditLog::writes_in` with the Workspaces' resourceVersions).
         let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
         let provider = if on.real_provider {
             None
         } else {
             Some(
-                FakeProvider::start_as(
-                    &[
-                        "--delay-ms",
-                        &delay,
-                        "--selector",
-                        &selector,
-                        "--poll-interval-ms",
-                        "1000",
-                        "--backoff-base-ms",
-                        "100",
-                    ],
-                    &filter,
-                    &on.kubeconfig,
-                )
-                .await?,
+                FakeProvider::for_namespace(namespace, provider_delay_ms, &filter, &on.kubeconfig)
+                    .await?,
             )
         };
         let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);

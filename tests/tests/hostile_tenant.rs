@@ -20,7 +20,9 @@
 //!   only `cluster.x-k8s.io/secret` Secrets named `*-kubeconfig` (an admission policy).
 //!
 //! The negative checks wait for what shows the controller acted (the attacker's deletion
-//! completed, its Warning Event), then look at the victim. The tests take turns (a mutex):
+//! completed, its Warning Event), then look at the victim. Every test ends by checking the API
+//! server's audit log: our processes (told apart by their User-Agent) sent no request on an
+//! object of another namespace, nor on a Workspace not named for the test's namespace. The tests take turns (a mutex):
 //! each runs its own processes.
 
 use anyhow::{Context as _, Result};
@@ -111,11 +113,28 @@ fn vpc_template(ns: &str) -> Value {
 /// the VPC apply of another stack (`victim`) in the same namespace, and deletes it. Before the
 /// fix the deletion deleted whatever the name named; now only an apply whose owner labels name
 /// the deleted object is deleted (with a uid precondition), and the refusal is a Warning Event.
+/// Nothing of another namespace was created, changed, read or deleted by our processes since
+/// `audit` (the API server's audit log; their requests carry their User-Agent): what they
+/// know of other namespaces comes from cluster-wide watches only.
+fn assert_stayed_in(audit: &AuditLog, ns: &str) -> Result<()> {
+    let outside: Vec<String> = audit
+        .requests_outside(ns, &["capt-controller", "status-applier"])?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "our processes reached beyond namespace {ns}: {outside:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn hole3_deleting_a_capt_object_never_deletes_an_apply_it_does_not_own() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-apply").await?;
+    let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
     // The victim's apply, labelled as the controller labels a CAPTCluster's VPC apply.
     let victim = json!({
@@ -191,6 +210,7 @@ async fn hole3_deleting_a_capt_object_never_deletes_an_apply_it_does_not_own() -
             Ok(workspaces.get_opt(&victim_ws).await?.is_none())
         })
         .await?;
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -199,8 +219,10 @@ async fn hole3_deleting_a_capt_object_never_deletes_an_apply_it_does_not_own() -
 /// alone (the CRD's CEL rules), so no controller runs.
 #[tokio::test]
 async fn hole3_the_apply_name_is_set_once() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-name").await?;
+    let audit = AuditLog::from_now()?;
     let cc = json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
         "metadata": {"name": "a", "namespace": ns.name},
@@ -238,6 +260,7 @@ async fn hole3_the_apply_name_is_set_once() -> Result<()> {
         let live = api.get("a").await?;
         assert_eq!(live.data["spec"]["workspaceTemplateApplyName"], "a-own");
     }
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -297,6 +320,7 @@ async fn hole4_a_decoy_control_plane_gets_nothing_of_the_cluster_it_names() -> R
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-decoy").await?;
+    let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
@@ -384,6 +408,7 @@ async fn hole4_a_decoy_control_plane_gets_nothing_of_the_cluster_it_names() -> R
         "demo keeps its endpoint: {}",
         cluster["spec"]
     );
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -397,6 +422,7 @@ async fn hole4_a_kubeconfig_secret_the_control_plane_does_not_control_is_left_al
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-secret").await?;
+    let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
     let theirs = json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -434,6 +460,7 @@ async fn hole4_a_kubeconfig_secret_the_control_plane_does_not_control_is_left_al
         notes.iter().any(|n| n.contains("demo-kubeconfig")),
         "{notes:?}"
     );
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -501,6 +528,7 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-inject").await?;
+    let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
     let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
 
@@ -585,6 +613,7 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
         notes.iter().all(|n| !n.contains("null_resource")),
         "the value is not echoed: {notes:?}"
     );
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -601,6 +630,7 @@ async fn hole1_a_template_chooses_neither_credentials_nor_state_nor_where_output
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-render").await?;
+    let audit = AuditLog::from_now()?;
     let own_config = format!("{}=tenant-config", ns.name);
     let system =
         System::start_with(&ns.name, 50, &["--allow-provider-config", &own_config]).await?;
@@ -704,6 +734,7 @@ async fn hole1_a_template_chooses_neither_credentials_nor_state_nor_where_output
             }
         }
     }
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -717,6 +748,7 @@ async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-wait").await?;
+    let audit = AuditLog::from_now()?;
     let victim = TestNamespace::create(&client, "hostile-waited").await?;
     let system = System::start(&ns.name, 50).await?;
     // The victim's Workspace as the controller renders it, Ready as the provider reports it.
@@ -753,7 +785,6 @@ async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result
         "metadata": {"name": "eks", "namespace": ns.name},
         "spec": {"templateRef": {"name": "eks"}, "waitForWorkspaces": [{"name": victim_ws}]},
     });
-    let audit = AuditLog::from_now()?;
     apply(&[template, waiting])?;
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
     let own_ws = workspace_name(&ns.name, "eks");
@@ -778,23 +809,10 @@ async fn hole8_an_apply_cannot_wait_for_another_namespaces_workspace() -> Result
             .as_str()
         )
     );
-    // Nothing of the other namespace was asked for or written by our processes, its
-    // Workspace included (their requests carry their User-Agent): what they know of it
-    // comes from their cluster-wide watches.
-    let ours: Vec<String> = audit
-        .requests_in(&victim.name, |_| true)?
-        .into_iter()
-        .filter(|r| r.manager.contains("capt-") || r.manager.contains("status-applier"))
-        .map(|r| format!("{} {} by {}", r.verb, r.object, r.manager))
-        .collect();
-    assert!(
-        ours.is_empty(),
-        "our processes reached into namespace {}: {ours:?}",
-        victim.name
-    );
     workspaces
         .delete(&victim_ws, &DeleteParams::default())
         .await?;
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -820,6 +838,7 @@ async fn hole6_a_tenants_oversized_templates_cost_the_controller_no_memory() -> 
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-size").await?;
+    let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
     let before = rss_mib(system.controller_pid())?;
     // 1 MiB of module each (the API server takes up to 3 MiB a request, etcd 1.5 MiB).
@@ -870,6 +889,7 @@ async fn hole6_a_tenants_oversized_templates_cost_the_controller_no_memory() -> 
         message.contains(&last) && message.contains("262144"),
         "{message}"
     );
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
@@ -881,8 +901,10 @@ async fn hole6_a_tenants_oversized_templates_cost_the_controller_no_memory() -> 
 /// others, administrators included, are not limited by it.
 #[tokio::test]
 async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-sa").await?;
+    let audit = AuditLog::from_now()?;
     install_rbac()?;
     let user = "system:serviceaccount:capt-system:capt-controller";
     let kubeconfig = impersonating_kubeconfig(user, &std::env::temp_dir().join(&ns.name))?;
@@ -968,5 +990,6 @@ async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()
         matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422),
         "{denied:?}"
     );
+    assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! At rest the system writes nothing (issue 23): every kind it reconciles, standalone and
+//! At rest the system writes nothing: every kind it reconciles, standalone and
 //! owned, is created beside the running system (a WorkspaceTemplateApply of its own, with
 //! and without a `providerConfigRef` in its template; the samples' provisioned stack; a
 //! stack whose Cluster is paused; a stack whose control plane fails), and once each has

@@ -9,18 +9,16 @@
 //! and CAPT reported (`--nocapture` shows it).
 
 use anyhow::{Context, Result};
-use capt_controller::api::{
-    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
-};
+use capt_controller::api::Cluster;
 use capt_controller::render::workspace_name;
 use capt_controller::render::{REVISION_ANNOTATION, REVISION_OUTPUT};
-use capt_tests::deletion_order::DeletionOrder;
+use capt_tests::deletion_order::{DeletionOrder, SAMPLE_STACK};
 use capt_tests::fake_provider::{
     APPLY_GATE_ANNOTATION, EXTERNAL_CREATE_PENDING, FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION,
 };
 use capt_tests::system::System;
 use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -276,55 +274,10 @@ fn state_secrets(system: &System) -> Result<Vec<String>> {
 /// Deletes the Cluster and waits until everything is gone: the order as the API server
 /// recorded it.
 async fn delete_in_order(stack: &Stack) -> Result<DeletionOrder> {
-    let ns = stack.system.namespace();
     let client = stack.env().client().await?;
-    let namespaced = |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
-    let workspaces = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &ApiResource::erase::<TerraformWorkspace>(&()),
-    );
-    let apply = || ApiResource::erase::<WorkspaceTemplateApply>(&());
-    let order = DeletionOrder::watch(vec![
-        (
-            "cluster",
-            namespaced(ApiResource::erase::<Cluster>(&())),
-            "demo".into(),
-        ),
-        (
-            "captcontrolplane",
-            namespaced(ApiResource::erase::<CAPTControlPlane>(&())),
-            "demo".into(),
-        ),
-        (
-            "captcluster",
-            namespaced(ApiResource::erase::<CAPTCluster>(&())),
-            "demo".into(),
-        ),
-        ("cp-apply", namespaced(apply()), "demo-controlplane".into()),
-        (
-            "cp-workspace",
-            workspaces.clone(),
-            workspace_name(ns, "demo-controlplane"),
-        ),
-        ("vpc-apply", namespaced(apply()), "demo-vpc".into()),
-        ("vpc-workspace", workspaces, workspace_name(ns, "demo-vpc")),
-    ])
-    .await?;
+    let order = DeletionOrder::of_sample_stack(&client, stack.system.namespace()).await?;
     stack.delete_cluster().await?;
-    order
-        .wait_gone(
-            &[
-                "cluster",
-                "captcontrolplane",
-                "captcluster",
-                "cp-apply",
-                "cp-workspace",
-                "vpc-apply",
-                "vpc-workspace",
-            ],
-            WAIT,
-        )
-        .await?;
+    order.wait_gone(&SAMPLE_STACK, WAIT).await?;
     Ok(order)
 }
 

@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail, ensure};
 use capt_tests::audit_log::AuditLog;
 use capt_tests::fake_provider::FakeProvider;
 use capt_tests::pod::{Election, LEASE_NAMESPACE, Pod};
-use capt_tests::system::{APPLY_NAMESPACE_LABEL, apply_samples, set_endpoint_output, wait_until};
+use capt_tests::system::{apply_samples, set_endpoint_output, wait_until};
 use capt_tests::{TestNamespace, env, repo_root};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -121,24 +121,7 @@ impl Stack {
             duration_seconds: LEASE_SECONDS,
             grace_seconds: 1,
         };
-        let selector = format!("{APPLY_NAMESPACE_LABEL}={}", ns.name);
-        let provider = FakeProvider::start_as(
-            // provider-terraform's timings, shortened as for every system of the tests: a
-            // poll every second brings the checksum an apply leaves out.
-            &[
-                "--delay-ms",
-                "50",
-                "--selector",
-                &selector,
-                "--poll-interval-ms",
-                "1000",
-                "--backoff-base-ms",
-                "100",
-            ],
-            "info",
-            &env().kubeconfig,
-        )
-        .await?;
+        let provider = FakeProvider::for_namespace(&ns.name, 50, "info", &env().kubeconfig).await?;
         let pod_a = Pod::start("pod-a", &ns.name, &election).await?;
         let mut stack = Self {
             ns,

@@ -479,7 +479,7 @@ mod tests {
         assert!(needs_apply(None, &rendered));
     }
 
-    /// Issue 23: a template without annotations rendered an empty map, which the API server
+    /// A loop once: a template without annotations rendered an empty map, which the API server
     /// does not store; the Workspace then always looked changed and was applied again on
     /// every reconcile.
     #[test]

@@ -32,6 +32,31 @@ impl FakeProvider {
         Self::start_as(args, filter, &env().kubeconfig).await
     }
 
+    /// The provider of a test system: the Workspaces rendered for namespace `namespace`,
+    /// with provider-terraform's timings shortened as for every system of the tests (an apply
+    /// after `delay_ms`, a poll every second, so that a checksum an apply left out comes back
+    /// soon, and backoff from 100 ms), against the API server of `kubeconfig`.
+    pub async fn for_namespace(
+        namespace: &str,
+        delay_ms: u64,
+        filter: &str,
+        kubeconfig: &std::path::Path,
+    ) -> Result<Self> {
+        let selector = format!("{}={namespace}", crate::system::APPLY_NAMESPACE_LABEL);
+        let delay = delay_ms.to_string();
+        let args = [
+            "--delay-ms",
+            &delay,
+            "--selector",
+            &selector,
+            "--poll-interval-ms",
+            "1000",
+            "--backoff-base-ms",
+            "100",
+        ];
+        Self::start_as(&args, filter, kubeconfig).await
+    }
+
     /// [`FakeProvider::start_logging`] against the API server of `kubeconfig` (another
     /// environment's, say).
     pub async fn start_as(

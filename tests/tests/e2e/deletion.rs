@@ -3,12 +3,10 @@
 
 use crate::common::{ONE_AT_A_TIME, provisioned, workspace_name};
 use anyhow::Result;
-use capt_controller::api::{
-    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
-};
+use capt_controller::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
 use capt_tests::deletion_order::DeletionOrder;
 use capt_tests::env;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PropagationPolicy};
+use kube::api::{Api, DeleteParams, PropagationPolicy};
 use std::time::Duration;
 
 /// How a Cluster is deleted here: in the background, as users delete, when Cluster API core
@@ -29,38 +27,7 @@ fn user_deletion() -> DeleteParams {
 /// API server's (resourceVersions, [`DeletionOrder`]), not that of a poll.
 async fn delete_cluster_and_record(ns: &str, retain_vpc: bool) -> Result<DeletionOrder> {
     let client = env().client().await?;
-    let namespaced = |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
-    let workspaces = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &ApiResource::erase::<TerraformWorkspace>(&()),
-    );
-    let apply = || ApiResource::erase::<WorkspaceTemplateApply>(&());
-    let order = DeletionOrder::watch(vec![
-        (
-            "cluster",
-            namespaced(ApiResource::erase::<Cluster>(&())),
-            "demo".into(),
-        ),
-        (
-            "captcontrolplane",
-            namespaced(ApiResource::erase::<CAPTControlPlane>(&())),
-            "demo".into(),
-        ),
-        (
-            "captcluster",
-            namespaced(ApiResource::erase::<CAPTCluster>(&())),
-            "demo".into(),
-        ),
-        ("cp-apply", namespaced(apply()), "demo-controlplane".into()),
-        (
-            "cp-workspace",
-            workspaces.clone(),
-            workspace_name(ns, "demo-controlplane"),
-        ),
-        ("vpc-apply", namespaced(apply()), "demo-vpc".into()),
-        ("vpc-workspace", workspaces, workspace_name(ns, "demo-vpc")),
-    ])
-    .await?;
+    let order = DeletionOrder::of_sample_stack(&client, ns).await?;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
     clusters.delete("demo", &user_deletion()).await?;
     let mut wanted = vec![

@@ -857,7 +857,7 @@ fn initialized_is_sticky_and_available_follows_the_control_plane() {
     assert_eq!(available(s)["reason"], reason::WORKSPACE_FAILED);
 }
 
-/// issue 25 item 4: provider-terraform keeps `Ready=True Available` through an update and
+/// provider-terraform keeps `Ready=True Available` through an update and
 /// writes no observedGeneration, so a Ready Workspace proves nothing about the new spec. The
 /// version follows the proof: the Workspace rendered from the apply's current generation, and
 /// its module's `capt_revision` output equal to the revision rendered into it.
