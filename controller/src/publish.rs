@@ -148,6 +148,20 @@ struct Key {
     manager: &'static str,
 }
 
+impl Key {
+    /// The key `p` is delivered under.
+    fn of(p: &Publication) -> Self {
+        Self {
+            api_version: p.target.api_version.clone(),
+            kind: p.target.kind.clone(),
+            namespace: p.target.namespace.clone(),
+            name: p.target.name.clone(),
+            subresource: p.subresource,
+            manager: p.field_manager,
+        }
+    }
+}
+
 /// What was delivered: a digest of the uid precondition, the fragment and the releases, and
 /// the object's resourceVersion and generation its outcome told. Kept for every object the
 /// controller publishes for: the fragments themselves (a status is kilobytes, parsed many
@@ -236,14 +250,7 @@ impl Publisher {
     /// Publishes unless the same fragment was delivered last time.
     pub async fn publish(&self, p: Publication) -> Result<Published, PublishError> {
         let client = &self.client;
-        let key = Key {
-            api_version: p.target.api_version.clone(),
-            kind: p.target.kind.clone(),
-            namespace: p.target.namespace.clone(),
-            name: p.target.name.clone(),
-            subresource: p.subresource,
-            manager: p.field_manager,
-        };
+        let key = Key::of(&p);
         let sent = digest(&p.target.uid, &p.fragment, &p.release);
         if let Some(last) = self.delivered.lock().expect("lock").get(&key) {
             if last.digest == sent {
@@ -341,14 +348,7 @@ mod tests {
     /// Remembers a delivery for `obj` as a sent intent would.
     fn delivered(publisher: &Publisher, obj: &CAPTCluster, manager: &'static str) {
         let p = Publication::status(obj, manager, serde_json::json!({"status": {}}));
-        let key = Key {
-            api_version: p.target.api_version.clone(),
-            kind: p.target.kind.clone(),
-            namespace: p.target.namespace.clone(),
-            name: p.target.name.clone(),
-            subresource: p.subresource,
-            manager,
-        };
+        let key = Key::of(&p);
         let d = Delivered {
             digest: digest(&p.target.uid, &p.fragment, &p.release),
             version: Some(1),
