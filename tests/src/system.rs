@@ -409,21 +409,30 @@ pub fn apply_workload_samples_with(env: &Env, namespace: &str, cluster_file: &st
         String::from_utf8_lossy(&out.stderr)
     );
     let list: Value = serde_json::from_slice(&out.stdout)?;
-    let mut docs = Vec::new();
-    for mut v in list["items"].as_array().cloned().unwrap_or_default() {
-        v["metadata"]["namespace"] = Value::from(namespace);
-        docs.push(v.to_string());
-    }
-    let text = std::fs::read_to_string(
-        crate::repo_root()
-            .join("manifests/samples")
-            .join(cluster_file),
-    )?;
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let mut v: Value = serde::Deserialize::deserialize(doc)?;
-        v["metadata"]["namespace"] = Value::from(namespace);
-        docs.push(v.to_string());
-    }
+    let mut docs = list["items"].as_array().cloned().unwrap_or_default();
+    docs.extend(sample_docs(cluster_file)?);
+    apply_in(env, namespace, docs)
+}
+
+/// The documents of `manifests/samples/<file>`.
+fn sample_docs(file: &str) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(repo_root().join("manifests/samples").join(file))?;
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Ok(serde::Deserialize::deserialize(doc)?))
+        .collect()
+}
+
+/// Applies `docs` into `namespace`. Server-side, as a user should: a later `kubectl apply
+/// --server-side` by someone else then takes only what it names (a client-side apply is
+/// migrated to the next one).
+fn apply_in(env: &Env, namespace: &str, docs: Vec<Value>) -> Result<()> {
+    let docs: Vec<String> = docs
+        .into_iter()
+        .map(|mut v| {
+            v["metadata"]["namespace"] = Value::from(namespace);
+            v.to_string()
+        })
+        .collect();
     env.kubectl_ok(
         &["apply", "--server-side", "-f", "-"],
         Some(&docs.join("\n")),
@@ -445,26 +454,14 @@ fn kubectl_path(env: &Env) -> std::ffi::OsString {
 /// environment runs it, adopts the CAPT objects; without it, their
 /// `cluster.x-k8s.io/cluster-name` label names their Cluster.
 pub fn apply_samples(env: &Env, namespace: &str, retain_vpc: bool) -> Result<()> {
-    let samples = repo_root().join("manifests/samples");
-    let mut docs = Vec::new();
-    for file in ["templates.yaml", "cluster.yaml"] {
-        let text = std::fs::read_to_string(samples.join(file))?;
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let mut v: Value = serde::Deserialize::deserialize(doc)?;
-            v["metadata"]["namespace"] = Value::from(namespace);
-            if retain_vpc && v["kind"] == "CAPTCluster" {
-                v["spec"]["retainVpcOnDelete"] = Value::Bool(true);
-            }
-            docs.push(v.to_string());
+    let mut docs = sample_docs("templates.yaml")?;
+    docs.extend(sample_docs("cluster.yaml")?);
+    for v in &mut docs {
+        if retain_vpc && v["kind"] == "CAPTCluster" {
+            v["spec"]["retainVpcOnDelete"] = Value::Bool(true);
         }
     }
-    // Server-side, as a user should: a later `kubectl apply --server-side` by someone else
-    // then takes only what it names (a client-side apply is migrated to the next one).
-    env.kubectl_ok(
-        &["apply", "--server-side", "-f", "-"],
-        Some(&docs.join("\n")),
-    )?;
-    Ok(())
+    apply_in(env, namespace, docs)
 }
 
 /// Changes the `cluster_endpoint` output of the sample's control-plane Workspace in
