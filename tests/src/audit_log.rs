@@ -169,21 +169,30 @@ impl AuditLog {
         })
     }
 
-    /// The completed requests since this position that `keep` keeps.
-    fn requests(&self, keep: impl Fn(&Value) -> bool) -> Result<Vec<Write>> {
+    /// The audit events of the requests completed since this position that `keep` keeps,
+    /// whole (`requestURI`, `userAgent`, `requestReceivedTimestamp`, `stageTimestamp`, ...).
+    pub fn events(&self, keep: impl Fn(&Value) -> bool) -> Result<Vec<Value>> {
         let mut file = std::fs::File::open(&self.path)?;
         let end = file.metadata()?.len();
         anyhow::ensure!(end >= self.offset, "the audit log was rotated");
         file.seek(std::io::SeekFrom::Start(self.offset))?;
         let reader = std::io::BufReader::new(file.take(end - self.offset));
-        let mut writes = Vec::new();
+        let mut events = Vec::new();
         for line in reader.lines() {
             let Ok(event) = serde_json::from_str::<Value>(&line?) else {
                 continue; // the line the API server is still writing
             };
-            if event["stage"] != "ResponseComplete" || !keep(&event) {
-                continue;
+            if event["stage"] == "ResponseComplete" && keep(&event) {
+                events.push(event);
             }
+        }
+        Ok(events)
+    }
+
+    /// The completed requests since this position that `keep` keeps.
+    fn requests(&self, keep: impl Fn(&Value) -> bool) -> Result<Vec<Write>> {
+        let mut writes = Vec::new();
+        for event in self.events(keep)? {
             let o = &event["objectRef"];
             let name = o["name"].as_str().unwrap_or("");
             writes.push(Write {

@@ -12,6 +12,7 @@ pub mod applier;
 pub mod audit_log;
 pub mod deletion_order;
 pub mod fake_provider;
+pub mod held_proxy;
 pub mod pod;
 pub mod system;
 

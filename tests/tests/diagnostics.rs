@@ -8,12 +8,16 @@
 //! - the probes on a plain port of their own, which serves nothing else;
 //! - the status-applier's debug listener refuses any address but loopback;
 //! - the status-applier's socket carries its final mode from the moment it appears.
+//! - hole 7 of `docs/security.md`, against a running status-applier: `/readyz` asks the API
+//!   server once a second at most, 4 token reviews at a time, 32 TLS handshakes at a time.
 //!
 //! Scrapes go through `curl` (a requirement of the test environment), so the TLS is a real
 //! client's.
 
 use anyhow::{Context, Result, bail};
 use capt_tests::applier::{Applier, binary, metric_value};
+use capt_tests::audit_log::AuditLog;
+use capt_tests::held_proxy::HeldProxy;
 use capt_tests::system::{free_local_addr, impersonating_kubeconfig, plain_get};
 use capt_tests::{TestNamespace, env, repo_root, unique_name};
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
@@ -530,5 +534,217 @@ async fn the_socket_has_its_final_mode_from_the_moment_it_appears() -> Result<()
         &first_view(&dir, command, tracee).await?,
         "with every chmod slowed down",
     );
+    Ok(())
+}
+
+/// The reviews the documented cap allows at a time (`docs/security.md`, hole 7).
+const REVIEWS_AT_A_TIME: usize = 4;
+/// The TLS handshakes the documented cap allows at a time on a metrics port.
+const HANDSHAKES_AT_A_TIME: usize = 32;
+
+/// A status-applier acting as pod `pod` of the Deployment (the audit log's
+/// `impersonatedUser.extra.pod`), with its metrics and probe listeners, through `kubeconfig`.
+async fn applier_as_pod(
+    kubeconfig: &Path,
+    metrics_addr: &str,
+    probe_addr: &str,
+) -> Result<Applier> {
+    let applier = Applier::start_as(
+        &[
+            "--metrics-bind-address",
+            metrics_addr,
+            "--health-probe-bind-address",
+            probe_addr,
+        ],
+        kubeconfig,
+    )
+    .await?;
+    wait_listening(metrics_addr, "the applier's metrics").await?;
+    let ready = Instant::now() + Duration::from_secs(20);
+    while plain_get(probe_addr, "/readyz").await?.0 != 200 {
+        assert!(Instant::now() < ready, "/readyz never answered 200");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(applier)
+}
+
+/// A kubeconfig acting as the pod's ServiceAccount with `pod` as the user extra `pod`.
+fn kubeconfig_of_pod(pod: &str) -> Result<PathBuf> {
+    install_rbac()?;
+    capt_tests::pod::pod_kubeconfig(pod, &std::env::temp_dir().join(unique_name(pod)))
+}
+
+/// Hole 7 of the hostile-tenant review: whoever reaches the metrics port makes the pod ask the
+/// API server a TokenReview per token it sends. A proxy holds the API server's side, so the
+/// reviews asked stay in flight: of 20 scrapes with random tokens at once, 4 are reviewed
+/// and 16 are answered 503 without a review; once let go, the 4 are answered 401, and the
+/// API server's audit log shows 4 TokenReviews from this pod.
+#[tokio::test]
+async fn hole7_random_tokens_get_at_most_four_token_reviews_at_a_time() -> Result<()> {
+    const SCRAPES: usize = 20; // under the handshake cap: every scrape gets its TLS
+    let pod = unique_name("reviews");
+    let kubeconfig = kubeconfig_of_pod(&pod)?;
+    let server = env().kubectl_ok(
+        &[
+            "config",
+            "view",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+        None,
+    )?;
+    let proxy = HeldProxy::start(server.trim().trim_start_matches("https://")).await?;
+    let through_proxy = proxy.kubeconfig(&kubeconfig, kubeconfig.parent().unwrap())?;
+    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let _applier = applier_as_pod(&through_proxy, &metrics_addr, &probe_addr).await?;
+
+    let audit = AuditLog::from_now()?;
+    proxy.hold();
+    let mut scrapes = tokio::task::JoinSet::new();
+    for i in 0..SCRAPES {
+        let (addr, token) = (metrics_addr.clone(), unique_name(&format!("random{i}")));
+        scrapes.spawn(async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-sS", "-k", "--max-time", "60", "-o", "/dev/null"])
+                .args(["-w", "%{http_code}", "-H"])
+                .arg(format!("Authorization: Bearer {token}"))
+                .arg(format!("https://{addr}/metrics"))
+                .stdin(Stdio::null())
+                .output()
+                .await;
+            out.map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        });
+    }
+    // Those beyond the cap are answered while the reviews are held.
+    let mut early = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while early.len() < SCRAPES - REVIEWS_AT_A_TIME {
+        match tokio::time::timeout_at(deadline, scrapes.join_next()).await {
+            Ok(Some(answer)) => early.push(answer??),
+            Ok(None) => break,
+            Err(_) => bail!(
+                "while the API server held the reviews, {} of {SCRAPES} scrapes were answered \
+                 ({early:?}): more than {REVIEWS_AT_A_TIME} reviews were asked at once",
+                early.len()
+            ),
+        }
+    }
+    assert_eq!(
+        early,
+        vec!["503"; SCRAPES - REVIEWS_AT_A_TIME],
+        "the scrapes answered while {REVIEWS_AT_A_TIME} reviews were in flight"
+    );
+    proxy.release();
+    let mut late = Vec::new();
+    while let Some(answer) = scrapes.join_next().await {
+        late.push(answer??);
+    }
+    assert_eq!(late, vec!["401"; REVIEWS_AT_A_TIME], "the reviewed scrapes");
+    let reviews = audit.events(|e| {
+        e["objectRef"]["resource"] == "tokenreviews"
+            && e["impersonatedUser"]["extra"]["pod"][0] == pod.as_str()
+    })?;
+    assert_eq!(reviews.len(), REVIEWS_AT_A_TIME, "TokenReviews asked");
+    Ok(())
+}
+
+/// Hole 7: `/readyz` asks the API server (`/version`) at most once a second, however often
+/// it is called: probes back to back for 4 s cost one ask per second they took, plus one at
+/// most (and at least two: the answer is kept for a second, not for ever).
+#[tokio::test]
+async fn hole7_readyz_asks_the_api_server_at_most_once_a_second() -> Result<()> {
+    const SPAN: Duration = Duration::from_secs(4);
+    let pod = unique_name("readyz");
+    let kubeconfig = kubeconfig_of_pod(&pod)?;
+    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let _applier = applier_as_pod(&kubeconfig, &metrics_addr, &probe_addr).await?;
+
+    let audit = AuditLog::from_now()?;
+    let (started, mut probes) = (Instant::now(), 0);
+    while started.elapsed() < SPAN {
+        assert_eq!(plain_get(&probe_addr, "/readyz").await?.0, 200);
+        probes += 1;
+    }
+    let took = started.elapsed();
+    let asks = audit
+        .events(|e| {
+            e["requestURI"] == "/version"
+                && e["impersonatedUser"]["extra"]["pod"][0] == pod.as_str()
+        })?
+        .len();
+    let most = took.as_secs() as usize + 1;
+    println!("{probes} probes in {took:?}: {asks} asks of the API server (at most {most})");
+    assert!(
+        (2..=most).contains(&asks),
+        "{probes} probes in {took:?} asked the API server {asks} times (2 to {most})"
+    );
+    Ok(())
+}
+
+/// Hole 7: clients that open the metrics port and never say hello hold 32 handshakes at
+/// most; the next connection is closed at once (not after the handshake timeout), a scrape
+/// then fails, and one slot freed lets a scrape through again.
+#[tokio::test]
+async fn hole7_the_metrics_port_handshakes_with_32_clients_at_most() -> Result<()> {
+    use std::io::Read as _;
+    let pod = unique_name("handshakes");
+    let kubeconfig = kubeconfig_of_pod(&pod)?;
+    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let _applier = applier_as_pod(&kubeconfig, &metrics_addr, &probe_addr).await?;
+
+    // Plain blocking sockets: a non-blocking read of one is a real read, so "still open"
+    // below is what the kernel says, not a cached readiness.
+    let mut silent = Vec::new();
+    for _ in 0..HANDSHAKES_AT_A_TIME {
+        silent.push(std::net::TcpStream::connect(&metrics_addr)?);
+    }
+    // Accepted after them (in order), the next one finds no slot: closed while all of them
+    // are still open, so long before any handshake could time out.
+    let mut extra = std::net::TcpStream::connect(&metrics_addr)?;
+    extra.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut byte = [0u8; 1];
+    let read = extra.read(&mut byte);
+    assert!(
+        matches!(read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
+        "the connection beyond {HANDSHAKES_AT_A_TIME} handshakes was kept: {read:?}"
+    );
+    for (i, stream) in silent.iter_mut().enumerate() {
+        stream.set_nonblocking(true)?;
+        let read = stream.read(&mut byte);
+        assert!(
+            read.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "silent connection {i} was not open and waiting when the one beyond the cap was closed: {read:?}"
+        );
+    }
+    let held = tokio::task::spawn_blocking({
+        let addr = metrics_addr.clone();
+        move || scrape(&addr, Trust::Anything, None)
+    })
+    .await??;
+    assert!(
+        held.is_err(),
+        "a scrape got through 32 held handshakes: {held:?}"
+    );
+
+    // One silent client goes: its slot is freed when the applier sees it close.
+    drop(silent.pop());
+    let freed = Instant::now() + Duration::from_secs(20);
+    loop {
+        let addr = metrics_addr.clone();
+        match tokio::task::spawn_blocking(move || scrape(&addr, Trust::Anything, None)).await?? {
+            Ok((status, _)) => {
+                assert_eq!(status, 401, "a scrape without a token");
+                break;
+            }
+            Err(code) => assert!(
+                Instant::now() < freed,
+                "no scrape got through after a slot was freed (curl exit {code})"
+            ),
+        }
+    }
     Ok(())
 }

@@ -1,0 +1,101 @@
+//! A TCP proxy in front of the API server that can hold what its clients send: while held,
+//! a request a process sends reaches the API server only when the proxy lets go, so a test
+//! can keep that process's requests in flight for as long as it needs (the API server's
+//! answers, and watch events, still flow back). The API server behind it is the real one,
+//! and the bytes are the process's own TLS: the proxy reads nothing of them.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// The proxy; it stops when dropped.
+pub struct HeldProxy {
+    addr: String,
+    held: watch::Sender<bool>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl HeldProxy {
+    /// A proxy to `upstream` (`host:port`), letting everything through.
+    pub async fn start(upstream: &str) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let (held, _) = watch::channel(false);
+        let (upstream, on_hold) = (upstream.to_owned(), held.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue; // the client sees its connection close
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(forward(
+                    client_read,
+                    server_write,
+                    Some(on_hold.subscribe()),
+                ));
+                tokio::spawn(forward(server_read, client_write, None));
+            }
+        });
+        Ok(Self { addr, held, accept })
+    }
+
+    /// From now on, nothing a client sends goes on to the API server.
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// What was held, and everything after it, goes on.
+    pub fn release(&self) {
+        self.held.send_replace(false);
+    }
+
+    /// A copy of `kubeconfig` (in `dir`) whose server is this proxy. The API server's
+    /// certificate names 127.0.0.1, so TLS verifies through the proxy as without it.
+    pub fn kubeconfig(&self, kubeconfig: &Path, dir: &Path) -> Result<PathBuf> {
+        let text = std::fs::read_to_string(kubeconfig)?;
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
+        for cluster in config["clusters"]
+            .as_sequence_mut()
+            .context("kubeconfig has clusters")?
+        {
+            cluster["cluster"]["server"] = format!("https://{}", self.addr).into();
+        }
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("kubeconfig-through-proxy");
+        std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+        Ok(path)
+    }
+}
+
+impl Drop for HeldProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Copies `from` to `to`; with `held`, each chunk waits while the proxy holds.
+async fn forward(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    mut held: Option<watch::Receiver<bool>>,
+) {
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(held) = held.as_mut()
+            && held.wait_for(|held| !held).await.is_err()
+        {
+            break;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
