@@ -180,14 +180,35 @@ pub fn render_workspace(
     Ok(rendered)
 }
 
+/// The variables of `apply` (and `WORKSPACE_NAME`) whose placeholder stands in code in
+/// `template`'s inline HCL module ([`crate::hcl`]): rendered, their values would be Terraform
+/// expressions. A remote module or inline JSON has none (their placeholders are in strings).
+pub fn placeholders_in_code(
+    apply: &WorkspaceTemplateApply,
+    template: &WorkspaceTemplate,
+) -> Vec<String> {
+    let Some(module) = inline_hcl_module(&template.spec.template.spec["forProvider"]) else {
+        return Vec::new();
+    };
+    let variables = apply.spec.variables.as_ref();
+    let keys = variables
+        .into_iter()
+        .flat_map(|v| v.keys().map(String::as_str))
+        .chain([WORKSPACE_NAME_VARIABLE]);
+    crate::hcl::placeholders_in_code(module, keys)
+}
+
+/// The module of an inline HCL `forProvider` (provider-terraform's default format is HCL).
+fn inline_hcl_module(for_provider: &Value) -> Option<&str> {
+    let format = for_provider["inlineFormat"].as_str().unwrap_or("HCL");
+    let inline_hcl = for_provider["source"] == "Inline" && format == "HCL";
+    for_provider["module"].as_str().filter(|_| inline_hcl)
+}
+
 /// Adds the revision output to an inline HCL module, and the revision annotation; leaves any
 /// other module alone.
 fn echo_revision(rendered: &mut Value) {
-    let for_provider = &rendered["spec"]["forProvider"];
-    // provider-terraform's default format is HCL.
-    let format = for_provider["inlineFormat"].as_str().unwrap_or("HCL");
-    let inline_hcl = for_provider["source"] == "Inline" && format == "HCL";
-    let Some(module) = for_provider["module"].as_str().filter(|_| inline_hcl) else {
+    let Some(module) = inline_hcl_module(&rendered["spec"]["forProvider"]) else {
         return;
     };
     use sha2::{Digest, Sha256};

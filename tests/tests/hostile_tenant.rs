@@ -12,7 +12,8 @@
 //!   gets neither that Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
 //!   control plane does not control is left alone;
 //! - hole 2: a value that would be Terraform code is refused by the API server (CRD
-//!   patterns), and, where it gets past it, never rendered;
+//!   patterns), and, where it gets past it, never rendered; a template whose placeholder
+//!   stands in code (where even a plain literal is an expression) renders nothing;
 //! - hole 8: an apply waiting for another namespace's Workspace (cluster-scoped, named)
 //!   stays waiting, as if it did not exist;
 //! - hole 6: templates over the size limit are cached without their bodies and refused;
@@ -612,6 +613,65 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
     assert!(
         notes.iter().all(|n| !n.contains("null_resource")),
         "the value is not echoed: {notes:?}"
+    );
+    assert_stayed_in(&audit, &ns.name)?;
+    Ok(())
+}
+
+/// Hole 2, the other way in: a plain literal is still code where the template puts its
+/// placeholder in code. A platform template with `value = ${NAME}` and a tenant's apply whose
+/// value is `var.platform_token` (a plain literal: the CRD lets it through) would hand the
+/// tenant the platform's variable as an output. The controller renders nothing:
+/// `Applied=False`, reason `PlaceholderInCode`, a Warning Event naming the template and the
+/// placeholder. (Before the fix the Workspace carried `value = var.platform_token`.)
+#[tokio::test]
+async fn hole2_a_placeholder_in_code_is_refused_even_for_a_plain_literal() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-code").await?;
+    let audit = AuditLog::from_now()?;
+    let system = System::start(&ns.name, 50).await?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let module = "variable \"platform_token\" {\n  default = \"not for tenants\"\n}\n\
+                  output \"name\" {\n  value = ${NAME}\n}\n";
+    let template = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "unquoted", "namespace": ns.name},
+        "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": module}}}},
+    });
+    let reference = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "reference", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "unquoted"},
+                 "variables": {"NAME": "var.platform_token"}},
+    });
+    apply(&[template, reference])?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let ws_name = workspace_name(&ns.name, "reference");
+    let refusal = || async {
+        Ok::<_, anyhow::Error>(
+            applied_refusal(&applies, "reference", "PlaceholderInCode")
+                .await?
+                .is_some(),
+        )
+    };
+    // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
+    system
+        .wait_for("the refusal, or the Workspace", WAIT, || async {
+            Ok(refusal().await? || workspaces.get_opt(&ws_name).await?.is_some())
+        })
+        .await?;
+    if let Some(ws) = workspaces.get_opt(&ws_name).await? {
+        let module = ws.spec.fields["forProvider"]["module"].to_string();
+        panic!("the value was rendered into Terraform code: {module}");
+    }
+    assert!(refusal().await?, "Applied=False, reason PlaceholderInCode");
+    let notes = warnings(&ns.name, "PlaceholderInCode", "reference")?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&format!("{}/unquoted", ns.name)) && n.contains("${NAME}")),
+        "{notes:?}"
     );
     assert_stayed_in(&audit, &ns.name)?;
     Ok(())

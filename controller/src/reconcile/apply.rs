@@ -125,6 +125,13 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         let refusal = blocked("TemplateTooLarge", message);
         return refuse(&apply, &ctx, own_name, own, refusal).await;
     }
+    let in_code = crate::render::placeholders_in_code(&apply, &template);
+    if !in_code.is_empty() {
+        let template_name = format!("{template_ns}/{}", apply.spec.template_ref.name);
+        let message = crate::hcl::refusal_message(&template_name, &in_code);
+        let refusal = blocked(crate::hcl::PLACEHOLDER_IN_CODE, message);
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
     let mut rendered = render_workspace(&apply, &template, &name)?;
     // What the template brings (its connection Secret, Secrets in its body) stays in the
     // apply's namespace too.
