@@ -774,7 +774,9 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         "/status/initialization/controlPlaneInitialized",
         "condition:InfrastructureReady",
         "condition:ControlPlaneInitialized",
-        "condition:ControlPlaneAvailable",
+        // Core mirrors our control plane's Available into it, reason included: its status
+        // alone, as for ours (the reason goes to WorkspaceUpdating and back in an upgrade).
+        "condition-status:ControlPlaneAvailable",
         "condition:Available",
         "condition:Deleting",
         "condition:Paused",
@@ -805,12 +807,20 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
     );
     record(api("cluster"), "demo", CLUSTER, histories.clone());
     let v1beta2 = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
-    let v1beta2 = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        &ns.name,
-        &ApiResource::from_gvk(&v1beta2),
+    let v1beta2 = || {
+        Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns.name,
+            &ApiResource::from_gvk(&v1beta2),
+        )
+    };
+    record(v1beta2(), "demo", CLUSTER_V1BETA2_FIELDS, histories.clone());
+    record(
+        v1beta2(),
+        "demo",
+        &["condition:ControlPlaneAvailable"],
+        reasons.clone(),
     );
-    record(v1beta2, "demo", CLUSTER_V1BETA2_FIELDS, histories.clone());
     record(api("captcluster"), "demo", CAPT_CLUSTER, histories.clone());
     record(
         api("captcontrolplane"),
