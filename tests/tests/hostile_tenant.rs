@@ -76,6 +76,30 @@ async fn applied_refusal(
         .map(|c| c["message"].as_str().unwrap_or_default().to_owned()))
 }
 
+/// Waits until the controller acted on the apply `name`: refused it with `reason` (then
+/// `Ok`), or rendered its Workspace (then the test fails, showing the module rendered).
+async fn refused_not_rendered(system: &System, ns: &str, name: &str, reason: &str) -> Result<()> {
+    let client = env().client().await?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), ns);
+    let workspaces: Api<TerraformWorkspace> = Api::all(client);
+    let ws_name = workspace_name(ns, name);
+    let refused = || async {
+        Ok::<_, anyhow::Error>(applied_refusal(&applies, name, reason).await?.is_some())
+    };
+    // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
+    system
+        .wait_for("the refusal, or the Workspace", WAIT, || async {
+            Ok(refused().await? || workspaces.get_opt(&ws_name).await?.is_some())
+        })
+        .await?;
+    if let Some(ws) = workspaces.get_opt(&ws_name).await? {
+        let module = ws.spec.fields["forProvider"]["module"].to_string();
+        panic!("{ns}/{name} was rendered into Terraform: {module}");
+    }
+    assert!(refused().await?, "Applied=False, reason {reason}");
+    Ok(())
+}
+
 fn dynamic(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
@@ -531,7 +555,6 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
     let ns = TestNamespace::create(&client, "hostile-inject").await?;
     let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
-    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
 
     // Through the CAPT object: refused by the API server. (Before the fix it was stored,
     // and the control plane's Workspace carried the resource.)
@@ -584,25 +607,7 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
         })
         .await?;
     drop(relaxed);
-    let ws_name = workspace_name(&ns.name, "injected");
-    let refusal = || async {
-        Ok::<_, anyhow::Error>(
-            applied_refusal(&applies, "injected", "UnsafeVariable")
-                .await?
-                .is_some(),
-        )
-    };
-    // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
-    system
-        .wait_for("the refusal, or the Workspace", WAIT, || async {
-            Ok(refusal().await? || workspaces.get_opt(&ws_name).await?.is_some())
-        })
-        .await?;
-    if let Some(ws) = workspaces.get_opt(&ws_name).await? {
-        let module = ws.spec.fields["forProvider"]["module"].to_string();
-        panic!("the injected value was rendered into Terraform: {module}");
-    }
-    assert!(refusal().await?, "Applied=False, reason UnsafeVariable");
+    refused_not_rendered(&system, &ns.name, "injected", "UnsafeVariable").await?;
     let notes = warnings(&ns.name, "UnsafeVariable", "injected")?;
     assert!(
         notes
@@ -631,7 +636,6 @@ async fn hole2_a_placeholder_in_code_is_refused_even_for_a_plain_literal() -> Re
     let ns = TestNamespace::create(&client, "hostile-code").await?;
     let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
-    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
     let module = "variable \"platform_token\" {\n  default = \"not for tenants\"\n}\n\
                   output \"name\" {\n  value = ${NAME}\n}\n";
     let template = json!({
@@ -646,26 +650,7 @@ async fn hole2_a_placeholder_in_code_is_refused_even_for_a_plain_literal() -> Re
                  "variables": {"NAME": "var.platform_token"}},
     });
     apply(&[template, reference])?;
-    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
-    let ws_name = workspace_name(&ns.name, "reference");
-    let refusal = || async {
-        Ok::<_, anyhow::Error>(
-            applied_refusal(&applies, "reference", "PlaceholderInCode")
-                .await?
-                .is_some(),
-        )
-    };
-    // The refusal (fixed) or the Workspace (before the fix) shows the controller acted.
-    system
-        .wait_for("the refusal, or the Workspace", WAIT, || async {
-            Ok(refusal().await? || workspaces.get_opt(&ws_name).await?.is_some())
-        })
-        .await?;
-    if let Some(ws) = workspaces.get_opt(&ws_name).await? {
-        let module = ws.spec.fields["forProvider"]["module"].to_string();
-        panic!("the value was rendered into Terraform code: {module}");
-    }
-    assert!(refusal().await?, "Applied=False, reason PlaceholderInCode");
+    refused_not_rendered(&system, &ns.name, "reference", "PlaceholderInCode").await?;
     let notes = warnings(&ns.name, "PlaceholderInCode", "reference")?;
     assert!(
         notes
