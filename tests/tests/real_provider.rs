@@ -18,6 +18,7 @@ use capt_tests::fake_provider::{
 };
 use capt_tests::system::System;
 use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -37,6 +38,15 @@ enum Provider {
     Fake,
 }
 
+/// Which samples a [`Stack`] applies.
+enum Samples {
+    /// `manifests/samples/` as they are: a placeholder endpoint, no credentials.
+    Plain,
+    /// Pointed at the test environment's workload API server, which plays EKS
+    /// (`hack/testenv.sh workload-samples`).
+    Workload,
+}
+
 /// The sample Cluster, Provisioned, in a namespace of its own, with the status-applier and
 /// the controller (and, on [`Provider::Fake`], the fake provider) running for it.
 struct Stack {
@@ -45,6 +55,10 @@ struct Stack {
 
 impl Stack {
     async fn provisioned(provider: Provider, prefix: &str) -> Result<Self> {
+        Self::provisioned_from(provider, prefix, Samples::Plain).await
+    }
+
+    async fn provisioned_from(provider: Provider, prefix: &str, samples: Samples) -> Result<Self> {
         with_real_provider();
         let on = match provider {
             Provider::Real => env().clone(),
@@ -59,7 +73,10 @@ impl Stack {
         on.kubectl_ok(&["create", "namespace", &ns], None)?;
         let system = System::start_on(&on, &ns, 200).await?;
         let started = Instant::now();
-        system.apply_samples(false).await?;
+        match samples {
+            Samples::Plain => system.apply_samples(false).await?,
+            Samples::Workload => system.apply_workload_samples().await?,
+        }
         system
             .wait_for("Cluster phase Provisioned", WAIT, || async {
                 Ok(system
@@ -983,4 +1000,57 @@ async fn a_terraform_error_carrying_a_secret_value_is_not_copied_by_capt() -> Re
         "module": module, "varFiles": null}}}}}))?;
     stack.clean_up().await?;
     Ok(())
+}
+
+/// The kubeconfig scenario on the real provider: the sample EKS module, applied by OpenTofu,
+/// outputs the workload API server's endpoint, CA and token (the token sensitive, so only in
+/// the Workspace's connection Secret); the controller writes the `<cluster>-kubeconfig`
+/// Secret from them, and Cluster API core connects with it: the Cluster's
+/// `RemoteConnectionProbe` and `Available` turn True. The token is in no log of CAPT's.
+#[tokio::test]
+async fn the_kubeconfig_from_the_real_providers_outputs_lets_core_reach_the_cluster() -> Result<()>
+{
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stack =
+        Stack::provisioned_from(Provider::Real, "real-kubeconfig", Samples::Workload).await?;
+    let system = &stack.system;
+    let secrets: Api<Secret> = Api::namespaced(stack.env().client().await?, system.namespace());
+    let secret = secrets.get("demo-kubeconfig").await?;
+    let value = secret.data.as_ref().and_then(|d| d.get("value"));
+    let config: Value = serde_yaml::from_slice(&value.context("data.value")?.0)?;
+    let user = &config["users"][0]["user"];
+    assert!(user["token"].is_string(), "a bearer token");
+    assert!(
+        user.get("exec").is_none(),
+        "no exec plugin (core runs none)"
+    );
+
+    let started = Instant::now();
+    system
+        .wait_for(
+            "the Cluster's RemoteConnectionProbe and Available conditions True",
+            WAIT,
+            || async {
+                let cluster = system.get(&["clusters.v1beta2.cluster.x-k8s.io", "demo"])?;
+                Ok(cluster.is_some_and(|c| {
+                    ["RemoteConnectionProbe", "Available"]
+                        .iter()
+                        .all(|t| condition(&c, t).0 == "True")
+                }))
+            },
+        )
+        .await?;
+    println!(
+        "RemoteConnectionProbe and Available True {:.1} s after Provisioned",
+        started.elapsed().as_secs_f64()
+    );
+
+    let token = user["token"].as_str().unwrap_or_default();
+    for (who, log) in [
+        ("capt-controller", system.controller_log_text()),
+        ("status-applier", system.applier.log_text()),
+    ] {
+        assert!(!log.contains(token), "the token is in the {who} log");
+    }
+    stack.clean_up().await
 }
