@@ -15,15 +15,26 @@ pub struct HeldProxy {
     addr: String,
     held: watch::Sender<bool>,
     accept: tokio::task::JoinHandle<()>,
+    kubeconfig: PathBuf,
 }
 
 impl HeldProxy {
-    /// A proxy to `upstream` (`host:port`), letting everything through.
-    pub async fn start(upstream: &str) -> Result<Self> {
+    /// A proxy to the API server of `kubeconfig` (its first cluster), letting everything
+    /// through; [`HeldProxy::kubeconfig`] is `kubeconfig` through the proxy.
+    pub async fn in_front_of(kubeconfig: &Path) -> Result<Self> {
+        let mut config: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(kubeconfig)?)?;
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .context("kubeconfig has a server")?;
+        let upstream = server
+            .strip_prefix("https://")
+            .context("an https:// server")?
+            .to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
         let (held, _) = watch::channel(false);
-        let (upstream, on_hold) = (upstream.to_owned(), held.clone());
+        let on_hold = held.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else {
@@ -39,7 +50,24 @@ impl HeldProxy {
                 tokio::spawn(forward(server_read, client_write, None));
             }
         });
-        Ok(Self { addr, held, accept })
+        // The API server's certificate names 127.0.0.1, so TLS verifies through the proxy as
+        // without it.
+        for cluster in config["clusters"]
+            .as_sequence_mut()
+            .context("kubeconfig has clusters")?
+        {
+            cluster["cluster"]["server"] = format!("https://{addr}").into();
+        }
+        let dir = std::env::temp_dir().join(crate::unique_name("held-proxy"));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+        Ok(Self {
+            addr,
+            held,
+            accept,
+            kubeconfig: path,
+        })
     }
 
     /// From now on, nothing a client sends goes on to the API server.
@@ -52,21 +80,14 @@ impl HeldProxy {
         self.held.send_replace(false);
     }
 
-    /// A copy of `kubeconfig` (in `dir`) whose server is this proxy. The API server's
-    /// certificate names 127.0.0.1, so TLS verifies through the proxy as without it.
-    pub fn kubeconfig(&self, kubeconfig: &Path, dir: &Path) -> Result<PathBuf> {
-        let text = std::fs::read_to_string(kubeconfig)?;
-        let mut config: serde_yaml::Value = serde_yaml::from_str(&text)?;
-        for cluster in config["clusters"]
-            .as_sequence_mut()
-            .context("kubeconfig has clusters")?
-        {
-            cluster["cluster"]["server"] = format!("https://{}", self.addr).into();
-        }
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join("kubeconfig-through-proxy");
-        std::fs::write(&path, serde_yaml::to_string(&config)?)?;
-        Ok(path)
+    /// The kubeconfig it was started for, with this proxy as its server.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `host:port` of the proxy.
+    pub fn addr(&self) -> &str {
+        &self.addr
     }
 }
 

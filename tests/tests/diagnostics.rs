@@ -584,19 +584,9 @@ async fn hole7_random_tokens_get_at_most_four_token_reviews_at_a_time() -> Resul
     const SCRAPES: usize = 20; // under the handshake cap: every scrape gets its TLS
     let pod = unique_name("reviews");
     let kubeconfig = kubeconfig_of_pod(&pod)?;
-    let server = env().kubectl_ok(
-        &[
-            "config",
-            "view",
-            "-o",
-            "jsonpath={.clusters[0].cluster.server}",
-        ],
-        None,
-    )?;
-    let proxy = HeldProxy::start(server.trim().trim_start_matches("https://")).await?;
-    let through_proxy = proxy.kubeconfig(&kubeconfig, kubeconfig.parent().unwrap())?;
+    let proxy = HeldProxy::in_front_of(&kubeconfig).await?;
     let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
-    let _applier = applier_as_pod(&through_proxy, &metrics_addr, &probe_addr).await?;
+    let _applier = applier_as_pod(proxy.kubeconfig(), &metrics_addr, &probe_addr).await?;
 
     let audit = AuditLog::from_now()?;
     proxy.hold();
