@@ -234,6 +234,75 @@ impl System {
         .await
     }
 
+    /// True when the samples' stack (`demo`) rests: the provider has had its last word on both
+    /// Workspaces (their status carries the checksum again: an apply leaves it out until the
+    /// next poll), each CAPT object mirrors what its Workspace last reported, the control
+    /// plane is Ready, the Cluster Provisioned and its kubeconfig Secret written; and, where
+    /// Cluster API core runs, core has processed our last statuses: its Cluster status
+    /// observes the Cluster's generation and its `InfrastructureReady` and
+    /// `ControlPlaneAvailable` are the mirrors of our final `Ready` and `Available`. What a
+    /// quiet window starts after, instead of a fixed settling time.
+    pub fn samples_rest(&self) -> Result<bool> {
+        let workspace = |apply: &str| -> Result<Value> {
+            let name = workspace_name(&self.namespace, apply);
+            let out = self
+                .env
+                .kubectl_run(&["get", "workspace", &name, "-o", "json"], None)?;
+            Ok(serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+        };
+        let (vpc, eks) = (workspace("demo-vpc")?, workspace("demo-controlplane")?);
+        let get =
+            |kind: &str| -> Result<Value> { Ok(self.get(&[kind, "demo"])?.unwrap_or(Value::Null)) };
+        let (cc, cp) = (get("captcluster")?, get("captcontrolplane")?);
+        let checksum = |ws: &Value| ws["status"]["atProvider"]["checksum"].is_string();
+        let ours_rest = checksum(&vpc)
+            && checksum(&eks)
+            && cc["status"]["workspaceTemplateStatus"]["lastAppliedRevision"]
+                == vpc["status"]["atProvider"]["checksum"]
+            && cp["status"]["phase"] == "Ready"
+            && cp["status"]["workspaceStatus"]["atProvider"] == eks["status"]["atProvider"]
+            && self.get(&["secret", "demo-kubeconfig"])?.is_some();
+        if !ours_rest {
+            return Ok(false);
+        }
+        if get("cluster")?["status"]["phase"] != "Provisioned" {
+            return Ok(false);
+        }
+        if !self.env.core {
+            return Ok(true);
+        }
+        let cluster = get(crate::CLUSTER_V1BETA2)?;
+        let condition = |obj: &Value, type_: &str| {
+            obj["status"]["conditions"]
+                .as_array()
+                .and_then(|l| l.iter().find(|c| c["type"] == type_))
+                .map(|c| {
+                    (
+                        c["status"].clone(),
+                        c["reason"].clone(),
+                        c["message"].clone(),
+                    )
+                })
+        };
+        Ok(
+            cluster["status"]["observedGeneration"] == cluster["metadata"]["generation"]
+                && condition(&cc, "Ready").is_some()
+                && condition(&cluster, "InfrastructureReady") == condition(&cc, "Ready")
+                && condition(&cp, "Available").is_some()
+                && condition(&cluster, "ControlPlaneAvailable") == condition(&cp, "Available"),
+        )
+    }
+
+    /// Waits until [`System::samples_rest`].
+    pub async fn wait_samples_rest(&self) -> Result<()> {
+        self.wait_for(
+            "the samples' stack to rest",
+            Duration::from_secs(60),
+            || async { self.samples_rest() },
+        )
+        .await
+    }
+
     /// True when the control plane's Workspace carries the `revision` annotation and the
     /// control plane mirrors the `atProvider` checksum the provider wrote for it.
     pub fn mirrors_revision(&self, revision: &str) -> Result<bool> {
