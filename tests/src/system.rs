@@ -241,19 +241,57 @@ impl System {
     /// Cluster API core runs, core has processed our last statuses: its Cluster status
     /// observes the Cluster's generation and its `InfrastructureReady` and
     /// `ControlPlaneAvailable` are the mirrors of our final `Ready` and `Available`. What a
-    /// quiet window starts after, instead of a fixed settling time.
-    pub fn samples_rest(&self) -> Result<bool> {
-        let workspace = |apply: &str| -> Result<Value> {
-            let name = workspace_name(&self.namespace, apply);
-            let out = self
-                .env
-                .kubectl_run(&["get", "workspace", &name, "-o", "json"], None)?;
-            Ok(serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
+    /// quiet window starts after, instead of a fixed settling time. Read with `client` (one
+    /// request per object: a check is cheap enough to repeat every 100 ms under load).
+    pub async fn samples_rest(&self, client: &kube::Client) -> Result<bool> {
+        use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+        let get = |namespaced: bool, group: &str, version: &str, kind: &str, name: String| {
+            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+            let api: Api<DynamicObject> = if namespaced {
+                Api::namespaced_with(client.clone(), &self.namespace, &resource)
+            } else {
+                Api::all_with(client.clone(), &resource)
+            };
+            async move {
+                let object = api.get_opt(&name).await?;
+                Ok::<Value, anyhow::Error>(
+                    object
+                        .map(serde_json::to_value)
+                        .transpose()?
+                        .unwrap_or(Value::Null),
+                )
+            }
         };
-        let (vpc, eks) = (workspace("demo-vpc")?, workspace("demo-controlplane")?);
-        let get =
-            |kind: &str| -> Result<Value> { Ok(self.get(&[kind, "demo"])?.unwrap_or(Value::Null)) };
-        let (cc, cp) = (get("captcluster")?, get("captcontrolplane")?);
+        let workspace = |apply: &str| {
+            get(
+                false,
+                "tf.upbound.io",
+                "v1beta1",
+                "Workspace",
+                workspace_name(&self.namespace, apply),
+            )
+        };
+        let (vpc, eks) = (
+            workspace("demo-vpc").await?,
+            workspace("demo-controlplane").await?,
+        );
+        let cc = get(
+            true,
+            "infrastructure.cluster.x-k8s.io",
+            "v1beta1",
+            "CAPTCluster",
+            "demo".into(),
+        )
+        .await?;
+        let cp = get(
+            true,
+            "controlplane.cluster.x-k8s.io",
+            "v1beta1",
+            "CAPTControlPlane",
+            "demo".into(),
+        )
+        .await?;
+        let secret = get(true, "", "v1", "Secret", "demo-kubeconfig".into()).await?;
         let checksum = |ws: &Value| ws["status"]["atProvider"]["checksum"].is_string();
         let ours_rest = checksum(&vpc)
             && checksum(&eks)
@@ -261,17 +299,20 @@ impl System {
                 == vpc["status"]["atProvider"]["checksum"]
             && cp["status"]["phase"] == "Ready"
             && cp["status"]["workspaceStatus"]["atProvider"] == eks["status"]["atProvider"]
-            && self.get(&["secret", "demo-kubeconfig"])?.is_some();
+            && !secret.is_null();
         if !ours_rest {
             return Ok(false);
         }
-        if get("cluster")?["status"]["phase"] != "Provisioned" {
+        // Core stores and serves v1beta2 (with its conditions); without core only v1beta1 is
+        // served.
+        let version = if self.env.core { "v1beta2" } else { "v1beta1" };
+        let cluster = get(true, "cluster.x-k8s.io", version, "Cluster", "demo".into()).await?;
+        if cluster["status"]["phase"] != "Provisioned" {
             return Ok(false);
         }
         if !self.env.core {
             return Ok(true);
         }
-        let cluster = get(crate::CLUSTER_V1BETA2)?;
         let condition = |obj: &Value, type_: &str| {
             obj["status"]["conditions"]
                 .as_array()
@@ -295,10 +336,11 @@ impl System {
 
     /// Waits until [`System::samples_rest`].
     pub async fn wait_samples_rest(&self) -> Result<()> {
+        let client = self.env.client().await?;
         self.wait_for(
             "the samples' stack to rest",
             Duration::from_secs(60),
-            || async { self.samples_rest() },
+            || self.samples_rest(&client),
         )
         .await
     }
