@@ -18,7 +18,7 @@ version=${1:?usage: hack/core-suite.sh <Cluster API version, e.g. v1.13.6> [carg
 shift
 [[ "$version" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "not a Cluster API release: $version" >&2; exit 2; }
 # The binaries whose subject involves core (docs/testenv.md).
-TESTS=(core replicas clusterctl clusterctl_move fault_leader e2e hostile_tenant kubeconfig available clusterclass)
+TESTS=(core replicas clusterctl clusterctl_move fault_leader fault_endpoint audit e2e hostile_tenant kubeconfig available clusterclass)
 
 dir=$ROOT/.core-suite/$version
 mkdir -p "$dir/module"

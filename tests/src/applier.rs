@@ -135,9 +135,63 @@ impl Applier {
                 return Ok(object);
             }
             if Instant::now() > deadline {
+                let mine: Vec<&serde_json::Value> = documents
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| d["object"]["name"] == name && d["fieldManager"] == manager)
+                    .collect();
                 bail!(
                     "the applier did not act on version {current} of {name} within {timeout:?}: \
-                     the last versions of {manager}'s documents {versions:?}, {pending} pending"
+                     the last versions of {manager}'s documents {versions:?}, {pending} pending; \
+                     the documents: {mine:?}"
+                );
+            }
+            // Polls: what it waits for is the applier's answer, not a quiet time.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The object `name` once this applier has nothing left to do for it: none of its
+    /// documents is queued (`status_applier_pending_documents`), and the newest version any of
+    /// its documents (every manager's) last acted on is the object's current one. Unlike
+    /// [`Applier::acted_on`] it holds when that version is the applier's own write of one
+    /// document: the watch never shows our own write as news, so the object's other documents
+    /// are not re-checked on it, and keep naming the version before.
+    pub async fn settled_on(
+        &self,
+        api: &kube::Api<kube::api::DynamicObject>,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<serde_json::Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pending = self.metric("status_applier_pending_documents", &[]).await?;
+            let documents = self.client.get("/v1/intents").await?.json();
+            let object = serde_json::to_value(api.get(name).await?)?;
+            let versions: Vec<u64> = documents
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| {
+                    d["object"]["name"] == name
+                        && d["object"]["kind"] == object["kind"]
+                        && d["object"]["namespace"] == object["metadata"]["namespace"]
+                })
+                .filter_map(|d| d["last"]["resourceVersion"].as_str()?.parse().ok())
+                .collect();
+            if versions.is_empty() {
+                bail!("the applier shows no document for {name}: {documents}");
+            }
+            let current = &object["metadata"]["resourceVersion"];
+            let newest = versions.iter().max().map(u64::to_string);
+            if pending == 0.0 && current.as_str() == newest.as_deref() {
+                return Ok(object);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the applier did not settle on version {current} of {name} within \
+                     {timeout:?}: its documents last acted on {versions:?}, {pending} pending"
                 );
             }
             // Polls: what it waits for is the applier's answer, not a quiet time.

@@ -234,6 +234,117 @@ impl System {
         .await
     }
 
+    /// True when the samples' stack (`demo`) rests: the provider has had its last word on both
+    /// Workspaces (their status carries the checksum again: an apply leaves it out until the
+    /// next poll), each CAPT object mirrors what its Workspace last reported, the control
+    /// plane is Ready, the Cluster Provisioned and its kubeconfig Secret written; and, where
+    /// Cluster API core runs, core has processed our last statuses: its Cluster status
+    /// observes the Cluster's generation and its `InfrastructureReady` and
+    /// `ControlPlaneAvailable` are the mirrors of our final `Ready` and `Available`. What a
+    /// quiet window starts after, instead of a fixed settling time. Read with `client` (one
+    /// request per object: a check is cheap enough to repeat every 100 ms under load).
+    pub async fn samples_rest(&self, client: &kube::Client) -> Result<bool> {
+        use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+        let get = |namespaced: bool, group: &str, version: &str, kind: &str, name: String| {
+            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+            let api: Api<DynamicObject> = if namespaced {
+                Api::namespaced_with(client.clone(), &self.namespace, &resource)
+            } else {
+                Api::all_with(client.clone(), &resource)
+            };
+            async move {
+                let object = api.get_opt(&name).await?;
+                Ok::<Value, anyhow::Error>(
+                    object
+                        .map(serde_json::to_value)
+                        .transpose()?
+                        .unwrap_or(Value::Null),
+                )
+            }
+        };
+        let workspace = |apply: &str| {
+            get(
+                false,
+                "tf.upbound.io",
+                "v1beta1",
+                "Workspace",
+                workspace_name(&self.namespace, apply),
+            )
+        };
+        let (vpc, eks) = (
+            workspace("demo-vpc").await?,
+            workspace("demo-controlplane").await?,
+        );
+        let cc = get(
+            true,
+            "infrastructure.cluster.x-k8s.io",
+            "v1beta1",
+            "CAPTCluster",
+            "demo".into(),
+        )
+        .await?;
+        let cp = get(
+            true,
+            "controlplane.cluster.x-k8s.io",
+            "v1beta1",
+            "CAPTControlPlane",
+            "demo".into(),
+        )
+        .await?;
+        let secret = get(true, "", "v1", "Secret", "demo-kubeconfig".into()).await?;
+        let checksum = |ws: &Value| ws["status"]["atProvider"]["checksum"].is_string();
+        let ours_rest = checksum(&vpc)
+            && checksum(&eks)
+            && cc["status"]["workspaceTemplateStatus"]["lastAppliedRevision"]
+                == vpc["status"]["atProvider"]["checksum"]
+            && cp["status"]["phase"] == "Ready"
+            && cp["status"]["workspaceStatus"]["atProvider"] == eks["status"]["atProvider"]
+            && !secret.is_null();
+        if !ours_rest {
+            return Ok(false);
+        }
+        // Core stores and serves v1beta2 (with its conditions); without core only v1beta1 is
+        // served.
+        let version = if self.env.core { "v1beta2" } else { "v1beta1" };
+        let cluster = get(true, "cluster.x-k8s.io", version, "Cluster", "demo".into()).await?;
+        if cluster["status"]["phase"] != "Provisioned" {
+            return Ok(false);
+        }
+        if !self.env.core {
+            return Ok(true);
+        }
+        let condition = |obj: &Value, type_: &str| {
+            obj["status"]["conditions"]
+                .as_array()
+                .and_then(|l| l.iter().find(|c| c["type"] == type_))
+                .map(|c| {
+                    (
+                        c["status"].clone(),
+                        c["reason"].clone(),
+                        c["message"].clone(),
+                    )
+                })
+        };
+        Ok(
+            cluster["status"]["observedGeneration"] == cluster["metadata"]["generation"]
+                && condition(&cc, "Ready").is_some()
+                && condition(&cluster, "InfrastructureReady") == condition(&cc, "Ready")
+                && condition(&cp, "Available").is_some()
+                && condition(&cluster, "ControlPlaneAvailable") == condition(&cp, "Available"),
+        )
+    }
+
+    /// Waits until [`System::samples_rest`].
+    pub async fn wait_samples_rest(&self) -> Result<()> {
+        let client = self.env.client().await?;
+        self.wait_for(
+            "the samples' stack to rest",
+            Duration::from_secs(60),
+            || self.samples_rest(&client),
+        )
+        .await
+    }
+
     /// True when the control plane's Workspace carries the `revision` annotation and the
     /// control plane mirrors the `atProvider` checksum the provider wrote for it.
     pub fn mirrors_revision(&self, revision: &str) -> Result<bool> {

@@ -69,6 +69,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// The kinds clusterctl moves for a CAPT cluster, as `kubectl get` names them.
 const MOVED: [&str; 6] = [
@@ -79,6 +80,9 @@ const MOVED: [&str; 6] = [
     "workspacetemplates.infrastructure.cluster.x-k8s.io",
     "secrets",
 ];
+
+/// The claim's window: once the target rests, this long without a write on it.
+const QUIET_WINDOW: Duration = Duration::from_secs(30);
 
 /// Both environments, stopped when dropped (pass or fail).
 struct Envs {
@@ -391,9 +395,16 @@ fn applied_lines(system: &System) -> usize {
         .count()
 }
 
-/// Watches the source Cluster `ns/demo` from now on; true once a version of it had
-/// `spec.paused: true`.
-async fn watch_paused(env: &Env, ns: &str) -> Result<Arc<AtomicBool>> {
+/// What a watch of the source Cluster saw.
+struct SourceCluster {
+    /// A version of it had `spec.paused: true`.
+    paused: Arc<AtomicBool>,
+    /// Notified once it was deleted.
+    deleted: Arc<Notify>,
+}
+
+/// Watches the source Cluster `ns/demo` from now on.
+async fn watch_source_cluster(env: &Env, ns: &str) -> Result<SourceCluster> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster");
     let api: Api<DynamicObject> =
         Api::namespaced_with(env.client().await?, ns, &ApiResource::from_gvk(&gvk));
@@ -403,22 +414,26 @@ async fn watch_paused(env: &Env, ns: &str) -> Result<Arc<AtomicBool>> {
         .resource_version
         .clone()
         .unwrap_or_default();
-    let seen = Arc::new(AtomicBool::new(false));
-    let flag = seen.clone();
+    let paused = Arc::new(AtomicBool::new(false));
+    let deleted = Arc::new(Notify::new());
+    let (flag, on_deletion) = (paused.clone(), deleted.clone());
     let params = WatchParams::default()
         .fields("metadata.name=demo")
         .timeout(290);
     let mut stream = api.watch(&params, &version).await?.boxed();
     tokio::spawn(async move {
         while let Some(Ok(event)) = stream.next().await {
-            if let WatchEvent::Modified(o) | WatchEvent::Deleted(o) = event
+            if let WatchEvent::Modified(o) | WatchEvent::Deleted(o) = &event
                 && o.data["spec"]["paused"] == true
             {
                 flag.store(true, Ordering::SeqCst);
             }
+            if let WatchEvent::Deleted(_) = event {
+                on_deletion.notify_one();
+            }
         }
     });
-    Ok(seen)
+    Ok(SourceCluster { paused, deleted })
 }
 
 fn clusterctl(envs: &Envs, ns: &str, home: &Path) -> Result<String> {
@@ -458,15 +473,8 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
     let source = System::start_on(&envs.source, &ns, 50).await?;
     source.apply_samples(false).await?;
     source.wait_provisioned().await?;
-    // Settled: the control plane mirrors its Workspace.
-    source
-        .wait_for("the source to settle", Duration::from_secs(30), || async {
-            Ok(source
-                .get(&["captcontrolplane", "demo"])?
-                .is_some_and(|cp| cp["status"]["ready"] == true))
-        })
-        .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Settled: each object mirrors its Workspace's last report, and core has processed ours.
+    source.wait_samples_rest().await?;
     let source_applied = applied_lines(&source);
     assert_eq!(
         source_applied, 2,
@@ -486,14 +494,18 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
 
     let source_audit = AuditLog::from_now_in(&envs.source)?;
     let source_versions_before = workspace_versions_in(&envs.source, &ns)?;
-    let paused = watch_paused(&envs.source, &ns).await?;
+    let source_cluster = watch_source_cluster(&envs.source, &ns).await?;
     let home = std::env::temp_dir().join(unique_name("clusterctl-move-home"));
     let log = clusterctl(&envs, &ns, &home)?;
     eprintln!("--- clusterctl move:\n{log}");
     std::fs::remove_dir_all(&home)?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // clusterctl pauses the source Cluster before it copies anything and deletes it at the
+    // end: once the watch has seen the deletion, it has seen every version before it.
+    tokio::time::timeout(Duration::from_secs(30), source_cluster.deleted.notified())
+        .await
+        .context("the watch of the source Cluster saw its deletion")?;
     assert!(
-        paused.load(Ordering::SeqCst),
+        source_cluster.paused.load(Ordering::SeqCst),
         "clusterctl paused the source Cluster"
     );
 
@@ -578,11 +590,11 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         .collect();
     assert!(left.is_empty(), "left on the source: {left:?}");
 
-    // Settle, then a quiet window on the target.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Settled (as on the source before the move), then the quiet window on the target.
+    target.wait_samples_rest().await?;
     let quiet = AuditLog::from_now_in(&envs.target)?;
     let quiet_before = workspace_versions_in(&envs.target, &ns)?;
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    tokio::time::sleep(QUIET_WINDOW).await;
     let quiet_after = workspace_versions_in(&envs.target, &ns)?;
     let (writes, polls) = without_noop_polls(quiet.writes_in(&ns)?, &quiet_before, &quiet_after);
     // Left out, and reported: the fake provider re-publishes the control plane's connection

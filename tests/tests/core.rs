@@ -24,6 +24,15 @@ const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
 const CORE_FINALIZER: &str = "cluster.cluster.x-k8s.io";
 /// The field manager of core's writes: client-go names it after the binary, `manager`.
 const CORE_MANAGER: &str = "manager";
+/// The claim's window: at rest nothing is written, by any manager, over a minute.
+const AT_REST_WINDOW: Duration = Duration::from_secs(60);
+/// The claim's window: a spec change to a paused stack is held this long (the controller
+/// polls every second, so it has had every chance to act on it).
+const PAUSED_WINDOW: Duration = Duration::from_secs(8);
+/// The claim's window: a deleted paused Cluster is held this long, nothing of it deleted.
+const PAUSED_DELETION_WINDOW: Duration = Duration::from_secs(8);
+/// The claim's window: no write while the references stay missing (no hot loop).
+const MISSING_REFERENCES_WINDOW: Duration = Duration::from_secs(20);
 
 /// A namespace of the test's own with the system running in it beside Cluster API core
 /// (fake provider delay `delay_ms`, extra controller arguments `args`).
@@ -251,10 +260,10 @@ async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("core-rest").await?;
     wait_ready(&system).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await; // the last echoes of provisioning
+    system.wait_samples_rest().await?;
     let versions = workspace_versions(&ns.name)?;
     let log = AuditLog::from_now()?;
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(AT_REST_WINDOW).await;
     // The provider's polls (a status Update of each Workspace every second, stored as nothing
     // when unchanged) are not writes; every other request is.
     let (writes, polls) = without_noop_polls(
@@ -265,12 +274,12 @@ async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
     let listed: Vec<String> = writes.iter().map(ToString::to_string).collect();
     assert!(
         writes.is_empty(),
-        "{} writes over 60 s at rest (API server audit log):\n{}",
+        "{} writes over {AT_REST_WINDOW:?} at rest (API server audit log):\n{}",
         writes.len(),
         listed.join("\n")
     );
     println!(
-        "60 s at rest beside Cluster API core: 0 writes in the API server's audit log \
+        "{AT_REST_WINDOW:?} at rest beside Cluster API core: 0 writes in the API server's audit log \
          ({polls} no-op status Updates of the provider's polls left out)"
     );
     Ok(())
@@ -283,6 +292,8 @@ async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
 async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = provisioned("core-pause").await?;
+    // Settled before the pause: everything provisioning wrote has been written.
+    system.wait_samples_rest().await?;
     set_paused(&ns.name, true)?;
     system
         .wait_for("Paused conditions", Duration::from_secs(20), || async {
@@ -293,7 +304,33 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
             Ok(is_true(&cc, "Paused") && is_true(&cp, "Paused"))
         })
         .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Settled on the pause: core has seen it (its Paused condition observes the paused
+    // Cluster's generation), and the applier has written our Paused conditions.
+    system
+        .wait_for(
+            "core's Paused condition",
+            Duration::from_secs(20),
+            || async {
+                let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
+                Ok(condition(&cluster, "Paused").is_some_and(|c| {
+                    c["status"] == "True"
+                        && c["observedGeneration"] == cluster["metadata"]["generation"]
+                }))
+            },
+        )
+        .await?;
+    let client = env().client().await?;
+    for kind in ["captcluster", "captcontrolplane"] {
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns.name,
+            &ApiResource::from_gvk(&gvk(kind)),
+        );
+        system
+            .applier
+            .settled_on(&api, "demo", Duration::from_secs(20))
+            .await?;
+    }
     let statuses = || -> Result<Vec<Value>> {
         let mut all = Vec::new();
         for kind in ["captcluster", "captcontrolplane"] {
@@ -315,7 +352,16 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
         &ns.name,
         json!({"spec": {"version": "1.32"}}),
     )?;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let generation =
+        system.get(&["captcontrolplane", "demo"])?.context("cp")?["metadata"]["generation"].clone();
+    tokio::time::sleep(PAUSED_WINDOW).await;
+    // The controller did see the change in the window: its Paused condition observes it.
+    let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
+    assert_eq!(
+        condition(&cp, "Paused").context("Paused")?["observedGeneration"],
+        generation,
+        "the controller reconciled the changed spec while paused"
+    );
     let (writes, _) = without_noop_polls(
         log.writes_in(&ns.name)?,
         &versions,
@@ -444,7 +490,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
         &["delete", "cluster", "demo", "-n", &ns.name, "--wait=false"],
         None,
     )?;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    tokio::time::sleep(PAUSED_DELETION_WINDOW).await;
     for kind in ["captcluster", "captcontrolplane", "workspacetemplateapply"] {
         let out = env().kubectl_ok(
             &[
@@ -524,10 +570,36 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
                 && waiting)
         })
         .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Settled: the applier has settled on the control plane, and core's status
+    // of the Cluster observes its generation and carries core's finalizer.
+    let client = env().client().await?;
+    let cps = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk(&gvk("captcontrolplane")),
+    );
+    system
+        .applier
+        .settled_on(&cps, "orphan", Duration::from_secs(20))
+        .await?;
+    system
+        .wait_for(
+            "core's status of the Cluster",
+            Duration::from_secs(20),
+            || async {
+                let cluster = system.get(&[CLUSTER_V1BETA2, "lost"])?.unwrap_or_default();
+                Ok(
+                    cluster["status"]["observedGeneration"] == cluster["metadata"]["generation"]
+                        && cluster["metadata"]["finalizers"]
+                            .as_array()
+                            .is_some_and(|f| f.iter().any(|f| f == CORE_FINALIZER)),
+                )
+            },
+        )
+        .await?;
     let versions = workspace_versions(&ns.name)?;
     let log = AuditLog::from_now()?;
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    tokio::time::sleep(MISSING_REFERENCES_WINDOW).await;
     let (writes, _) = without_noop_polls(
         log.writes_in(&ns.name)?,
         &versions,
@@ -925,7 +997,17 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
             },
         )
         .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await; // core's mirror of it
+    system
+        .wait_for(
+            "core's mirror of the creating control plane's Ready",
+            Duration::from_secs(10),
+            || async {
+                let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap_or_default();
+                Ok(condition(&cluster, "ControlPlaneReady")
+                    .is_some_and(|c| c["reason"] == "WorkspaceCreating"))
+            },
+        )
+        .await?;
     let cluster = system
         .get(&[CLUSTER_V1BETA1, "demo"])?
         .context("the Cluster")?;

@@ -1,0 +1,640 @@
+//! The leader failover of `fault_leader.rs` (beside Cluster API core) and
+//! `fault_leader_nocore.rs` (without it, where `capt-cluster` writes the Cluster): one
+//! scenario, the Cluster's claims chosen by who writes the Cluster. Each binary's header says
+//! what holds.
+
+use anyhow::{Context, Result, ensure};
+use capt_tests::applier::{binary, metric_value};
+use capt_tests::system::System;
+use capt_tests::{CLUSTER_V1BETA1, TestNamespace, env};
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const LEASE_SECONDS: u64 = 3;
+const LEASE: &[&str] = &[
+    "--lease-duration-seconds",
+    "3",
+    "--lease-grace-seconds",
+    "1",
+];
+/// The claim's window: once the applier has settled on every object it writes, this long
+/// without a write shows the new leader has settled.
+const SETTLED_WINDOW: Duration = Duration::from_secs(3);
+
+/// Who writes the Cluster in the environment the scenario runs in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[allow(
+    dead_code,
+    reason = "each of the two binaries including this file runs one"
+)]
+pub enum ClusterWriter {
+    /// Cluster API core: its phase, its ready flags, and the endpoint copied once from the
+    /// control plane; `capt-cluster` writes nothing to the Cluster.
+    Core,
+    /// `capt-cluster`, as core would, following the control plane's endpoint.
+    CaptCluster,
+}
+
+/// A second controller replica, killed when dropped.
+struct Standby {
+    child: Child,
+    log: std::path::PathBuf,
+    addr: String,
+}
+
+impl Standby {
+    fn start(system: &System) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let log = system
+            .applier
+            .socket
+            .with_file_name("controller-standby.log");
+        let child = Command::new(binary("capt-controller"))
+            .args([
+                "--namespace",
+                system.namespace(),
+                "--leader-election-namespace",
+                system.namespace(),
+                "--insecure-diagnostics",
+                "--metrics-bind-address",
+                &addr,
+                "--health-probe-bind-address",
+                "127.0.0.1:0",
+                "--poll-interval-seconds",
+                "1",
+            ])
+            .args(LEASE)
+            .arg("--applier-socket")
+            .arg(&system.applier.socket)
+            .env("KUBECONFIG", &env().kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        Ok(Self { child, log, addr })
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn metric(&self, name: &str) -> Result<f64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await?;
+        stream
+            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).as_bytes())
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        metric_value(&body, name, &[])
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- standby controller log:\n{}", self.log_text());
+        }
+    }
+}
+
+/// What a watch of one object saw.
+#[derive(Default, Clone)]
+struct Seen {
+    /// Versions watched.
+    versions: usize,
+    /// Per path, the versions that lacked it after one had it.
+    losses: Vec<usize>,
+    /// Per path, its values in order (each change once).
+    values: Vec<Vec<Value>>,
+    /// The last resourceVersion seen.
+    last_version: String,
+}
+
+/// Watches one object named `demo` and records, for each of `paths`, its values and how many
+/// versions lacked it after a version had it (a field lost, even for a moment); a value that
+/// says nothing ([`is_set`]) counts as lacking.
+fn watch_losses(
+    api: Api<DynamicObject>,
+    paths: &'static [&'static [&'static str]],
+) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Seen {
+        losses: vec![0; paths.len()],
+        values: vec![Vec::new(); paths.len()],
+        ..Seen::default()
+    }));
+    let task = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=demo");
+            let mut events = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let Ok(obj) = event else { continue };
+                let version = obj.metadata.resource_version.clone().unwrap_or_default();
+                let obj = serde_json::to_value(&obj).unwrap_or_default();
+                let mut seen = seen.lock().unwrap();
+                seen.versions += 1;
+                for (i, path) in paths.iter().enumerate() {
+                    let value = path
+                        .iter()
+                        .try_fold(&obj, |v, p| v.get(*p))
+                        .filter(|v| is_set(v));
+                    match value {
+                        Some(v) if seen.values[i].last() != Some(v) => {
+                            seen.values[i].push(v.clone());
+                        }
+                        Some(_) => {}
+                        None if !seen.values[i].is_empty() => seen.losses[i] += 1,
+                        None => {}
+                    }
+                }
+                seen.last_version = version;
+            }
+        })
+    };
+    (seen, task)
+}
+
+/// False for a value that says nothing: `null`, `""`, `0`, or an object of such values only
+/// (core's v1beta1 view shows a Cluster without an endpoint as `{"host": "", "port": 0}`).
+fn is_set(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::Object(map) => map.values().any(is_set),
+        Value::Bool(_) | Value::Array(_) => true,
+    }
+}
+
+/// Waits until the watch behind `seen` has seen the current version of `demo`.
+async fn watch_caught_up(
+    system: &System,
+    api: &Api<DynamicObject>,
+    seen: &Mutex<Seen>,
+) -> Result<()> {
+    system
+        .wait_for(
+            "the watch to see the object's current version",
+            Duration::from_secs(10),
+            || async {
+                let current = api.get("demo").await?.metadata.resource_version;
+                Ok(current.as_deref() == Some(seen.lock().unwrap().last_version.as_str()))
+            },
+        )
+        .await
+}
+
+/// The managers (with operation and subresource) whose managedFields entry holds `path`.
+fn owners(obj: &Value, path: &[&str]) -> Vec<String> {
+    entries(obj)
+        .iter()
+        .filter(|e| {
+            path.iter()
+                .try_fold(&e["fieldsV1"], |v, p| v.get(format!("f:{p}")))
+                .is_some()
+        })
+        .map(entry_name)
+        .collect()
+}
+
+fn entries(obj: &Value) -> Vec<Value> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn entry_name(e: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        e["manager"].as_str().unwrap_or(""),
+        e["operation"].as_str().unwrap_or(""),
+        e["subresource"].as_str().unwrap_or("")
+    )
+}
+
+fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
+}
+
+/// The controller leader killed (SIGKILL) in the middle of provisioning, with a standby
+/// replica on the same Lease and the same status-applier, and the Workspace's endpoint
+/// output changed while no replica leads.
+pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
+    writer: ClusterWriter,
+) -> Result<()> {
+    let beside_core = writer == ClusterWriter::Core;
+    ensure!(
+        env().core == beside_core,
+        "this scenario for {writer:?} needs CAPT_TESTENV_CORE={}",
+        u8::from(beside_core)
+    );
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-leader").await?;
+    let mut system = System::start_with(&ns.name, 300, LEASE).await?;
+    system
+        .wait_for(
+            "the first replica to lead",
+            Duration::from_secs(10),
+            || async { Ok(system.controller_log_text().contains("Leading")) },
+        )
+        .await?;
+    let standby = Standby::start(&system)?;
+    system
+        .wait_for(
+            "the standby waiting for the lease",
+            Duration::from_secs(20),
+            || async { Ok(standby.log_text().contains("Waiting for the leader lease")) },
+        )
+        .await?;
+
+    // Provisioning starts; the leader is killed once it has rendered the control plane's
+    // Workspace, while the provider is still applying it (reconciles are in flight).
+    const CP_PATHS: &[&[&str]] = &[
+        &["spec", "controlPlaneEndpoint"],
+        &["status", "workspaceStatus", "atProvider"],
+        &["status", "phase"],
+    ];
+    // The Cluster in its v1beta1 view (core stores v1beta2 and converts).
+    const CLUSTER_PATHS: &[&[&str]] = &[
+        &["spec", "controlPlaneEndpoint"],
+        &["status", "controlPlaneReady"],
+        &["status", "phase"],
+    ];
+    let cps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &resource(
+            "controlplane.cluster.x-k8s.io",
+            "CAPTControlPlane",
+            "captcontrolplanes",
+        ),
+    );
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &resource("cluster.x-k8s.io", "Cluster", "clusters"),
+    );
+    let capt_clusters: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &resource(
+            "infrastructure.cluster.x-k8s.io",
+            "CAPTCluster",
+            "captclusters",
+        ),
+    );
+    let (cp_seen, cp_watch) = watch_losses(cps.clone(), CP_PATHS);
+    let (cluster_seen, cluster_watch) = watch_losses(clusters.clone(), CLUSTER_PATHS);
+    system.apply_samples(false).await?;
+    let ws = capt_controller::render::workspace_name(&ns.name, "demo-controlplane");
+    system
+        .wait_for(
+            "the leader to render the control plane's Workspace",
+            Duration::from_secs(30),
+            || async {
+                Ok(env()
+                    .kubectl_run(&["get", "workspace", &ws], None)?
+                    .status
+                    .success())
+            },
+        )
+        .await?;
+    let reconciles = system
+        .controller_metric("capt_reconciles_total", &[])
+        .await?;
+    let killed = Instant::now();
+    system.kill_controller();
+    let cluster = system
+        .get(&[CLUSTER_V1BETA1, "demo"])?
+        .context("the Cluster")?;
+    println!(
+        "leader killed after {reconciles} reconciles; Cluster phase then: {}",
+        cluster["status"]["phase"]
+    );
+    assert_ne!(
+        cluster["status"]["phase"], "Provisioned",
+        "the leader was killed mid-provisioning"
+    );
+    assert_eq!(
+        standby.metric("capt_reconciles_total").await?,
+        0.0,
+        "the standby reconciled while the leader led"
+    );
+
+    // While nobody leads, the provider re-applies the Workspace (a new atProvider), and the
+    // endpoint output changes at its source.
+    system.set_revision("during-failover")?;
+    system.set_endpoint_output("https://failover.example.com:6443")?;
+    system
+        .wait_for(
+            "the standby to lead",
+            Duration::from_secs(LEASE_SECONDS + 10),
+            || async { Ok(standby.log_text().contains("Leading")) },
+        )
+        .await?;
+    let takeover = killed.elapsed();
+    println!(
+        "takeover after {:.1} s (lease {LEASE_SECONDS} s)",
+        takeover.as_secs_f64()
+    );
+    assert!(
+        takeover <= Duration::from_secs(LEASE_SECONDS + 2),
+        "the standby took over after {takeover:?}, lease {LEASE_SECONDS} s"
+    );
+    let holder = env().kubectl_ok(
+        &[
+            "get",
+            "lease",
+            "capt-controller",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+        None,
+    )?;
+    assert_eq!(
+        holder,
+        format!("capt-controller-{}", standby.child.id()),
+        "the Lease names the standby"
+    );
+
+    // The failover's change is followed, and one more after it. Without core capt-cluster
+    // follows the control plane's endpoint on the Cluster; beside core the Cluster keeps
+    // the one core copied (it copies into a Cluster without a valid endpoint only), which is
+    // one the control plane had.
+    let cluster_endpoint_ok = |cluster: &Value, want: &Value| match writer {
+        ClusterWriter::CaptCluster => cluster["spec"]["controlPlaneEndpoint"] == *want,
+        ClusterWriter::Core => {
+            let endpoint = &cluster["spec"]["controlPlaneEndpoint"];
+            cp_seen.lock().unwrap().values[0].contains(endpoint)
+        }
+    };
+    let endpoint_is = |host: &'static str, port: i64| {
+        let system = &system;
+        let cluster_endpoint_ok = &cluster_endpoint_ok;
+        move || async move {
+            let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+            let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+            let want = json!({"host": host, "port": port});
+            Ok(cp["spec"]["controlPlaneEndpoint"] == want
+                && cluster_endpoint_ok(&cluster, &want)
+                && cluster["status"]["phase"] == "Provisioned")
+        }
+    };
+    system
+        .wait_for(
+            "the failover's endpoint on the control plane (and the Cluster without core), \
+             Provisioned",
+            Duration::from_secs(30),
+            endpoint_is("failover.example.com", 6443),
+        )
+        .await?;
+    system
+        .wait_mirrored("during-failover", Duration::from_secs(10))
+        .await?;
+    system.set_endpoint_output("https://after-failover.example.com")?;
+    system
+        .wait_for(
+            "the endpoint changed after the failover",
+            Duration::from_secs(30),
+            endpoint_is("after-failover.example.com", 443),
+        )
+        .await?;
+    // provider-terraform's apply leaves the outputs in atProvider without a checksum; its next
+    // Observe (the poll) adds the checksum of the applied configuration.
+    system
+        .wait_for(
+            "atProvider to mirror the last output and the next observation's checksum",
+            Duration::from_secs(10),
+            || async {
+                let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                let at_provider = &cp["status"]["workspaceStatus"]["atProvider"];
+                Ok(at_provider["outputs"]["cluster_endpoint"]
+                    == "https://after-failover.example.com"
+                    && at_provider["checksum"].is_string())
+            },
+        )
+        .await?;
+    println!(
+        "converged {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+
+    // Nothing lost, not even for a moment: every version up to the current ones watched.
+    watch_caught_up(&system, &cps, &cp_seen).await?;
+    watch_caught_up(&system, &clusters, &cluster_seen).await?;
+    cp_watch.abort();
+    cluster_watch.abort();
+    let cp_seen = cp_seen.lock().unwrap().clone();
+    let cluster_seen = cluster_seen.lock().unwrap().clone();
+    println!(
+        "watched {} control plane versions (losses of {CP_PATHS:?}: {:?}; endpoints {:?}) and \
+         {} Cluster versions (losses of {CLUSTER_PATHS:?}: {:?}; endpoints {:?})",
+        cp_seen.versions,
+        cp_seen.losses,
+        cp_seen.values[0],
+        cluster_seen.versions,
+        cluster_seen.losses,
+        cluster_seen.values[0],
+    );
+    assert!(
+        cp_seen.versions >= 5 && cluster_seen.versions >= 3,
+        "the watches followed"
+    );
+    assert!(
+        cp_seen
+            .losses
+            .iter()
+            .chain(&cluster_seen.losses)
+            .all(|n| *n == 0),
+        "a field disappeared after it was set: control plane {:?}, Cluster {:?}",
+        cp_seen.losses,
+        cluster_seen.losses
+    );
+    if beside_core {
+        let copied = &cluster_seen.values[0];
+        assert!(
+            copied.len() == 1 && cp_seen.values[0].contains(&copied[0]),
+            "core copied one of the control plane's endpoints, once: {copied:?} of {:?}",
+            cp_seen.values[0]
+        );
+    }
+    let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+    let cc = system.get(&["captcluster", "demo"])?.unwrap();
+    let status_keys: BTreeSet<&str> = cp["status"]
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    println!("control plane status fields: {status_keys:?}");
+    for key in [
+        "ready",
+        "initialized",
+        "phase",
+        "version",
+        "workspaceTemplateStatus",
+        "workspaceStatus",
+        "conditions",
+    ] {
+        assert!(
+            status_keys.contains(key),
+            "status.{key} lost: {}",
+            cp["status"]
+        );
+    }
+    assert_eq!(cp["status"]["phase"], "Ready");
+    assert_eq!(cp["status"]["ready"], true);
+    let at_provider = &cp["status"]["workspaceStatus"]["atProvider"];
+    assert!(at_provider["checksum"].is_string(), "{at_provider}");
+    assert_eq!(at_provider["outputs"]["cluster_name"], "demo");
+    assert_eq!(cc["status"]["vpcId"], "vpc-demo");
+    assert_eq!(cc["status"]["ready"], true);
+    assert_eq!(cluster["status"]["infrastructureReady"], true);
+    assert_eq!(cluster["status"]["controlPlaneReady"], true);
+
+    // One owner per field, as planned; no duplicate entry; no Update by a CAPT manager.
+    let mut single = vec![
+        (
+            &cp,
+            vec!["status", "workspaceStatus", "atProvider"],
+            "capt-captcontrolplane/Apply/status",
+        ),
+        (
+            &cp,
+            vec!["status", "phase"],
+            "capt-captcontrolplane/Apply/status",
+        ),
+        (
+            &cp,
+            vec!["spec", "controlPlaneEndpoint"],
+            "capt-captcontrolplane/Apply/",
+        ),
+        (
+            &cc,
+            vec!["status", "vpcId"],
+            "capt-captcluster/Apply/status",
+        ),
+    ];
+    match writer {
+        ClusterWriter::CaptCluster => single.extend([
+            (
+                &cluster,
+                vec!["spec", "controlPlaneEndpoint"],
+                "capt-cluster/Apply/",
+            ),
+            (
+                &cluster,
+                vec!["status", "phase"],
+                "capt-cluster/Apply/status",
+            ),
+            (
+                &cluster,
+                vec!["status", "controlPlaneReady"],
+                "capt-cluster/Apply/status",
+            ),
+        ]),
+        // Core writes the Cluster in v1beta2 (its managedFields name v1beta2's paths).
+        ClusterWriter::Core => single.extend([
+            (
+                &cluster,
+                vec!["spec", "controlPlaneEndpoint"],
+                "manager/Update/",
+            ),
+            (&cluster, vec!["status", "phase"], "manager/Update/status"),
+            (
+                &cluster,
+                vec!["status", "initialization", "controlPlaneInitialized"],
+                "manager/Update/status",
+            ),
+        ]),
+    }
+    for (obj, path, owner) in single {
+        assert_eq!(
+            owners(obj, &path),
+            [owner],
+            "{} {}: owners",
+            obj["kind"],
+            path.join(".")
+        );
+    }
+    if beside_core {
+        let capt_on_cluster: Vec<String> = entries(&cluster)
+            .iter()
+            .filter(|e| {
+                e["manager"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("capt-"))
+                    && e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty())
+            })
+            .map(entry_name)
+            .collect();
+        assert!(
+            capt_on_cluster.is_empty(),
+            "CAPT owns no field of a Cluster core manages: {capt_on_cluster:?}"
+        );
+    }
+    for obj in [&cp, &cluster, &cc] {
+        let names: Vec<String> = entries(obj).iter().map(entry_name).collect();
+        let unique: BTreeSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "duplicate entries: {names:?}");
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("capt-") && n.contains("/Update/")),
+            "a CAPT manager wrote with an Update: {names:?}"
+        );
+    }
+    let audit = Command::new(binary("status-applier"))
+        .args(["audit", "-n", &ns.name])
+        .arg("--policy")
+        .arg(capt_tests::applier::capt_policy())
+        .env("KUBECONFIG", &env().kubeconfig)
+        .output()?;
+    assert!(
+        audit.status.success(),
+        "the ownership audit found a violation:\n{}{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
+    );
+
+    // The new leader did the work, and settles: once the applier has settled on each object
+    // it writes, nothing more is written.
+    assert!(standby.metric("capt_intents_published_total").await? > 0.0);
+    let acted = Duration::from_secs(20);
+    let applier = &system.applier;
+    applier.settled_on(&cps, "demo", acted).await?;
+    applier.settled_on(&capt_clusters, "demo", acted).await?;
+    if !beside_core {
+        applier.settled_on(&clusters, "demo", acted).await?;
+    }
+    let writes = applier
+        .metric("status_applier_api_writes_total", &[])
+        .await?;
+    tokio::time::sleep(SETTLED_WINDOW).await;
+    assert_eq!(
+        applier
+            .metric("status_applier_api_writes_total", &[])
+            .await?
+            - writes,
+        0.0,
+        "no more writes once converged"
+    );
+    Ok(())
+}
