@@ -188,6 +188,11 @@ impl System {
         apply_samples(&self.env, &self.namespace, retain_vpc)
     }
 
+    /// [`apply_samples_edited`] into the system's namespace.
+    pub fn apply_samples_edited(&self, edit: impl FnMut(&mut Value)) -> Result<()> {
+        apply_samples_edited(&self.env, &self.namespace, edit)
+    }
+
     /// [`apply_workload_samples`] into the system's namespace.
     pub async fn apply_workload_samples(&self) -> Result<()> {
         apply_workload_samples(&self.env, &self.namespace)
@@ -565,13 +570,22 @@ fn kubectl_path(env: &Env) -> std::ffi::OsString {
 /// environment runs it, adopts the CAPT objects; without it, their
 /// `cluster.x-k8s.io/cluster-name` label names their Cluster.
 pub fn apply_samples(env: &Env, namespace: &str, retain_vpc: bool) -> Result<()> {
-    let mut docs = sample_docs("templates.yaml")?;
-    docs.extend(sample_docs("cluster.yaml")?);
-    for v in &mut docs {
+    apply_samples_edited(env, namespace, |v| {
         if retain_vpc && v["kind"] == "CAPTCluster" {
             v["spec"]["retainVpcOnDelete"] = Value::Bool(true);
         }
-    }
+    })
+}
+
+/// [`apply_samples`] with each document changed by `edit` first.
+pub fn apply_samples_edited(
+    env: &Env,
+    namespace: &str,
+    edit: impl FnMut(&mut Value),
+) -> Result<()> {
+    let mut docs = sample_docs("templates.yaml")?;
+    docs.extend(sample_docs("cluster.yaml")?);
+    docs.iter_mut().for_each(edit);
     apply_in(env, namespace, docs)
 }
 

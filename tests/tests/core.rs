@@ -7,6 +7,7 @@
 use anyhow::{Context, Result, ensure};
 use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions};
 use capt_tests::deletion_order::{Check, DeletionOrder};
+use capt_tests::fake_provider::APPLY_GATE_ANNOTATION;
 use capt_tests::system::System;
 use capt_tests::{CLUSTER_V1BETA1, CLUSTER_V1BETA2, TestNamespace, env};
 use futures::StreamExt;
@@ -981,8 +982,16 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
 #[tokio::test]
 async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let (_ns, system) = started("core-ready", 3000, &[]).await?;
-    system.apply_samples(false).await?;
+    let (_ns, system) = started("core-ready", 200, &[]).await?;
+    // The control plane's Workspace stays creating until the gate file exists: core's mirror
+    // is seen in that state whatever the load on the machine.
+    let gate = std::env::temp_dir().join(capt_tests::unique_name("core-ready-gate"));
+    system.apply_samples_edited(|doc| {
+        if doc["kind"] == "WorkspaceTemplate" && doc["metadata"]["name"] == "eks" {
+            doc["spec"]["template"]["metadata"]["annotations"][APPLY_GATE_ANNOTATION] =
+                json!(gate.display().to_string());
+        }
+    })?;
     system
         .wait_for(
             "the VPC ready and the control plane creating",
@@ -1000,7 +1009,7 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
     system
         .wait_for(
             "core's mirror of the creating control plane's Ready",
-            Duration::from_secs(10),
+            Duration::from_secs(60),
             || async {
                 let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap_or_default();
                 Ok(condition(&cluster, "ControlPlaneReady")
@@ -1020,6 +1029,7 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
         "the Cluster is not Ready while its control plane creates: {}",
         cluster["status"]["conditions"]
     );
+    std::fs::write(&gate, "")?;
     system.wait_provisioned().await?;
     wait_ready(&system).await?;
     Ok(())
