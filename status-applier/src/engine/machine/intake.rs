@@ -22,11 +22,20 @@ impl Machine {
         intent: ValidIntent,
         ticket: Ticket,
         wait: bool,
-        view: Option<Arc<View>>,
+        view: Result<Option<Arc<View>>, ApplyError>,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
         let key = intent.key.clone();
+        let view = match view {
+            Ok(view) => view,
+            // Without the object as it is, a first intent cannot know what its manager owns
+            // already: refuse it for now rather than risk dropping those fields.
+            Err(error) => {
+                refuse_unread(&key, ticket, &error, out);
+                return;
+            }
+        };
         if let Leadership::Follower { leader } = &self.leadership {
             // Its controller must not be running: whatever it asks for, the leader's pod
             // applies. Not delivered (503), so a controller that believes it leads retries.
@@ -270,7 +279,14 @@ impl Machine {
                     Entry::new(&Value::Object(Default::default()), None),
                 );
             }
-            self.intent(parked.intent, parked.ticket, parked.wait, None, now, out);
+            self.intent(
+                parked.intent,
+                parked.ticket,
+                parked.wait,
+                Ok(None),
+                now,
+                out,
+            );
         }
     }
 
@@ -286,16 +302,21 @@ impl Machine {
             return;
         };
         for parked in std::mem::take(&mut held.parked) {
-            let outcome = crate::outcome::for_key(&parked.intent.key, Action::error)
-                .with_message(format!("{object}: reading the object: {error}"));
-            out.push(Effect::Counted(Count::Intent(
-                parked.intent.key.field_manager.clone(),
-                Action::error,
-            )));
-            out.push(Effect::Answer {
-                ticket: parked.ticket,
-                outcome,
-            });
+            refuse_unread(&parked.intent.key, parked.ticket, error, out);
         }
     }
+}
+
+/// Answers an intent whose object could not be read: not merged, so nothing the manager owns
+/// can be dropped; the submitter tries again.
+fn refuse_unread(key: &DesiredKey, ticket: Ticket, error: &ApplyError, out: &mut Vec<Effect>) {
+    out.push(Effect::Counted(Count::Intent(
+        key.field_manager.clone(),
+        Action::error,
+    )));
+    out.push(Effect::Answer {
+        ticket,
+        outcome: crate::outcome::for_key(key, Action::error)
+            .with_message(format!("{}: reading the object: {error}", key.object)),
+    });
 }
