@@ -506,7 +506,7 @@ fn a_view_older_than_the_one_held_changes_nothing() {
 }
 
 #[test]
-fn refusals_as_stale_back_off_after_three_reads_and_answer_a_conflict() {
+fn refusals_as_stale_back_off_after_three_applies_and_two_reads_and_answer_a_conflict() {
     let mut h = Harness::default();
     h.observe(fresh_widget());
     let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
