@@ -72,7 +72,8 @@ impl Phase {
     }
 }
 
-struct Entry {
+/// What the machine holds for one key: its document, where it is in its cycle, and who waits.
+struct KeyState {
     document: StoredDocument,
     /// False for a document rebuilt from managedFields that no intent of this process has
     /// touched yet: it follows the live object instead of correcting it (a standby replica,
@@ -123,7 +124,7 @@ impl StoredDocument {
     }
 }
 
-impl Entry {
+impl KeyState {
     fn new(document: &Value, object_uid: Option<String>) -> Self {
         Self {
             document: StoredDocument::new(document),
@@ -186,7 +187,7 @@ struct Parked {
 pub struct Machine {
     policy: Arc<Policy>,
     settings: Settings,
-    entries: HashMap<DesiredKey, Entry>,
+    entries: HashMap<DesiredKey, KeyState>,
     objects: HashMap<ObjectRef, Object>,
     ready: VecDeque<DesiredKey>,
     /// Keys holding a slot (reading or applying).
@@ -657,7 +658,7 @@ impl Machine {
     }
 }
 
-fn set_phase(entry: &mut Entry, pending: &mut usize, phase: Phase) {
+fn set_phase(entry: &mut KeyState, pending: &mut usize, phase: Phase) {
     match (entry.phase.is_pending(), phase.is_pending()) {
         (false, true) => *pending += 1,
         (true, false) => *pending -= 1,

@@ -2,7 +2,7 @@
 //! object, or replaced for a new incarnation), conflicts between managers of this applier,
 //! and where the key goes next (queued, coalesced, or answered at once).
 
-use super::{Entry, Machine, Parked, Phase, StoredDocument};
+use super::{KeyState, Machine, Parked, Phase, StoredDocument};
 use crate::apply::owned_document;
 use crate::conflict::{self, Conflict};
 use crate::engine::events::{Count, Effect, Ticket};
@@ -215,9 +215,9 @@ impl Machine {
         let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
         let mut fresh = match view {
             Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
-                Entry::new(&owned_document(&v.object(), key), v.metadata.uid.clone())
+                KeyState::new(&owned_document(&v.object(), key), v.metadata.uid.clone())
             }
-            _ => Entry::new(&Value::Object(Default::default()), None),
+            _ => KeyState::new(&Value::Object(Default::default()), None),
         };
         if let Some(mut old) = self.entries.remove(key) {
             // The key keeps its place in the cycle and its version count, so that it is
@@ -276,7 +276,7 @@ impl Machine {
             if !found && !self.entries.contains_key(&key) {
                 self.entries.insert(
                     key.clone(),
-                    Entry::new(&Value::Object(Default::default()), None),
+                    KeyState::new(&Value::Object(Default::default()), None),
                 );
             }
             self.intent(
