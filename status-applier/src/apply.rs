@@ -1,17 +1,132 @@
-//! Planning one apply of a desired document, with no request: leave out what another owner
-//! holds with other values, tell whether anything would change, and build the apply
-//! configuration with its preconditions. Also what a manager owns on an object, read from
-//! its `managedFields`.
+//! Planning one apply of a desired document, with no request and no I/O: [`plan`] decides,
+//! from the document and the newest view of its object, whether to read the object first,
+//! refuse, do nothing, or send an apply (leaving out what another owner holds with other
+//! values, with the view's `uid` and `resourceVersion` as preconditions). Also what a manager
+//! owns on an object, read from its `managedFields`.
 
 use crate::config::{FieldPath, Policy};
 use crate::conflict::{self, Conflict};
-use crate::document::{remove_at, same_content, value_at, without_empty_objects};
+use crate::document::{claimed_fields, remove_at, same_content, value_at, without_empty_objects};
+use crate::error::ApplyError;
 use crate::intent::{DesiredKey, Subresource};
+use crate::view::View;
 use kube::api::DynamicObject;
 use managed_fields::{Entry, FieldSet, ManagedFields, PathElement};
 use serde_json::{Value, json};
 
-/// What to send, if anything.
+/// What the planner decides for one document on the newest view of its object.
+#[derive(Debug, PartialEq)]
+pub enum Decision {
+    /// Read the object, then plan again: the view lacks something planning needs.
+    Read(Missing),
+    /// Refuse the document: the object is another incarnation than the intent named, still
+    /// after a read ([`ApplyError::UidMismatch`]).
+    Reject(ApplyError),
+    /// Send nothing: the manager already owns exactly what it would apply.
+    Unchanged {
+        /// Paths another owner holds with other values (left out, not forced).
+        conflicts: Vec<Conflict>,
+        /// The view's `resourceVersion`, told in the outcome.
+        resource_version: Option<String>,
+        /// The view's `generation`, told in the outcome.
+        generation: Option<i64>,
+        /// The manager owns all the document claims: the views need not keep its claims.
+        claims_owned: bool,
+    },
+    /// Send this server-side apply.
+    Apply {
+        /// The apply configuration: identity, preconditions (the view's `uid` and
+        /// `resourceVersion`) and the fields.
+        body: Value,
+        /// Whether it forces (only for managers the policy allows, never on protected paths).
+        force: bool,
+        /// Paths another owner holds with other values (left out unless forced).
+        conflicts: Vec<Conflict>,
+        /// As in [`Decision::Unchanged`].
+        claims_owned: bool,
+    },
+}
+
+/// What a view lacks for planning, so that the object must be read.
+#[derive(Debug, PartialEq)]
+pub enum Missing {
+    /// There is no view of the object.
+    View,
+    /// The view is of another uid than the intent's precondition: it may predate the
+    /// object's recreation, so it is read once before the document is refused.
+    Incarnation,
+    /// The view was cut down without some of what the document claims (see
+    /// [`crate::view`]): from now on the views of the object must keep these fields.
+    Claimed(FieldSet),
+}
+
+/// Decides what to do with `key`'s desired `document` on `view`, the newest view of its
+/// object: `pinned` are the paths kept where the API server refused `null`
+/// ([`null_refusals`]), `precondition` the uid the intent named, and `uid_reread` whether the
+/// object was read once already because its uid was not that one. Pure: no request is made.
+pub fn plan(
+    policy: &Policy,
+    key: &DesiredKey,
+    document: &Value,
+    pinned: &[FieldPath],
+    precondition: Option<&str>,
+    view: Option<&View>,
+    uid_reread: bool,
+) -> Decision {
+    let Some(view) = view else {
+        return Decision::Read(Missing::View);
+    };
+    if let Some(expected) = precondition
+        && of_another_incarnation(view, expected)
+    {
+        if !uid_reread {
+            return Decision::Read(Missing::Incarnation);
+        }
+        return Decision::Reject(ApplyError::UidMismatch {
+            expected: expected.to_string(),
+            found: view.metadata.uid.clone().unwrap_or_else(|| "none".into()),
+        });
+    }
+    let object = view.object();
+    let document = pinned_document(document, pinned, key, &object);
+    // The view keeps only what planning this document needs (`crate::view`); when it lacks
+    // some, it must keep it from now on and the object be read again.
+    let claimed = claimed_fields(&without_empty_objects(&document));
+    if !view.covers(&key.field_manager, &claimed) {
+        tracing::trace!(subject = %key.object, manager = key.field_manager, claimed = %claimed.to_fields_v1(),
+            kept = ?view, "The view lacks what the document claims; reading the object");
+        return Decision::Read(Missing::Claimed(claimed));
+    }
+    let claims_owned = view.owned_covers(&key.field_manager, &claimed);
+    let planned = plan_on_object(policy, key, &document, &object);
+    if planned.unchanged {
+        return Decision::Unchanged {
+            conflicts: planned.conflicts,
+            resource_version: view.metadata.resource_version.clone(),
+            generation: view.metadata.generation,
+            claims_owned,
+        };
+    }
+    Decision::Apply {
+        body: apply_body(
+            key,
+            view.metadata.uid.as_deref(),
+            view.metadata.resource_version.as_deref(),
+            &planned.body,
+        ),
+        force: planned.force,
+        conflicts: planned.conflicts,
+        claims_owned,
+    }
+}
+
+/// True when `view` is of another object than the one of uid `expected` (deleted and
+/// recreated under the same name, or not the one the intent was computed on).
+pub fn of_another_incarnation(view: &View, expected: &str) -> bool {
+    view.metadata.uid.as_deref() != Some(expected)
+}
+
+/// What to send, if anything, as [`plan_on_object`] finds it.
 #[derive(Debug)]
 pub struct Plan {
     /// The document to apply: the desired one less the paths left to other owners.
@@ -25,8 +140,13 @@ pub struct Plan {
 }
 
 /// Plans one apply of `document` for `key` against `object` as last seen (with its
-/// `managedFields`). Pure: no request is made.
-pub fn plan(policy: &Policy, key: &DesiredKey, document: &Value, object: &DynamicObject) -> Plan {
+/// `managedFields`): the body without preconditions, and whether it changes anything. Pure.
+pub fn plan_on_object(
+    policy: &Policy,
+    key: &DesiredKey,
+    document: &Value,
+    object: &DynamicObject,
+) -> Plan {
     // An empty object would claim the field itself (and conflict with its other owners);
     // it is what is left of a removed subtree, so it is not sent.
     let document = &without_empty_objects(document);
@@ -175,7 +295,7 @@ pub fn null_refusals(message: &str) -> Vec<FieldPath> {
 
 /// `document` with the manager's values on `object` kept at each `pinned` path it leaves
 /// empty: where the API server refused to leave `null` (see [`null_refusals`]).
-pub fn pinned_document(
+fn pinned_document(
     document: &Value,
     pinned: &[FieldPath],
     key: &DesiredKey,
@@ -304,18 +424,196 @@ mod tests {
         .unwrap()
     }
 
+    /// [`object`] as a view of the incarnation `u1` at resourceVersion 7, generation 3.
+    fn view_of(ours: Option<Value>) -> View {
+        let mut object = object(ours);
+        object.metadata.uid = Some("u1".into());
+        object.metadata.resource_version = Some("7".into());
+        object.metadata.generation = Some(3);
+        View::whole(object)
+    }
+
+    /// [`plan`] of `document` with no pins and the precondition `u1`.
+    fn decide(document: &Value, view: Option<&View>, uid_reread: bool) -> Decision {
+        plan(
+            &Policy::default(),
+            &status_key(),
+            document,
+            &[],
+            Some("u1"),
+            view,
+            uid_reread,
+        )
+    }
+
+    #[test]
+    fn plan_reads_an_object_it_has_no_view_of() {
+        let document = json!({"status": {"ready": true}});
+        assert_eq!(
+            decide(&document, None, false),
+            Decision::Read(Missing::View)
+        );
+    }
+
+    #[test]
+    fn plan_reads_another_incarnation_once_then_refuses_it() {
+        let document = json!({"status": {"ready": true}});
+        let mut recreated = object(None);
+        recreated.metadata.uid = Some("u2".into());
+        let recreated = View::whole(recreated);
+        assert_eq!(
+            decide(&document, Some(&recreated), false),
+            Decision::Read(Missing::Incarnation)
+        );
+        assert_eq!(
+            decide(&document, Some(&recreated), true),
+            Decision::Reject(ApplyError::UidMismatch {
+                expected: "u1".into(),
+                found: "u2".into()
+            })
+        );
+        // Without a precondition any incarnation is planned on.
+        let planned = plan(
+            &Policy::default(),
+            &status_key(),
+            &document,
+            &[],
+            None,
+            Some(&recreated),
+            false,
+        );
+        assert!(matches!(planned, Decision::Apply { .. }), "{planned:?}");
+    }
+
+    #[test]
+    fn plan_reads_again_a_view_cut_without_what_the_document_claims() {
+        // Cut down to our applies: the phase, which foreign-a owns, is gone from it.
+        let document = json!({"status": {"phase": "Ready", "ready": true}});
+        let mut whole = object(Some(json!({"f:status": {"f:ready": {}}})));
+        whole.data["status"]["ready"] = json!(true);
+        whole.metadata.uid = Some("u1".into());
+        let cut = View::strip(
+            whole.clone(),
+            std::sync::Arc::new(crate::view::Keep::managers(["widget-controller".into()])),
+        );
+        let claimed = claimed_fields(&document);
+        assert_eq!(
+            decide(&document, Some(&cut), false),
+            Decision::Read(Missing::Claimed(claimed.clone()))
+        );
+        // Kept from then on, the claim is covered, and not owned by us yet.
+        let kept = View::strip(
+            whole,
+            std::sync::Arc::new(crate::view::Keep {
+                managers: ["widget-controller".to_string()].into(),
+                claimed,
+            }),
+        );
+        let Decision::Unchanged {
+            conflicts,
+            claims_owned,
+            ..
+        } = decide(&document, Some(&kept), false)
+        else {
+            panic!("the phase is foreign-a's and ready ours already");
+        };
+        assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+        assert!(!claims_owned);
+    }
+
+    #[test]
+    fn plan_sends_nothing_when_the_manager_owns_the_document_already() {
+        let mut owning = object(Some(json!({"f:status": {"f:phase": {}}})));
+        owning.data["status"]["phase"] = json!("Ready");
+        owning.metadata.uid = Some("u1".into());
+        owning.metadata.resource_version = Some("7".into());
+        owning.metadata.generation = Some(3);
+        // foreign-a co-owns the phase with the same value: no conflict.
+        assert_eq!(
+            decide(
+                &json!({"status": {"phase": "Ready"}}),
+                Some(&View::whole(owning)),
+                false
+            ),
+            Decision::Unchanged {
+                conflicts: Vec::new(),
+                resource_version: Some("7".into()),
+                generation: Some(3),
+                claims_owned: true,
+            }
+        );
+    }
+
+    #[test]
+    fn plan_applies_the_rest_with_the_views_preconditions_and_reports_what_it_left_out() {
+        // We still co-own the phase foreign-a set to Creating: the apply releases it, and sets
+        // what is free.
+        let document = json!({"status": {"phase": "Ready", "ready": true}});
+        let view = view_of(Some(json!({"f:status": {"f:phase": {}}})));
+        let Decision::Apply {
+            body,
+            force,
+            conflicts,
+            claims_owned,
+        } = decide(&document, Some(&view), false)
+        else {
+            panic!("the phase is released, ready set");
+        };
+        assert_eq!(
+            body,
+            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "Widget",
+                   "metadata": {"name": "demo", "namespace": "default", "uid": "u1",
+                                "resourceVersion": "7"},
+                   "status": {"ready": true}})
+        );
+        assert!(!force);
+        assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+        assert_eq!(conflicts[0].owner, "foreign-a");
+        assert!(claims_owned, "an uncut view needs no claims");
+    }
+
+    #[test]
+    fn plan_keeps_the_managers_values_at_a_pinned_path_the_document_leaves_empty() {
+        let ours = json!({"f:status": {"f:workspaceStatus": {"f:ready": {},
+            "f:atProvider": {"f:checksum": {}, "f:outputs": {"f:a": {}}}}}});
+        let mut object = shared_outputs(ours);
+        object.metadata.uid = Some("u1".into());
+        let view = View::whole(object);
+        let document = json!({"status": {"workspaceStatus": {"ready": false}}});
+        let pinned = ["status.workspaceStatus.atProvider"
+            .parse::<FieldPath>()
+            .unwrap()];
+        let decided = plan(
+            &Policy::default(),
+            &status_key(),
+            &document,
+            &pinned,
+            Some("u1"),
+            Some(&view),
+            false,
+        );
+        let Decision::Apply { body, .. } = decided else {
+            panic!("ready changes: {decided:?}");
+        };
+        assert_eq!(
+            body["status"],
+            json!({"workspaceStatus": {"ready": false,
+                   "atProvider": {"checksum": "c1", "outputs": {"a": "o1"}}}})
+        );
+    }
+
     #[test]
     fn a_conflict_left_out_leaves_no_empty_object_and_settles() {
         let document = json!({"status": {"phase": "Ready"}});
         // We still co-own the phase: the apply (of nothing) releases it.
         let owning = object(Some(json!({"f:status": {"f:phase": {}}})));
-        let planned = plan(&Policy::default(), &status_key(), &document, &owning);
+        let planned = plan_on_object(&Policy::default(), &status_key(), &document, &owning);
         assert_eq!(planned.body, json!({}));
         assert_eq!(planned.conflicts.len(), 1, "{:?}", planned.conflicts);
         assert_eq!(planned.conflicts[0].owner, "foreign-a");
         assert!(!planned.unchanged);
         // Once we own nothing, nothing is left to apply: no write, the conflict reported.
-        let planned = plan(&Policy::default(), &status_key(), &document, &object(None));
+        let planned = plan_on_object(&Policy::default(), &status_key(), &document, &object(None));
         assert_eq!(planned.body, json!({}));
         assert_eq!(planned.conflicts.len(), 1);
         assert!(planned.unchanged);
@@ -346,7 +644,7 @@ mod tests {
         // atProvider released: without the map, the server would drop `outputs.f` with it
         // and leave `atProvider: null`.
         let document = json!({"status": {"workspaceStatus": {"ready": true}}});
-        let planned = plan(
+        let planned = plan_on_object(
             &Policy::default(),
             &status_key(),
             &document,
@@ -368,7 +666,7 @@ mod tests {
         let ours = json!({"f:status": {"f:workspaceStatus": {"f:ready": {},
             "f:atProvider": {"f:outputs": {}}}}});
         let document = json!({"status": {"workspaceStatus": {"ready": true}}});
-        let planned = plan(
+        let planned = plan_on_object(
             &Policy::default(),
             &status_key(),
             &document,
@@ -383,7 +681,7 @@ mod tests {
         let ours = json!({"f:status": {"f:workspaceStatus": {"f:ready": {},
             "f:atProvider": {"f:outputs": {"f:a": {}}}}}});
         let document = json!({"status": {"workspaceStatus": {"ready": true}}});
-        let planned = plan(
+        let planned = plan_on_object(
             &Policy::default(),
             &status_key(),
             &document,

@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn planning_on_a_stripped_view_plans_as_on_the_whole_object() {
-        use crate::apply::{owned_document, plan};
+        use crate::apply::{owned_document, plan_on_object};
         use crate::config::Policy;
         use crate::document::claimed_fields;
         use crate::intent::{DesiredKey, Subresource};
@@ -507,8 +507,8 @@ mod tests {
                 }),
             );
             assert!(stripped.covers("ours-status", &claimed));
-            let a = plan(&Policy::default(), &key, &document, &whole);
-            let b = plan(&Policy::default(), &key, &document, &stripped.object());
+            let a = plan_on_object(&Policy::default(), &key, &document, &whole);
+            let b = plan_on_object(&Policy::default(), &key, &document, &stripped.object());
             assert_eq!(a.body, b.body, "{document}");
             assert_eq!(a.unchanged, b.unchanged, "{document}");
             assert_eq!(a.conflicts, b.conflicts, "{document}");

@@ -12,8 +12,8 @@
 //!   manager owns; a forced apply or an update takes ownership; an apply removes a field only
 //!   when its last owner stops applying it) plays the object.
 //!
-//! The applier's pure core (`merge::merge_fragment`, then `apply::plan` against the simulated
-//! object and its `managedFields`) must agree with the model on every step: the desired
+//! The applier's pure core (`merge::merge_fragment`, then `apply::plan_on_object` against the
+//! simulated object and its `managedFields`) must agree with the model on every step: the desired
 //! documents, the conflicts it predicts, what it leaves out of the apply body, whether it
 //! forces, and whether it skips the apply. Invariants: the server never refuses an apply the
 //! core planned; no apply of ours removes a protected path the intent did not release, nor
@@ -36,7 +36,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Value, json};
-use status_applier::apply::plan;
+use status_applier::apply::plan_on_object;
 use status_applier::config::{GroupKind, PathRules, Policy};
 use status_applier::intent::{DesiredKey, ObjectRef, Subresource};
 use status_applier::merge::merge_fragment;
@@ -943,7 +943,7 @@ impl World {
     /// then the apply on the simulated server. Answers whether it wrote.
     fn attempt(&mut self, doc: usize, released: &[Path]) -> Result<bool, TestCaseError> {
         let object = self.server.object();
-        let planned = plan(&self.policy, &key(doc), &self.docs[doc], &object);
+        let planned = plan_on_object(&self.policy, &key(doc), &self.docs[doc], &object);
         let context = || {
             format!(
                 "document {doc} ({}), plan: force {} unchanged {} body {}\nconflicts: {:?}\n{}",

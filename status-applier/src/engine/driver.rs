@@ -157,16 +157,7 @@ impl Engine {
     /// the outcome of the apply that carries it.
     pub async fn submit(self: &Arc<Self>, intent: ValidIntent, wait: bool) -> Outcome {
         let key = intent.key.clone();
-        let view = match self.view_for(&intent).await {
-            Ok(view) => view,
-            // Without the object as it is, a first intent cannot know what its manager owns
-            // already: refuse it for now rather than risk dropping those fields.
-            Err(e) => {
-                self.metrics.intent(&key.field_manager, Action::error);
-                return crate::outcome::for_key(&key, Action::error)
-                    .with_message(format!("{}: reading the object: {e}", key.object));
-            }
-        };
+        let view = self.view_for(&intent).await;
         let (tx, rx) = oneshot::channel();
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         self.tickets.lock().expect("lock").insert(ticket, tx);
@@ -194,7 +185,7 @@ impl Engine {
         let kind = self.live.kind(&object.api_version, &object.kind).await?;
         let cached = self.live.cached(&kind, object);
         match (&intent.uid, &cached) {
-            (Some(uid), Some(view)) if view.metadata.uid.as_ref() != Some(uid) => {
+            (Some(uid), Some(view)) if crate::apply::of_another_incarnation(view, uid) => {
                 self.live.reread(&kind, object).await
             }
             _ => Ok(cached),

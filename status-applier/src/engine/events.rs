@@ -18,7 +18,8 @@ pub type Ticket = u64;
 /// What happens to the engine.
 #[derive(Debug)]
 pub enum Event {
-    /// An intent, validated. `view` is the driver's newest view of the object, if it has one.
+    /// An intent, validated. `view` is the driver's newest view of the object, if it has one,
+    /// or why it could not get one.
     Intent {
         /// The intent.
         intent: ValidIntent,
@@ -26,8 +27,8 @@ pub enum Event {
         ticket: Ticket,
         /// Whether the submitter waits for the apply.
         wait: bool,
-        /// The object as the driver last saw it.
-        view: Option<Arc<View>>,
+        /// The object as the driver last saw it, or why reading it failed.
+        view: Result<Option<Arc<View>>, ApplyError>,
     },
     /// The object as the API server showed it (watch or read).
     Observed {

@@ -19,10 +19,9 @@ mod observe;
 
 use super::Settings;
 use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
-use crate::apply;
+use crate::apply::{self, Decision, Missing};
 use crate::config::{FieldPath, Policy};
 use crate::conflict::Conflict;
-use crate::document::{claimed_fields, without_empty_objects};
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::leadership::Leadership;
@@ -73,7 +72,8 @@ impl Phase {
     }
 }
 
-struct Entry {
+/// What the machine holds for one key: its document, where it is in its cycle, and who waits.
+struct KeyState {
     document: StoredDocument,
     /// False for a document rebuilt from managedFields that no intent of this process has
     /// touched yet: it follows the live object instead of correcting it (a standby replica,
@@ -124,7 +124,7 @@ impl StoredDocument {
     }
 }
 
-impl Entry {
+impl KeyState {
     fn new(document: &Value, object_uid: Option<String>) -> Self {
         Self {
             document: StoredDocument::new(document),
@@ -187,7 +187,7 @@ struct Parked {
 pub struct Machine {
     policy: Arc<Policy>,
     settings: Settings,
-    entries: HashMap<DesiredKey, Entry>,
+    entries: HashMap<DesiredKey, KeyState>,
     objects: HashMap<ObjectRef, Object>,
     ready: VecDeque<DesiredKey>,
     /// Keys holding a slot (reading or applying).
@@ -352,97 +352,98 @@ impl Machine {
         self.ready = waiting;
     }
 
-    /// Plans an apply of `key` on the newest view, or asks for a read when there is none
-    /// (or it is of another uid than the intent's precondition).
+    /// Plans `key` on the newest view ([`apply::plan`]) and carries out the decision: a read,
+    /// a refusal, an answer (nothing to send), or an apply.
     fn plan_or_read(&mut self, key: &DesiredKey, stale: u32, now: Instant, out: &mut Vec<Effect>) {
         if !self.leadership.may_write(now) || !self.entries[key].from_intent {
             self.hold(key);
             return;
         }
-        let view = self.objects[&key.object].view.clone();
-        let entry = self.entries.get_mut(key).expect("a key");
-        let Some(view) = view else {
-            entry.phase = Phase::Reading { stale };
-            out.push(Effect::Read(key.object.clone()));
-            return;
-        };
-        if let Some(expected) = entry.precondition.clone()
-            && view.metadata.uid.as_deref() != Some(expected.as_str())
-        {
-            // The view may predate the object's recreation: read once before refusing.
-            if !entry.uid_reread {
-                entry.uid_reread = true;
-                entry.phase = Phase::Reading { stale };
-                out.push(Effect::Read(key.object.clone()));
-                return;
-            }
-            let error = ApplyError::UidMismatch {
-                expected,
-                found: view.metadata.uid.clone().unwrap_or_else(|| "none".into()),
-            };
-            let outcome = crate::outcome::for_key(key, Action::rejected)
-                .with_message(format!("{}: {error}", key.object));
-            self.finish(key, outcome, false, now, out);
-            return;
-        }
-        let object = view.object();
-        let document = apply::pinned_document(&entry.document.value(), &entry.pinned, key, &object);
-        // The view keeps only what planning this document needs (`crate::view`); when it
-        // lacks some, ask the driver to keep it from now on and read the object again.
-        let claimed = claimed_fields(&without_empty_objects(&document));
         let held = self.objects.get_mut(&key.object).expect("an object");
-        if !view.covers(&key.field_manager, &claimed) {
-            tracing::trace!(subject = %key.object, manager = key.field_manager, claimed = %claimed.to_fields_v1(),
-                kept = ?view, "The view lacks what the document claims; reading the object");
-            held.keep_managers.insert(key.field_manager.clone());
-            held.claims.insert(key.clone(), claimed);
-            out.push(Effect::Keep {
-                object: key.object.clone(),
-                keep: held.keep(),
-            });
-            entry.phase = Phase::Reading { stale };
-            out.push(Effect::Read(key.object.clone()));
-            return;
-        }
-        if view.owned_covers(&key.field_manager, &claimed) && held.claims.remove(key).is_some() {
+        let view = held.view.clone();
+        let entry = self.entries.get_mut(key).expect("a key");
+        let decision = apply::plan(
+            &self.policy,
+            key,
+            &entry.document.value(),
+            &entry.pinned,
+            entry.precondition.as_deref(),
+            view.as_deref(),
+            entry.uid_reread,
+        );
+        let claims_owned = match &decision {
+            Decision::Unchanged { claims_owned, .. } | Decision::Apply { claims_owned, .. } => {
+                *claims_owned
+            }
+            Decision::Read(_) | Decision::Reject(_) => false,
+        };
+        if claims_owned && held.claims.remove(key).is_some() {
             // The manager owns it all now: what it owns is kept anyway.
             out.push(Effect::Keep {
                 object: key.object.clone(),
                 keep: held.keep(),
             });
         }
-        let plan = apply::plan(&self.policy, key, &document, &object);
-        entry.object_uid = view.metadata.uid.clone();
-        if plan.unchanged {
-            let action = if plan.conflicts.is_empty() {
-                Action::unchanged
-            } else {
-                Action::conflict
-            };
-            let mut outcome = crate::outcome::for_key(key, action);
-            outcome.conflicts = plan.conflicts;
-            outcome.resource_version = view.metadata.resource_version.clone();
-            outcome.generation = view.metadata.generation;
-            note_pins(&mut outcome, &entry.pinned);
-            self.finish(key, outcome, false, now, out);
-            return;
+        match decision {
+            Decision::Read(missing) => {
+                match missing {
+                    Missing::View => {}
+                    Missing::Incarnation => entry.uid_reread = true,
+                    Missing::Claimed(claimed) => {
+                        held.keep_managers.insert(key.field_manager.clone());
+                        held.claims.insert(key.clone(), claimed);
+                        out.push(Effect::Keep {
+                            object: key.object.clone(),
+                            keep: held.keep(),
+                        });
+                    }
+                }
+                entry.phase = Phase::Reading { stale };
+                out.push(Effect::Read(key.object.clone()));
+            }
+            Decision::Reject(error) => {
+                let outcome = crate::outcome::for_key(key, Action::rejected)
+                    .with_message(format!("{}: {error}", key.object));
+                self.finish(key, outcome, false, now, out);
+            }
+            Decision::Unchanged {
+                conflicts,
+                resource_version,
+                generation,
+                ..
+            } => {
+                entry.object_uid = view.and_then(|v| v.metadata.uid.clone());
+                let action = if conflicts.is_empty() {
+                    Action::unchanged
+                } else {
+                    Action::conflict
+                };
+                let mut outcome = crate::outcome::for_key(key, action);
+                outcome.conflicts = conflicts;
+                outcome.resource_version = resource_version;
+                outcome.generation = generation;
+                note_pins(&mut outcome, &entry.pinned);
+                self.finish(key, outcome, false, now, out);
+            }
+            Decision::Apply {
+                body,
+                force,
+                conflicts,
+                ..
+            } => {
+                entry.object_uid = view.and_then(|v| v.metadata.uid.clone());
+                entry.phase = Phase::Applying {
+                    version: entry.version,
+                    stale,
+                    conflicts,
+                };
+                out.push(Effect::Apply(ApplyRequest {
+                    key: key.clone(),
+                    body,
+                    force,
+                }));
+            }
         }
-        entry.phase = Phase::Applying {
-            version: entry.version,
-            stale,
-            conflicts: plan.conflicts,
-        };
-        let body = apply::apply_body(
-            key,
-            view.metadata.uid.as_deref(),
-            view.metadata.resource_version.as_deref(),
-            &plan.body,
-        );
-        out.push(Effect::Apply(ApplyRequest {
-            key: key.clone(),
-            body,
-            force: plan.force,
-        }));
     }
 
     /// Gives back the slot and the object `key` holds, if it holds them, and makes it idle.
@@ -657,7 +658,7 @@ impl Machine {
     }
 }
 
-fn set_phase(entry: &mut Entry, pending: &mut usize, phase: Phase) {
+fn set_phase(entry: &mut KeyState, pending: &mut usize, phase: Phase) {
     match (entry.phase.is_pending(), phase.is_pending()) {
         (false, true) => *pending += 1,
         (true, false) => *pending -= 1,

@@ -21,8 +21,8 @@ pub use driver::{ConflictRecord, Engine};
 pub use events::DesiredView;
 use std::time::Duration;
 
-/// Tuning of the engine. `status-applier serve` sets each from a flag; NOTE: its defaults
-/// are written again there, not derived from [`Settings::default`].
+/// Tuning of the engine. `status-applier serve` sets each from a flag, whose default is
+/// [`Settings::DEFAULT`]'s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// How long a queued key waits for more intents before its apply: the apply starts once

@@ -142,7 +142,7 @@ impl Harness {
             intent,
             ticket,
             wait,
-            view: self.cached.clone(),
+            view: Ok(self.cached.clone()),
         });
         (ticket, effects)
     }
@@ -506,7 +506,7 @@ fn a_view_older_than_the_one_held_changes_nothing() {
 }
 
 #[test]
-fn refusals_as_stale_back_off_after_three_reads_and_answer_a_conflict() {
+fn refusals_as_stale_back_off_after_three_applies_and_two_reads_and_answer_a_conflict() {
     let mut h = Harness::default();
     h.observe(fresh_widget());
     let (ticket, _) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
@@ -711,7 +711,7 @@ fn an_intent_for_a_recreated_object_drops_the_old_incarnations_document_and_answ
         intent: new,
         ticket,
         wait: true,
-        view: Some(recreated),
+        view: Ok(Some(recreated)),
     });
     assert_eq!(
         answer(&effects, old_ticket).map(|o| o.action),
@@ -838,6 +838,40 @@ fn a_failed_read_answers_the_waiting_intents_with_an_error_and_merges_nothing() 
         .at(5)
         .submit(intent(&status_key(), json!({"status": {"a": "1"}})), true);
     assert_eq!(reads(&effects), 1);
+}
+
+#[test]
+fn an_intent_whose_object_the_driver_could_not_read_is_answered_with_an_error_and_merged_nowhere() {
+    let mut h = Harness::default();
+    h.apply_a1(7);
+    // The driver re-read the object for the intent's new uid, and the read failed.
+    let mut refused = intent(&status_key(), json!({"status": {"a": "2"}}));
+    refused.uid = Some("recreated".into());
+    let effects = h.at(20).feed(Event::Intent {
+        intent: refused,
+        ticket: 9,
+        wait: true,
+        view: Err(ApplyError::Transient("503".into())),
+    });
+    let outcome = answer(&effects, 9).expect("answered at once");
+    assert_eq!(outcome.action, Action::error);
+    assert!(
+        outcome
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("reading the object: ")),
+        "{outcome:?}"
+    );
+    assert!(effects.contains(&Effect::Counted(Count::Intent(
+        status_key().field_manager,
+        Action::error
+    ))));
+    assert!(reads(&effects) == 0 && applies(&effects).is_empty());
+    assert_eq!(
+        h.machine.desired()[0].document,
+        json!({"status": {"a": "1"}}),
+        "not merged"
+    );
 }
 
 #[test]

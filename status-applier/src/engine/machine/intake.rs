@@ -2,7 +2,7 @@
 //! object, or replaced for a new incarnation), conflicts between managers of this applier,
 //! and where the key goes next (queued, coalesced, or answered at once).
 
-use super::{Entry, Machine, Parked, Phase, StoredDocument};
+use super::{KeyState, Machine, Parked, Phase, StoredDocument};
 use crate::apply::owned_document;
 use crate::conflict::{self, Conflict};
 use crate::engine::events::{Count, Effect, Ticket};
@@ -22,11 +22,20 @@ impl Machine {
         intent: ValidIntent,
         ticket: Ticket,
         wait: bool,
-        view: Option<Arc<View>>,
+        view: Result<Option<Arc<View>>, ApplyError>,
         now: Instant,
         out: &mut Vec<Effect>,
     ) {
         let key = intent.key.clone();
+        let view = match view {
+            Ok(view) => view,
+            // Without the object as it is, a first intent cannot know what its manager owns
+            // already: refuse it for now rather than risk dropping those fields.
+            Err(error) => {
+                refuse_unread(&key, ticket, &error, out);
+                return;
+            }
+        };
         if let Leadership::Follower { leader } = &self.leadership {
             // Its controller must not be running: whatever it asks for, the leader's pod
             // applies. Not delivered (503), so a controller that believes it leads retries.
@@ -206,9 +215,9 @@ impl Machine {
         let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
         let mut fresh = match view {
             Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
-                Entry::new(&owned_document(&v.object(), key), v.metadata.uid.clone())
+                KeyState::new(&owned_document(&v.object(), key), v.metadata.uid.clone())
             }
-            _ => Entry::new(&Value::Object(Default::default()), None),
+            _ => KeyState::new(&Value::Object(Default::default()), None),
         };
         if let Some(mut old) = self.entries.remove(key) {
             // The key keeps its place in the cycle and its version count, so that it is
@@ -267,10 +276,17 @@ impl Machine {
             if !found && !self.entries.contains_key(&key) {
                 self.entries.insert(
                     key.clone(),
-                    Entry::new(&Value::Object(Default::default()), None),
+                    KeyState::new(&Value::Object(Default::default()), None),
                 );
             }
-            self.intent(parked.intent, parked.ticket, parked.wait, None, now, out);
+            self.intent(
+                parked.intent,
+                parked.ticket,
+                parked.wait,
+                Ok(None),
+                now,
+                out,
+            );
         }
     }
 
@@ -286,16 +302,21 @@ impl Machine {
             return;
         };
         for parked in std::mem::take(&mut held.parked) {
-            let outcome = crate::outcome::for_key(&parked.intent.key, Action::error)
-                .with_message(format!("{object}: reading the object: {error}"));
-            out.push(Effect::Counted(Count::Intent(
-                parked.intent.key.field_manager.clone(),
-                Action::error,
-            )));
-            out.push(Effect::Answer {
-                ticket: parked.ticket,
-                outcome,
-            });
+            refuse_unread(&parked.intent.key, parked.ticket, error, out);
         }
     }
+}
+
+/// Answers an intent whose object could not be read: not merged, so nothing the manager owns
+/// can be dropped; the submitter tries again.
+fn refuse_unread(key: &DesiredKey, ticket: Ticket, error: &ApplyError, out: &mut Vec<Effect>) {
+    out.push(Effect::Counted(Count::Intent(
+        key.field_manager.clone(),
+        Action::error,
+    )));
+    out.push(Effect::Answer {
+        ticket,
+        outcome: crate::outcome::for_key(key, Action::error)
+            .with_message(format!("{}: reading the object: {error}", key.object)),
+    });
 }

@@ -2,7 +2,7 @@
 //! re-checks of the documents of its intents, remembered documents that follow the object,
 //! and documents rebuilt from `managedFields` after a restart.
 
-use super::{Entry, Machine, Phase, StoredDocument, is_newer};
+use super::{KeyState, Machine, Phase, StoredDocument, is_newer};
 use crate::apply::{our_apply_entries, owned_document};
 use crate::conflict::Conflict;
 use crate::engine::events::Effect;
@@ -140,7 +140,7 @@ impl Machine {
                 continue;
             }
             info!(subject = %key.object, manager = key.field_manager, "Rebuilt desired document from managedFields");
-            let mut entry = Entry::new(&owned_document(&whole, &key), view.metadata.uid.clone());
+            let mut entry = KeyState::new(&owned_document(&whole, &key), view.metadata.uid.clone());
             entry.last = Some(
                 crate::outcome::for_key(&key, Action::unchanged)
                     .with_message("rebuilt from managedFields"),
