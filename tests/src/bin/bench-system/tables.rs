@@ -182,9 +182,15 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     row(&format!("steady state {s} s: reconciles"), &|r| {
         format!("{:.0}", r.steady.reconciles)
     });
-    row("probe stacks made / missed (30 s)", &|r| {
-        format!("{} / {}", r.probes.made, r.probes.missed)
-    });
+    row(
+        "probe stacks made / missed (30 s) / in flight at once",
+        &|r| {
+            format!(
+                "{} / {} / {}",
+                r.probes.made, r.probes.missed, r.probes.concurrency
+            )
+        },
+    );
     row(
         "**Workspace Ready with its output → Cluster endpoint** p50 / p99 / max (ms)",
         &|r| spread(&r.probes.ready_total_ms),
