@@ -23,7 +23,7 @@
 //!    Clusters are Provisioned with an endpoint and our managers' writes stop for 3 s;
 //! 2. steady state: writes and reconciles over `--steady-seconds`;
 //! 3. latency: `--changes` new "probe" stacks, `--probe-concurrency` at a time, each waited for until
-//!    its Cluster has an endpoint (30 s, else missed); from the benchmark's watches (one per
+//!    its Cluster has an endpoint (`--probe-timeout-seconds`, else missed); from the benchmark's watches (one per
 //!    kind, each event stamped on receipt): t0 the control plane's Workspace first shows the
 //!    `cluster_endpoint` output, t1 the CAPTControlPlane's `spec.controlPlaneEndpoint.host`
 //!    is set, t2 the Cluster's; p50/p99/max of t2 − t0 and of each hop (t1 − t0 ours,
@@ -103,6 +103,12 @@ struct Args {
     /// probe waits on the provider's requeues, seconds), and the tables say how many.
     #[arg(long, default_value_t = 1)]
     probe_concurrency: usize,
+    /// How long a probe stack may take to get its Cluster's endpoint (a whole new stack: two
+    /// Workspaces applied, core's reconciles), or a changed output to reach the
+    /// CAPTControlPlane, before it counts as missed. On a loaded machine a probe takes tens of
+    /// seconds; the phase stops after 3 misses.
+    #[arg(long, default_value_t = 30)]
+    probe_timeout_seconds: u64,
     /// Output changes of provisioned stacks (writes per change), one at a time.
     #[arg(long, default_value_t = 20)]
     output_changes: usize,

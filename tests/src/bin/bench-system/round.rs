@@ -24,9 +24,6 @@ use status_applier::intent::{Intent, Subresource, Target};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// How long a probe stack may take to get its Cluster's endpoint, or a changed output to
-/// reach the CAPTControlPlane, before it counts as missed.
-const TIMEOUT: Duration = Duration::from_secs(30);
 /// A phase of one-at-a-time steps stops after this many misses, or after `PHASE_BUDGET` (a
 /// saturated baseline would take hours); the table says how many steps were made.
 const MISSES_BEFORE_GIVING_UP: usize = 3;
@@ -183,7 +180,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     let before_probes = captclusters.changes();
     // The baseline's hops are its 30 s requeues: fewer probes, each given two of them.
     let (probe_count, timeout) = match mode {
-        Mode::Sidecar => (args.changes, TIMEOUT),
+        Mode::Sidecar => (
+            args.changes,
+            Duration::from_secs(args.probe_timeout_seconds),
+        ),
         Mode::Baseline => (args.baseline_changes, 3 * crate::upstream::REQUEUE),
     };
     let floor_task = (mode == Mode::Sidecar).then(|| floor::spawn(client.clone(), ns.clone()));

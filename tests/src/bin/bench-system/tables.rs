@@ -183,7 +183,10 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         format!("{:.0}", r.steady.reconciles)
     });
     row(
-        "probe stacks made / missed (30 s) / in flight at once",
+        &format!(
+            "probe stacks made / missed ({} s) / in flight at once",
+            args.probe_timeout_seconds
+        ),
         &|r| {
             format!(
                 "{} / {} / {}",
@@ -247,9 +250,13 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             per(r.probes.delta.writes_of(m), r.probes.made)
         });
     }
-    row("output changes made / missed (30 s)", &|r| {
-        format!("{} / {}", r.changes.made, r.changes.missed)
-    });
+    row(
+        &format!(
+            "output changes made / missed ({} s)",
+            args.probe_timeout_seconds
+        ),
+        &|r| format!("{} / {}", r.changes.made, r.changes.missed),
+    );
     for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
         row(&format!("writes per output change: `{m}`"), &|r| {
             per(r.changes.delta.writes_of(m), r.changes.made)
