@@ -40,6 +40,9 @@ const PROGRESS: Duration = Duration::from_secs(30);
 pub(crate) struct Round {
     pub(crate) mode: Mode,
     pub(crate) clusters: usize,
+    /// How long each probe stack and each output change was given before it counted as
+    /// missed.
+    pub(crate) step_timeout: Duration,
     pub(crate) provisioned: usize,
     pub(crate) provisioned_in: f64,
     pub(crate) provisioning: Delta,
@@ -253,6 +256,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     Ok(Round {
         mode,
         clusters: n,
+        step_timeout: timeout,
         provisioned,
         provisioned_in,
         provisioning,

@@ -183,14 +183,14 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         format!("{:.0}", r.steady.reconciles)
     });
     row(
-        &format!(
-            "probe stacks made / missed ({} s) / in flight at once",
-            args.probe_timeout_seconds
-        ),
+        "probe stacks made / missed (the time each was given) / in flight at once",
         &|r| {
             format!(
-                "{} / {} / {}",
-                r.probes.made, r.probes.missed, r.probes.concurrency
+                "{} / {} ({} s) / {}",
+                r.probes.made,
+                r.probes.missed,
+                r.step_timeout.as_secs(),
+                r.probes.concurrency
             )
         },
     );
@@ -251,11 +251,15 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         });
     }
     row(
-        &format!(
-            "output changes made / missed ({} s)",
-            args.probe_timeout_seconds
-        ),
-        &|r| format!("{} / {}", r.changes.made, r.changes.missed),
+        "output changes made / missed (the time each was given)",
+        &|r| {
+            format!(
+                "{} / {} ({} s)",
+                r.changes.made,
+                r.changes.missed,
+                r.step_timeout.as_secs()
+            )
+        },
     );
     for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
         row(&format!("writes per output change: `{m}`"), &|r| {
