@@ -86,7 +86,7 @@ def main(audit, ns):
         received, done = [x[0] for x in h], [x[1] for x in h]
         print(f"{label}: {len(h)} stacks; the provider's Ready write completed -> status patch received "
               f"p50 {pct(received, .5):.1f} max {max(received):.1f} ms; completed p50 {pct(done, .5):.1f} "
-              f"p90 {pct(done, .9):.1f} max {max(done):.1f} ms; after a 409: {sum(1 for x in h if x[2])}, "
+              f"p90 {pct(done, .9):.1f} p99 {pct(done, .99):.1f} max {max(done):.1f} ms; after a 409: {sum(1 for x in h if x[2])}, "
               f"after a GET: {sum(1 for x in h if x[3])}")
 
 
