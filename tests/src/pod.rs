@@ -11,6 +11,9 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// The label Cluster API providers shard by (`--watch-filter`).
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+
 /// The ServiceAccount both containers of a pod run as (`manifests/deploy/rbac.yaml`).
 pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:capt-system:capt-controller";
 /// The namespace of the Lease, as deployed (the pod's own).
@@ -39,27 +42,44 @@ pub struct Pod {
     namespace: String,
     election: Election,
     kubeconfig: PathBuf,
+    /// Its shard: the value of the `cluster.x-k8s.io/watch-filter` label it manages.
+    shard: Option<String>,
 }
 
 impl Pod {
     /// Starts the pod `name` for the objects of `namespace` (its applier first, as the
     /// controller needs its socket), with the RBAC of the manifests installed.
     pub async fn start(name: &str, namespace: &str, election: &Election) -> Result<Self> {
+        Self::start_in_shard(name, namespace, election, None).await
+    }
+
+    /// [`Pod::start`] for one shard: the controller with `--watch-filter <shard>`, the applier
+    /// watching only the objects labelled `cluster.x-k8s.io/watch-filter=<shard>`, as
+    /// `docs/performance.md` says to run one Deployment per shard (each with a Lease of its
+    /// own: `election`).
+    pub async fn start_in_shard(
+        name: &str,
+        namespace: &str,
+        election: &Election,
+        shard: Option<&str>,
+    ) -> Result<Self> {
         install_rbac()?;
         let dir = std::env::temp_dir().join(format!("{namespace}-{name}"));
         let kubeconfig = pod_kubeconfig(name, &dir)?;
-        let applier = Applier::start_as(
-            &[
-                "--leader-election-lease",
-                &election.lease,
-                "--leader-election-namespace",
-                LEASE_NAMESPACE,
-                "--leader-election-identity",
-                name,
-            ],
-            &kubeconfig,
-        )
-        .await?;
+        let mut applier_args = vec![
+            "--leader-election-lease".to_owned(),
+            election.lease.clone(),
+            "--leader-election-namespace".to_owned(),
+            LEASE_NAMESPACE.to_owned(),
+            "--leader-election-identity".to_owned(),
+            name.to_owned(),
+        ];
+        if let Some(shard) = shard {
+            applier_args.push("--watch-label-selector".to_owned());
+            applier_args.push(format!("{WATCH_FILTER_LABEL}={shard}"));
+        }
+        let applier_args: Vec<&str> = applier_args.iter().map(String::as_str).collect();
+        let applier = Applier::start_as(&applier_args, &kubeconfig).await?;
         let mut pod = Self {
             name: name.to_owned(),
             controller_log: applier.socket.with_file_name("controller.log"),
@@ -69,6 +89,7 @@ impl Pod {
             namespace: namespace.to_owned(),
             election: election.clone(),
             kubeconfig,
+            shard: shard.map(str::to_owned),
         };
         pod.start_controller()?;
         Ok(pod)
@@ -99,6 +120,11 @@ impl Pod {
             .args(["--health-probe-bind-address", &free_local_addr()?])
             .arg("--applier-socket")
             .arg(&self.applier.socket)
+            .args(
+                self.shard
+                    .iter()
+                    .flat_map(|shard| ["--watch-filter", shard.as_str()]),
+            )
             .env("POD_NAME", &self.name)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", crate::process_log("info"))

@@ -589,6 +589,21 @@ pub fn apply_samples_edited(
     apply_in(env, namespace, docs)
 }
 
+/// Applies the sample templates and the sample Cluster of `manifests/samples/` renamed to
+/// `name` into `namespace`, its Cluster and CAPT objects labelled
+/// `cluster.x-k8s.io/watch-filter=<shard>`: a stack of one shard.
+pub fn apply_sample_in_shard(env: &Env, namespace: &str, name: &str, shard: &str) -> Result<()> {
+    let mut docs = sample_docs("templates.yaml")?;
+    let text = std::fs::read_to_string(repo_root().join("manifests/samples/cluster.yaml"))?;
+    let text = text.replace("demo", name);
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut v: Value = serde::Deserialize::deserialize(doc)?;
+        v["metadata"]["labels"][crate::pod::WATCH_FILTER_LABEL] = Value::from(shard);
+        docs.push(v);
+    }
+    apply_in(env, namespace, docs)
+}
+
 /// Changes the `cluster_endpoint` output of the sample's control-plane Workspace in
 /// `namespace` where it comes from: the WorkspaceTemplate (the controller renders the
 /// Workspace from it, and takes back an annotation changed on the Workspace itself).

@@ -22,15 +22,15 @@
 //! 1. provisioning: N stacks created (`round::CREATE_CONCURRENCY` at a time), until their
 //!    Clusters are Provisioned with an endpoint and our managers' writes stop for 3 s;
 //! 2. steady state: writes and reconciles over `--steady-seconds`;
-//! 3. latency: `--changes` new "probe" stacks created one at a time, each waited for until
-//!    its Cluster has an endpoint (30 s, else missed); from the benchmark's watches (one per
+//! 3. latency: `--changes` new "probe" stacks, `--probe-concurrency` at a time, each waited for until
+//!    its Cluster has an endpoint (`--probe-timeout-seconds`, else missed); from the benchmark's watches (one per
 //!    kind, each event stamped on receipt): t0 the control plane's Workspace first shows the
 //!    `cluster_endpoint` output, t1 the CAPTControlPlane's `spec.controlPlaneEndpoint.host`
 //!    is set, t2 the Cluster's; p50/p99/max of t2 − t0 and of each hop (t1 − t0 ours,
 //!    t2 − t1 core), and, since core copies the endpoint only once the CAPTControlPlane's
 //!    `status.ready` is true, the same split at tr = max(t1, ready first seen); and the
 //!    writes per probe stack by field manager;
-//! 4. output changes: the `cluster_endpoint` output of `--changes` provisioned stacks
+//! 4. output changes: the `cluster_endpoint` output of `--output-changes` provisioned stacks
 //!    changed, one at a time, where it comes from (each of those stacks has a
 //!    WorkspaceTemplate of its own); the writes per change by field manager, and the time
 //!    from the Workspace's new output to the CAPTControlPlane's new endpoint (core never
@@ -94,10 +94,24 @@ struct Args {
     /// Length of the steady-state observation.
     #[arg(long, default_value_t = 60)]
     steady_seconds: u64,
-    /// Probe stacks (latency), and output changes of provisioned stacks (writes per change):
-    /// at least 200, so that a p99 is a percentile and not the largest sample.
+    /// Probe stacks (latency), each with a floor stack beside it: at least 200, so that a
+    /// p99 is a percentile and not the largest sample.
     #[arg(long, default_value_t = 200)]
     changes: usize,
+    /// Probe stacks (each with its floor stack) in flight at once. With 1 they are made one
+    /// after another; more keeps a round of 200 probes at 1,000 stacks within minutes (each
+    /// probe waits on the provider's requeues, seconds), and the tables say how many.
+    #[arg(long, default_value_t = 1)]
+    probe_concurrency: usize,
+    /// How long a probe stack may take to get its Cluster's endpoint (a whole new stack: two
+    /// Workspaces applied, core's reconciles), or a changed output to reach the
+    /// CAPTControlPlane, before it counts as missed. On a loaded machine a probe takes tens of
+    /// seconds; the phase stops after 3 misses.
+    #[arg(long, default_value_t = 30)]
+    probe_timeout_seconds: u64,
+    /// Output changes of provisioned stacks (writes per change), one at a time.
+    #[arg(long, default_value_t = 20)]
+    output_changes: usize,
     /// Size of the burst of intents.
     #[arg(long, default_value_t = 100)]
     burst: usize,

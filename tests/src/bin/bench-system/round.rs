@@ -24,9 +24,6 @@ use status_applier::intent::{Intent, Subresource, Target};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// How long a probe stack may take to get its Cluster's endpoint, or a changed output to
-/// reach the CAPTControlPlane, before it counts as missed.
-const TIMEOUT: Duration = Duration::from_secs(30);
 /// A phase of one-at-a-time steps stops after this many misses, or after `PHASE_BUDGET` (a
 /// saturated baseline would take hours); the table says how many steps were made.
 const MISSES_BEFORE_GIVING_UP: usize = 3;
@@ -43,6 +40,9 @@ const PROGRESS: Duration = Duration::from_secs(30);
 pub(crate) struct Round {
     pub(crate) mode: Mode,
     pub(crate) clusters: usize,
+    /// How long each probe stack and each output change was given before it counted as
+    /// missed.
+    pub(crate) step_timeout: Duration,
     pub(crate) provisioned: usize,
     pub(crate) provisioned_in: f64,
     pub(crate) provisioning: Delta,
@@ -91,6 +91,8 @@ pub(crate) struct Probes {
     pub(crate) made: usize,
     pub(crate) missed: usize,
     pub(crate) delta: Delta,
+    /// Probe stacks in flight at once.
+    pub(crate) concurrency: usize,
 }
 
 /// Output changes of provisioned stacks, one at a time.
@@ -161,7 +163,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         dir.display()
     );
 
-    let own: Vec<String> = (0..args.changes.min(n)).map(stack_name).collect();
+    let own: Vec<String> = (0..args.output_changes.min(n)).map(stack_name).collect();
     let provision_timeout = Duration::from_secs(match mode {
         Mode::Baseline => args.baseline_provision_timeout_seconds,
         Mode::Sidecar => args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64),
@@ -181,7 +183,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     let before_probes = captclusters.changes();
     // The baseline's hops are its 30 s requeues: fewer probes, each given two of them.
     let (probe_count, timeout) = match mode {
-        Mode::Sidecar => (args.changes, TIMEOUT),
+        Mode::Sidecar => (
+            args.changes,
+            Duration::from_secs(args.probe_timeout_seconds),
+        ),
         Mode::Baseline => (args.baseline_changes, 3 * crate::upstream::REQUEUE),
     };
     let floor_task = (mode == Mode::Sidecar).then(|| floor::spawn(client.clone(), ns.clone()));
@@ -191,6 +196,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         &client,
         &watches,
         probe_count,
+        match mode {
+            Mode::Sidecar => args.probe_concurrency,
+            Mode::Baseline => 1,
+        },
         timeout,
         floor_task.is_some(),
     )
@@ -247,6 +256,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     Ok(Round {
         mode,
         clusters: n,
+        step_timeout: timeout,
         provisioned,
         provisioned_in,
         provisioning,
@@ -350,85 +360,153 @@ fn ms(from: Instant, to: Instant) -> f64 {
     }
 }
 
-/// Phase 3, latency: `count` new stacks created one at a time, each waited for until its
-/// Cluster has an endpoint. For each, from the round's watches: t0 when its control plane's
-/// Workspace first showed the `cluster_endpoint` output, t1 when its CAPTControlPlane first
-/// had `spec.controlPlaneEndpoint.host`, t2 when its Cluster did.
+/// One probe stack's times (and its floor stack's hop).
+#[derive(Default)]
+struct ProbeTimes {
+    t0: Option<Instant>,
+    t1: Option<Instant>,
+    t2: Option<Instant>,
+    ready: Option<Instant>,
+    t0r: Option<Instant>,
+    /// `None` without a floor stack; `Some(None)` when it missed.
+    floor_ms: Option<Option<f64>>,
+}
+
+/// Probe stack `i` and (with `floor`) floor stack `i`, created together so that both hops
+/// run under the same load, each waited for up to `timeout`.
+async fn probe_one(
+    ns: &str,
+    client: &kube::Client,
+    watches: &Watches,
+    i: usize,
+    timeout: Duration,
+    floor: bool,
+) -> Result<ProbeTimes> {
+    let stack = probe_name(i);
+    let name = floor_name(i);
+    let ours = async {
+        create_stack(client.clone(), ns.to_owned(), stack.clone(), None).await?;
+        let t2 = watches
+            .clusters
+            .wait(timeout, |s| s.first_with(&stack, "host:"))
+            .await;
+        anyhow::Ok(t2)
+    };
+    let theirs = async {
+        if !floor {
+            return anyhow::Ok(None);
+        }
+        create_floor_stack(client, ns, &name).await?;
+        let tr = watches
+            .control_planes
+            .wait(timeout, |s| {
+                Some(s.first_with(&name, "host:")?.max(s.first(&name, "ready")?))
+            })
+            .await;
+        let ws = floor_workspace(ns, &name);
+        Ok(Some(
+            match (watches.workspaces.first_with(&ws, "ready-output"), tr) {
+                (Some(t0r), Some(tr)) => Some(ms(t0r, tr)),
+                _ => None,
+            },
+        ))
+    };
+    let (t2, floor_ms) = futures::try_join!(ours, theirs)?;
+    let ws = workspace_name(ns, &format!("{stack}-controlplane"));
+    Ok(ProbeTimes {
+        t0: watches.workspaces.first_with(&ws, "output:"),
+        t1: watches.control_planes.first_with(&stack, "host:"),
+        t2,
+        ready: watches.control_planes.first_with(&stack, "ready"),
+        t0r: watches.workspaces.first_with(&ws, "ready-output"),
+        floor_ms,
+    })
+}
+
+/// Phase 3, latency: `count` new stacks created `concurrency` at a time, each waited for until
+/// its Cluster has an endpoint, each with a floor stack created beside it (with `floor`).
+/// For each, from the round's watches: t0 when its control plane's Workspace first showed
+/// the `cluster_endpoint` output, t1 when its CAPTControlPlane first had
+/// `spec.controlPlaneEndpoint.host`, t2 when its Cluster did.
+#[allow(clippy::too_many_arguments)]
 async fn probe_stacks(
     round: &Probe<'_>,
     system: &BenchSystem,
     client: &kube::Client,
     watches: &Watches,
     count: usize,
+    concurrency: usize,
     timeout: Duration,
     floor: bool,
 ) -> Result<Probes> {
     let mut p = Probes::default();
     let before = round.snapshot(system).await?;
     let mut reported = Instant::now();
-    for i in 0..count {
-        if p.missed >= MISSES_BEFORE_GIVING_UP || before.at.elapsed() > PHASE_BUDGET {
-            eprintln!(
-                "  {i} probe stacks made, {} missed: the phase stops here",
-                p.missed
-            );
-            break;
-        }
+    let missed = std::sync::atomic::AtomicUsize::new(0);
+    let started = std::sync::atomic::AtomicUsize::new(0);
+    let mut results = futures::stream::iter(0..count)
+        .take_while(|_| {
+            let go = missed.load(std::sync::atomic::Ordering::Relaxed) < MISSES_BEFORE_GIVING_UP
+                && before.at.elapsed() <= PHASE_BUDGET;
+            if go {
+                started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            std::future::ready(go)
+        })
+        .map(|i| probe_one(round.ns, client, watches, i, timeout, floor))
+        .buffer_unordered(concurrency.max(1));
+    while let Some(times) = results.next().await {
+        let times = times?;
+        p.made += 1;
         if reported.elapsed() > PROGRESS {
-            eprintln!("  probe stacks: {i}/{count} ({} missed)", p.missed);
+            eprintln!("  probe stacks: {}/{count} ({} missed)", p.made, p.missed);
             reported = Instant::now();
         }
-        let stack = probe_name(i);
-        p.made += 1;
-        create_stack(client.clone(), round.ns.to_owned(), stack.clone(), None).await?;
-        let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
-        let t2 = watches
-            .clusters
-            .wait(timeout, |s| s.first_with(&stack, "host:"))
-            .await;
-        let t1 = watches.control_planes.first_with(&stack, "host:");
-        let t0 = watches.workspaces.first_with(&ws, "output:");
-        let ready = watches.control_planes.first_with(&stack, "ready");
-        let t0r = watches.workspaces.first_with(&ws, "ready-output");
-        match (t0, t1, t2) {
+        match (times.t0, times.t1, times.t2) {
             (Some(t0), Some(t1), Some(t2)) => {
                 p.total_ms.push(ms(t0, t2));
                 p.ours_ms.push(ms(t0, t1));
                 p.core_ms.push(ms(t1, t2));
-                if let Some(ready) = ready {
+                if let Some(ready) = times.ready {
                     let tr = t1.max(ready);
                     p.ours_ready_ms.push(ms(t0, tr));
                     p.core_ready_ms.push(ms(tr, t2));
-                    if let Some(t0r) = t0r {
+                    if let Some(t0r) = times.t0r {
                         p.ready_total_ms.push(ms(t0r, t2));
                         p.ready_ours_ms.push(ms(t0r, tr));
                     }
                 }
             }
-            _ => p.missed += 1,
-        }
-        if floor {
-            // The floor's hop, right after ours, under the same load.
-            let name = floor_name(i);
-            p.floor_made += 1;
-            create_floor_stack(client, round.ns, &name).await?;
-            let ws = floor_workspace(round.ns, &name);
-            let tr = watches
-                .control_planes
-                .wait(timeout, |s| {
-                    Some(s.first_with(&name, "host:")?.max(s.first(&name, "ready")?))
-                })
-                .await;
-            match (watches.workspaces.first_with(&ws, "ready-output"), tr) {
-                (Some(t0r), Some(tr)) => p.floor_ms.push(ms(t0r, tr)),
-                _ => p.floor_missed += 1,
+            _ => {
+                p.missed += 1;
+                missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
+        match times.floor_ms {
+            None => {}
+            Some(Some(hop)) => {
+                p.floor_made += 1;
+                p.floor_ms.push(hop);
+            }
+            Some(None) => {
+                p.floor_made += 1;
+                p.floor_missed += 1;
+            }
+        }
+    }
+    drop(results);
+    let started = started.load(std::sync::atomic::Ordering::Relaxed);
+    if started < count {
+        eprintln!(
+            "  {started} probe stacks made, {} missed: the phase stopped there",
+            p.missed
+        );
     }
     round
         .quiet(Duration::from_secs(2), Duration::from_secs(30))
         .await?;
     p.delta = round.delta(&before, &round.snapshot(system).await?)?;
+    p.concurrency = concurrency.max(1);
     eprintln!("  {} probe stacks ({} missed)", p.made, p.missed);
     Ok(p)
 }

@@ -260,8 +260,18 @@ fn endpoint_host_of(o: &DynamicObject) -> Option<String> {
 
 impl Watches {
     pub(crate) fn start(client: &kube::Client, ns: &str) -> Self {
-        let cluster_api =
-            Api::namespaced_with(client.clone(), ns, &resource("cluster.x-k8s.io", "Cluster"));
+        // Core's storage version: a v1beta1 watch goes through core's conversion webhook,
+        // and under load an event whose conversion fails is lost to the watch (at a load
+        // average of 50, 127 of 200 Clusters were Provisioned and the watch had seen none).
+        let cluster_api = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta2",
+                "Cluster",
+            )),
+        );
         let cp_api = Api::namespaced_with(
             client.clone(),
             ns,

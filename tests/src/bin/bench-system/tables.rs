@@ -182,9 +182,18 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
     row(&format!("steady state {s} s: reconciles"), &|r| {
         format!("{:.0}", r.steady.reconciles)
     });
-    row("probe stacks made / missed (30 s)", &|r| {
-        format!("{} / {}", r.probes.made, r.probes.missed)
-    });
+    row(
+        "probe stacks made / missed (the time each was given) / in flight at once",
+        &|r| {
+            format!(
+                "{} / {} ({} s) / {}",
+                r.probes.made,
+                r.probes.missed,
+                r.step_timeout.as_secs(),
+                r.probes.concurrency
+            )
+        },
+    );
     row(
         "**Workspace Ready with its output → Cluster endpoint** p50 / p99 / max (ms)",
         &|r| spread(&r.probes.ready_total_ms),
@@ -241,9 +250,17 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             per(r.probes.delta.writes_of(m), r.probes.made)
         });
     }
-    row("output changes made / missed (30 s)", &|r| {
-        format!("{} / {}", r.changes.made, r.changes.missed)
-    });
+    row(
+        "output changes made / missed (the time each was given)",
+        &|r| {
+            format!(
+                "{} / {} ({} s)",
+                r.changes.made,
+                r.changes.missed,
+                r.step_timeout.as_secs()
+            )
+        },
+    );
     for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
         row(&format!("writes per output change: `{m}`"), &|r| {
             per(r.changes.delta.writes_of(m), r.changes.made)
