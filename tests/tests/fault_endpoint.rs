@@ -83,7 +83,13 @@ fn watch(api: Api<DynamicObject>, counts: Arc<Counts>) -> tokio::task::JoinHandl
 }
 
 fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
+    // Without core the Cluster is served in v1beta2 alone (`hack/testenv.sh`).
+    let version = if group == "cluster.x-k8s.io" {
+        "v1beta2"
+    } else {
+        "v1beta1"
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
 /// The sum of the applier's `name` samples for CAPT's two endpoint managers.
@@ -166,7 +172,7 @@ async fn foreign_update_and_forced_apply_on_the_endpoint_are_reported_never_foug
                 "controlplane.cluster.x-k8s.io/v1beta1",
                 "CAPTControlPlane",
             ),
-            (&clusters, "cl", "cluster.x-k8s.io/v1beta1", "Cluster"),
+            (&clusters, "cl", "cluster.x-k8s.io/v1beta2", "Cluster"),
         ] {
             let update = json!({"spec": {"controlPlaneEndpoint": {"host": format!("{prefix}-update-{i}.example.com")}}});
             let apply = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "demo"},

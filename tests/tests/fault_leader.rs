@@ -7,9 +7,9 @@
 //!   and of the Cluster are the Workspace's last `cluster_endpoint` (changed during the
 //!   failover, and once more after it);
 //! - no field is lost: no watched version of the control plane or the Cluster lacks
-//!   `atProvider`, the endpoint, the phase or `controlPlaneReady` once it was set; the
-//!   control plane ends with every status field of a provisioned control plane, its
-//!   `atProvider` mirrors the Workspace, its `spec.controlPlaneEndpoint` is set, and the
+//!   `atProvider`, the endpoint, the phase or `initialization.controlPlaneInitialized` once it
+//!   was set; the control plane ends with every status field of a provisioned control plane,
+//!   its `atProvider` mirrors the Workspace, its `spec.controlPlaneEndpoint` is set, and the
 //!   CAPTCluster keeps its `vpcId`;
 //! - ownership stays single: each protected path and each status field CAPT writes has
 //!   exactly the one owner of the ownership plan, no managedFields entry is duplicated, no
@@ -197,8 +197,14 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
 
     // Provisioning starts; the leader is killed once it has rendered the control plane's
     // Workspace, while the provider is still applying it (reconciles are in flight).
+    // Without core the Cluster is served in v1beta2 alone (`hack/testenv.sh`).
     let gvk = |group: &str, kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
+        let version = if group == "cluster.x-k8s.io" {
+            "v1beta2"
+        } else {
+            "v1beta1"
+        };
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
     };
     const CP_PATHS: &[&[&str]] = &[
         &["status", "workspaceStatus", "atProvider"],
@@ -207,7 +213,7 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
     ];
     const CLUSTER_PATHS: &[&[&str]] = &[
         &["spec", "controlPlaneEndpoint"],
-        &["status", "controlPlaneReady"],
+        &["status", "initialization", "controlPlaneInitialized"],
     ];
     let (cp_losses, cp_watch) = watch_losses(
         Api::namespaced_with(
@@ -396,8 +402,9 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
     assert_eq!(at_provider["outputs"]["cluster_name"], "demo");
     assert_eq!(cc["status"]["vpcId"], "vpc-demo");
     assert_eq!(cc["status"]["ready"], true);
-    assert_eq!(cluster["status"]["infrastructureReady"], true);
-    assert_eq!(cluster["status"]["controlPlaneReady"], true);
+    let initialization = &cluster["status"]["initialization"];
+    assert_eq!(initialization["infrastructureProvisioned"], true);
+    assert_eq!(initialization["controlPlaneInitialized"], true);
 
     // One owner per field, as planned; no duplicate entry; no Update by a CAPT manager.
     let single = [
@@ -428,7 +435,7 @@ async fn the_standby_takes_over_a_leader_killed_mid_provisioning_and_nothing_is_
         ),
         (
             &cluster,
-            vec!["status", "controlPlaneReady"],
+            vec!["status", "initialization", "controlPlaneInitialized"],
             "capt-cluster/Apply/status",
         ),
         (
