@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::ApiEndpoint;
 
 /// The fields of a Cluster API `Cluster` spec CAPT reads, in `v1beta2` (what core v1.11+
-/// stores; core stops serving `v1beta1` in v1.16); the rest is kept as it is.
+/// stores; core plans to stop serving `v1beta1` in v1.16); the rest is kept as it is.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "cluster.x-k8s.io",
@@ -111,4 +111,52 @@ pub struct TerraformWorkspaceSpec {
     /// The whole spec.
     #[serde(flatten)]
     pub fields: Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CAPTCluster, CAPTControlPlane};
+
+    fn reference(api_group: &str, kind: &str, name: &str) -> ContractVersionedObjectReference {
+        ContractVersionedObjectReference {
+            api_group: api_group.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_reference_names_our_object_only_with_our_group_and_kind() {
+        let ours = reference("controlplane.cluster.x-k8s.io", "CAPTControlPlane", "cp");
+        assert!(ours.names::<CAPTControlPlane>("cp"));
+        assert_eq!(ours.name_of::<CAPTControlPlane>(), Some("cp"));
+        assert!(!ours.names::<CAPTControlPlane>("other"));
+        assert_eq!(ours.name_of::<CAPTCluster>(), None, "another kind");
+        let elsewhere = reference("controlplane.example.com", "CAPTControlPlane", "cp");
+        assert!(!elsewhere.names::<CAPTControlPlane>("cp"));
+        assert_eq!(elsewhere.name_of::<CAPTControlPlane>(), None);
+        let nameless = reference("controlplane.cluster.x-k8s.io", "CAPTControlPlane", "");
+        assert_eq!(nameless.name_of::<CAPTControlPlane>(), None);
+    }
+
+    #[test]
+    fn a_v1beta2_cluster_reads_its_references() {
+        let cluster: Cluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "ns"},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                           "kind": "CAPTCluster", "name": "vpc"}},
+            "status": {"initialization": {"infrastructureProvisioned": true}},
+        }))
+        .expect("a v1beta2 Cluster");
+        let infra = cluster.spec.infrastructure_ref.as_ref();
+        assert_eq!(infra.and_then(|r| r.name_of::<CAPTCluster>()), Some("vpc"));
+        assert_eq!(cluster.spec.control_plane_ref, None);
+        let initialization = cluster.status.and_then(|s| s.initialization);
+        assert_eq!(
+            initialization.and_then(|i| i.infrastructure_provisioned),
+            Some(true)
+        );
+    }
 }
