@@ -4,18 +4,15 @@
 //!
 //! The Cluster API core controller writes every one of these fields when it manages the
 //! Cluster (it carries core's finalizer). Then `capt-cluster` writes none of them and gives
-//! up what it holds: core derives each from the same source (our objects'
-//! `status.initialization`, `failureReason`/`failureMessage`, the control plane's
-//! `spec.controlPlaneEndpoint`), on a watch of those objects, and keeps
-//! `status.initialization` sticky, which a mirror cannot. Two writers of one field could only
-//! agree (no news) or conflict. `docs/cluster-api.md` records each decision with the evidence.
+//! up what it holds: core derives each from the same source (our objects' `status.ready`,
+//! `failureReason`/`failureMessage`, the control plane's `spec.controlPlaneEndpoint`), on a
+//! watch of those objects, and keeps `infrastructureReady`/`controlPlaneReady` sticky, which
+//! a mirror cannot. Two writers of one field could only agree (no news) or conflict.
+//! `docs/cluster-api.md` records each decision with the evidence.
 //!
-//! Without core (a test environment without it), `capt-cluster` writes them itself in the
-//! Cluster's `v1beta2` (what the controller reads and core stores), the way core would:
-//! `status.initialization` from our objects' `status.initialization`, failures into
-//! `status.deprecated.v1beta1` as core reports them (`Failure detected from referenced
-//! resource <GVK> with name "<name>": <message>`), and `phase` only when it must be
-//! `Provisioned`.
+//! Without core (a test environment without it), `capt-cluster` writes them itself, the way
+//! core would: failures as core reports them (`Failure detected from referenced resource
+//! <GVK> with name "<name>": <message>`), and `phase` only when it must be `Provisioned`.
 
 use super::endpoint;
 use crate::api::{ApiEndpoint, CAPTClusterStatus, CAPTControlPlaneStatus};
@@ -33,9 +30,7 @@ pub struct ProviderView {
     pub gvk: String,
     /// `metadata.name`.
     pub name: String,
-    /// `status.initialization.provisioned` (CAPTCluster) or `controlPlaneInitialized`
-    /// (CAPTControlPlane), or the deprecated `status.ready` of an object written before them:
-    /// sticky, as core's copy is.
+    /// `status.ready`.
     pub ready: bool,
     /// `status.failureReason`.
     pub failure_reason: Option<String>,
@@ -49,8 +44,7 @@ impl ProviderView {
         Self {
             gvk: CAPT_CLUSTER_GVK.into(),
             name: name.into(),
-            ready: status.ready == Some(true)
-                || status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true),
+            ready: status.ready == Some(true),
             failure_reason: status.failure_reason.clone(),
             failure_message: status.failure_message.clone(),
         }
@@ -61,9 +55,7 @@ impl ProviderView {
         Self {
             gvk: CONTROL_PLANE_GVK.into(),
             name: name.into(),
-            ready: status.ready == Some(true)
-                || (status.initialization.as_ref()).and_then(|i| i.control_plane_initialized)
-                    == Some(true),
+            ready: status.ready == Some(true),
             failure_reason: status.failure_reason.clone(),
             failure_message: status.failure_message.clone(),
         }
@@ -102,27 +94,26 @@ pub struct ClusterDesired {
     pub release_endpoint: bool,
 }
 
-/// Where `capt-cluster` writes the infrastructure's readiness (v1beta1: `infrastructureReady`).
-const INFRASTRUCTURE_PROVISIONED: &str = "infrastructureProvisioned";
-/// Where it writes the control plane's (v1beta1: `controlPlaneReady`).
-const CONTROL_PLANE_INITIALIZED: &str = "controlPlaneInitialized";
-
-/// The status `capt-cluster` writes without core, every field released (`null`).
-pub fn released_status() -> Value {
-    json!({
-        "initialization": {INFRASTRUCTURE_PROVISIONED: null, CONTROL_PLANE_INITIALIZED: null},
-        "deprecated": {"v1beta1": {"failureReason": null, "failureMessage": null}},
-        "phase": null,
-    })
-}
+/// The status fields `capt-cluster` writes without core, all released (`null`).
+pub const STATUS_FIELDS: [&str; 5] = [
+    "infrastructureReady",
+    "controlPlaneReady",
+    "failureReason",
+    "failureMessage",
+    "phase",
+];
 
 /// Computes the Cluster's status and endpoint fragments.
 pub fn desired_cluster(input: &ClusterInput) -> ClusterDesired {
     if input.managed_by_core {
         // The endpoint is never released here: core copied it (or will) from the control
         // plane, and a `null` would blank it while we were its only owner.
+        let released: Map<String, Value> = STATUS_FIELDS
+            .iter()
+            .map(|f| ((*f).to_owned(), Value::Null))
+            .collect();
         return ClusterDesired {
-            status_fragment: json!({ "status": released_status() }),
+            status_fragment: json!({ "status": released }),
             main_fragment: None,
             release_endpoint: false,
         };
@@ -150,30 +141,27 @@ fn status_fragment(input: &ClusterInput, endpoint_valid: bool) -> Value {
     // Only ever `true`, as core writes them: before core adds its finalizer to a new Cluster
     // we cannot tell it will, and a `false` of ours would be ours alone, then released (gone),
     // then core's `true`: a flip. Our sources are sticky, so `true` never has to be taken back.
-    let mut initialization = Map::new();
     if infra.is_some_and(|v| v.ready) {
-        initialization.insert(INFRASTRUCTURE_PROVISIONED.into(), json!(true));
+        status.insert("infrastructureReady".into(), json!(true));
     }
     if cp.is_some_and(|v| v.ready) {
-        initialization.insert(CONTROL_PLANE_INITIALIZED.into(), json!(true));
-    }
-    if !initialization.is_empty() {
-        status.insert("initialization".into(), Value::Object(initialization));
+        status.insert("controlPlaneReady".into(), json!(true));
     }
     // Core records the control plane's failure last, so it wins when both failed.
     let failing = cp.filter(|v| v.failed()).or(infra.filter(|v| v.failed()));
-    let failure = match failing {
-        Some(view) => Some(json!({
-            "failureReason": non_empty(&view.failure_reason),
-            "failureMessage": failure_message(view),
-        })),
-        None if infra.is_some() && cp.is_some() => {
-            Some(json!({"failureReason": null, "failureMessage": null}))
+    match failing {
+        Some(view) => {
+            status.insert(
+                "failureReason".into(),
+                json!(non_empty(&view.failure_reason)),
+            );
+            status.insert("failureMessage".into(), json!(failure_message(view)));
         }
-        None => None,
-    };
-    if let Some(failure) = failure {
-        status.insert("deprecated".into(), json!({ "v1beta1": failure }));
+        None if infra.is_some() && cp.is_some() => {
+            status.insert("failureReason".into(), Value::Null);
+            status.insert("failureMessage".into(), Value::Null);
+        }
+        None => {}
     }
     let both_ready = infra.is_some_and(|v| v.ready) && cp.is_some_and(|v| v.ready);
     if both_ready && endpoint_valid && !input.control_plane_deleting {
@@ -232,7 +220,9 @@ mod tests {
         let mut input = mk_input(true, true, Some(("h.example", 443)));
         input.managed_by_core = true;
         let d = desired_cluster(&input);
-        assert_eq!(d.status_fragment["status"], released_status());
+        let status = d.status_fragment["status"].as_object().unwrap();
+        assert_eq!(status.len(), STATUS_FIELDS.len());
+        assert!(status.values().all(Value::is_null), "{status:?}");
         assert_eq!(d.main_fragment, None);
         assert!(!d.release_endpoint);
         input.control_plane_deleting = true;
@@ -272,8 +262,8 @@ mod tests {
         let d = desired_cluster(&mk_input(true, false, None));
         assert_eq!(
             d.status_fragment,
-            json!({"status": {"initialization": {"infrastructureProvisioned": true},
-                "deprecated": {"v1beta1": {"failureReason": null, "failureMessage": null}}}})
+            json!({"status": {"infrastructureReady": true,
+                              "failureReason": null, "failureMessage": null}})
         );
     }
 
@@ -282,20 +272,18 @@ mod tests {
         let mut input = mk_input(false, false, None);
         input.infrastructure = Some(mk_view("infra", false, Some(("WorkspaceFailed", "quota"))));
         let status = desired_cluster(&input).status_fragment["status"].clone();
-        let failure = &status["deprecated"]["v1beta1"];
-        assert_eq!(failure["failureReason"], json!("WorkspaceFailed"));
+        assert_eq!(status["failureReason"], json!("WorkspaceFailed"));
         assert_eq!(
-            failure["failureMessage"],
+            status["failureMessage"],
             json!(
                 "Failure detected from referenced resource infrastructure.cluster.x-k8s.io/v1beta1, Kind=CAPTCluster with name \"demo\": quota"
             )
         );
         input.control_plane = Some(mk_view("cp", false, Some(("ControlPlaneTimeout", "slow"))));
         let status = desired_cluster(&input).status_fragment["status"].clone();
-        let failure = &status["deprecated"]["v1beta1"];
-        assert_eq!(failure["failureReason"], json!("ControlPlaneTimeout"));
+        assert_eq!(status["failureReason"], json!("ControlPlaneTimeout"));
         assert!(
-            failure["failureMessage"]
+            status["failureMessage"]
                 .as_str()
                 .unwrap()
                 .contains("Kind=CAPTControlPlane")
@@ -307,10 +295,7 @@ mod tests {
         let mut input = mk_input(true, true, Some(("h", 443)));
         input.control_plane = None;
         let status = desired_cluster(&input).status_fragment["status"].clone();
-        assert_eq!(
-            status,
-            json!({"initialization": {"infrastructureProvisioned": true}})
-        );
+        assert_eq!(status, json!({"infrastructureReady": true}));
     }
 
     #[test]
@@ -352,14 +337,5 @@ mod tests {
         assert_eq!(view.gvk, CONTROL_PLANE_GVK);
         let view = ProviderView::capt_cluster("c1", &CAPTClusterStatus::default());
         assert!(!view.ready && !view.failed());
-        // The v1beta2 contract's fields count alone (what core reads), and so does the
-        // deprecated `ready` of an object written before them.
-        let provisioned: CAPTClusterStatus =
-            serde_json::from_value(json!({"initialization": {"provisioned": true}})).unwrap();
-        assert!(ProviderView::capt_cluster("c1", &provisioned).ready);
-        let initialized: CAPTControlPlaneStatus =
-            serde_json::from_value(json!({"initialization": {"controlPlaneInitialized": true}}))
-                .unwrap();
-        assert!(ProviderView::control_plane("cp1", &initialized).ready);
     }
 }
