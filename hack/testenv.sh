@@ -440,8 +440,8 @@ json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 # as a release's kustomize patches configure it), called at https://127.0.0.1:<webhook port>
 # with our CA. Without core there is no conversion webhook, and upstream's strategy (None:
 # only apiVersion changes) would prune a v1beta1 Cluster to the v1beta2 schema (its
-# references lose apiVersion), so they keep v1beta1 alone, stored: the Cluster API that the
-# tests without core write and our controller reads.
+# references lose apiVersion), so they keep v1beta2 alone, stored: the Cluster API that the
+# tests without core write and our controller reads (core v1.16 plans to serve no other).
 install_crds() {
 	local core=$1 files=("$ROOT"/manifests/crds/*.yaml) upstream args=() f
 	mapfile -t upstream < <(cmd_crds)
@@ -464,8 +464,8 @@ for crd in items:
             "conversionReviewVersions": ["v1"],
             "clientConfig": {"url": "https://127.0.0.1:%s/convert" % os.environ["PORT"],
                              "caBundle": os.environ["CA_BUNDLE"]}}}
-    elif len(versions) > 1 and any(v["name"] == "v1beta1" for v in versions):
-        crd["spec"]["versions"] = [dict(v, storage=True) for v in versions if v["name"] == "v1beta1"]
+    elif len(versions) > 1 and any(v["name"] == "v1beta2" for v in versions):
+        crd["spec"]["versions"] = [dict(v, storage=True) for v in versions if v["name"] == "v1beta2"]
 json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 ' >"$STATE/core-crds.json"
 	args+=(-f "$STATE/core-crds.json" -f "$workspace")
@@ -476,7 +476,7 @@ json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 	if [[ "$core" == 1 ]]; then
 		log "  core's with its conversion webhook: $STATE/core-crds.json"
 	else
-		log "  core's serving and storing v1beta1 alone (no conversion webhook without core): $STATE/core-crds.json"
+		log "  core's serving and storing v1beta2 alone (no conversion webhook without core): $STATE/core-crds.json"
 	fi
 }
 

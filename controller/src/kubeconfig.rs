@@ -35,6 +35,12 @@ pub fn secret_name(cluster: &str) -> String {
     format!("{cluster}-kubeconfig")
 }
 
+/// The name of a Cluster's kubeconfig Secret for people: `<cluster>-user-kubeconfig`, as
+/// Cluster API Provider AWS names the exec-form kubeconfig it writes beside the one core uses.
+pub fn user_secret_name(cluster: &str) -> String {
+    format!("{cluster}-user-kubeconfig")
+}
+
 /// The kubeconfig to store for `cluster`, from the connection Secret's `data`: its
 /// `kubeconfig` output verbatim; else one generated from `cluster_endpoint` and
 /// `cluster_certificate_authority_data` that authenticates with the `cluster_token` output
@@ -50,41 +56,85 @@ pub fn kubeconfig(
     if let Some(verbatim) = data.get(KUBECONFIG_OUTPUT).filter(|v| !v.0.is_empty()) {
         return Some(verbatim.0.clone());
     }
-    let text = |key: &str| {
-        data.get(key)
-            .and_then(|v| std::str::from_utf8(&v.0).ok())
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    };
-    let endpoint = text(ENDPOINT_OUTPUT)?;
-    let ca = text(CA_OUTPUT)?;
-    let eks_name = text(NAME_OUTPUT).unwrap_or(cluster);
-    let server = if endpoint.contains("://") {
-        endpoint.to_owned()
-    } else {
-        format!("https://{endpoint}")
-    };
-    let credentials = match text(TOKEN_OUTPUT) {
+    let server = Server::of(data, cluster)?;
+    let credentials = match text(data, TOKEN_OUTPUT) {
         Some(token) => json!({"token": token}),
-        None => {
-            let mut args = vec!["eks", "get-token", "--cluster-name", eks_name];
-            if let Some(region) = region {
-                args.extend(["--region", region]);
-            }
-            json!({"exec": {
-                "apiVersion": "client.authentication.k8s.io/v1beta1",
-                "command": "aws",
-                "args": args,
-            }})
-        }
+        None => aws_exec(&server.eks_name, region),
     };
     // Named as Cluster API core names its own kubeconfigs (util/kubeconfig.New).
-    let user = format!("{cluster}-admin");
+    render(cluster, &format!("{cluster}-admin"), &server, credentials)
+}
+
+/// The kubeconfig for people (`<cluster>-user-kubeconfig`): from `cluster_endpoint` and
+/// `cluster_certificate_authority_data`, a user that runs `aws eks get-token` with the
+/// person's own AWS credentials, never the token core gets; `None` until both outputs exist
+/// (a module that outputs only a whole `kubeconfig` gets no user kubeconfig).
+pub fn user_kubeconfig(
+    data: &BTreeMap<String, ByteString>,
+    cluster: &str,
+    region: Option<&str>,
+) -> Option<Vec<u8>> {
+    let server = Server::of(data, cluster)?;
+    let credentials = aws_exec(&server.eks_name, region);
+    render(cluster, &format!("{cluster}-user"), &server, credentials)
+}
+
+/// The trimmed, non-empty text of an output.
+fn text<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Option<&'a str> {
+    data.get(key)
+        .and_then(|v| std::str::from_utf8(&v.0).ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// The EKS API server as the outputs tell it.
+struct Server {
+    url: String,
+    ca: String,
+    eks_name: String,
+}
+
+impl Server {
+    fn of(data: &BTreeMap<String, ByteString>, cluster: &str) -> Option<Self> {
+        let endpoint = text(data, ENDPOINT_OUTPUT)?;
+        let ca = text(data, CA_OUTPUT)?;
+        let url = if endpoint.contains("://") {
+            endpoint.to_owned()
+        } else {
+            format!("https://{endpoint}")
+        };
+        Some(Self {
+            url,
+            ca: ca.to_owned(),
+            eks_name: text(data, NAME_OUTPUT).unwrap_or(cluster).to_owned(),
+        })
+    }
+}
+
+/// A user that authenticates with `aws eks get-token`.
+fn aws_exec(eks_name: &str, region: Option<&str>) -> serde_json::Value {
+    let mut args = vec!["eks", "get-token", "--cluster-name", eks_name];
+    if let Some(region) = region {
+        args.extend(["--region", region]);
+    }
+    json!({"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": "aws",
+        "args": args,
+    }})
+}
+
+fn render(
+    cluster: &str,
+    user: &str,
+    server: &Server,
+    credentials: serde_json::Value,
+) -> Option<Vec<u8>> {
     let context = format!("{user}@{cluster}");
     let config = json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "clusters": [{"name": cluster, "cluster": {"server": server.url, "certificate-authority-data": server.ca}}],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
         "current-context": context,
@@ -105,10 +155,11 @@ pub fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> O
     }
 }
 
-/// The Secret to apply: `<cluster>-kubeconfig` in `namespace`, of type
-/// `cluster.x-k8s.io/secret`, labelled with the cluster's name, controlled by `owner`, with
-/// the kubeconfig under `value` and nothing else.
+/// The Secret to apply: `name` (`<cluster>-kubeconfig` or `<cluster>-user-kubeconfig`) in
+/// `namespace`, of type `cluster.x-k8s.io/secret`, labelled with the cluster's name,
+/// controlled by `owner`, with the kubeconfig under `value` and nothing else.
 pub fn desired_secret(
+    name: &str,
     cluster: &str,
     namespace: &str,
     owner: OwnerReference,
@@ -116,7 +167,7 @@ pub fn desired_secret(
 ) -> Secret {
     Secret {
         metadata: ObjectMeta {
-            name: Some(secret_name(cluster)),
+            name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
             labels: Some(BTreeMap::from([(
                 crate::render::CLUSTER_NAME_LABEL.to_owned(),
@@ -328,6 +379,41 @@ mod tests {
     }
 
     #[test]
+    fn the_user_kubeconfig_runs_aws_eks_get_token_and_never_carries_the_token() {
+        let d = data(&[
+            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
+            ("cluster_certificate_authority_data", "Q0E="),
+            ("cluster_name", "demo-eks"),
+            ("cluster_token", SECRET_VALUE),
+            ("kubeconfig", SECRET_VALUE),
+        ]);
+        let bytes = user_kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(SECRET_VALUE));
+        let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
+        assert_eq!(
+            config,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "demo", "cluster": {
+                    "server": "https://x.eks.amazonaws.com", "certificate-authority-data": "Q0E="}}],
+                "users": [{"name": "demo-user", "user": {"exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": "aws",
+                    "args": ["eks", "get-token", "--cluster-name", "demo-eks", "--region", "ap-northeast-1"],
+                }}}],
+                "contexts": [{"name": "demo-user@demo", "context": {"cluster": "demo", "user": "demo-user"}}],
+                "current-context": "demo-user@demo",
+            })
+        );
+        assert_eq!(user_secret_name("demo"), "demo-user-kubeconfig");
+        // Without the endpoint and the CA there is nothing to write, a whole `kubeconfig`
+        // output notwithstanding (it is core's, with whatever credentials it holds).
+        let verbatim_only = data(&[("kubeconfig", "apiVersion: v1\n")]);
+        assert_eq!(user_kubeconfig(&verbatim_only, "demo", None), None);
+    }
+
+    #[test]
     fn other_keys_never_reach_the_kubeconfig_or_the_secret() {
         let others = [
             ("db_password", SECRET_VALUE),
@@ -345,7 +431,7 @@ mod tests {
             let bytes = kubeconfig(&d, "demo", Some("us-east-1")).unwrap();
             let text = String::from_utf8(bytes.clone()).unwrap();
             assert!(!text.contains(SECRET_VALUE), "{text}");
-            let secret = desired_secret("demo", "ns", owner(), bytes);
+            let secret = desired_secret("demo-kubeconfig", "demo", "ns", owner(), bytes);
             let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
             assert_eq!(keys, ["value"]);
         }
@@ -353,7 +439,7 @@ mod tests {
 
     #[test]
     fn the_secret_follows_the_contract() {
-        let secret = desired_secret("demo", "ns", owner(), b"kc".to_vec());
+        let secret = desired_secret("demo-kubeconfig", "demo", "ns", owner(), b"kc".to_vec());
         let v = serde_json::to_value(&secret).unwrap();
         assert_eq!(
             v,
@@ -372,7 +458,7 @@ mod tests {
 
     #[test]
     fn only_a_difference_in_what_we_apply_makes_a_write() {
-        let desired = desired_secret("demo", "ns", owner(), b"kc".to_vec());
+        let desired = desired_secret("demo-kubeconfig", "demo", "ns", owner(), b"kc".to_vec());
         assert_eq!(verdict(None, &desired), Verdict::Write);
         assert_eq!(verdict(Some(&desired), &desired), Verdict::UpToDate);
 

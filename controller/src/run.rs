@@ -6,8 +6,8 @@
 //! do not, so a status apply never loops back into the reconcile that caused it.
 
 use crate::api::{
-    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
-    WorkspaceTemplateApply,
+    CAPTCluster, CAPTControlPlane, Cluster, ContractVersionedObjectReference, TerraformWorkspace,
+    WorkspaceTemplate, WorkspaceTemplateApply,
 };
 use crate::context::Context;
 use crate::reconcile::shared::cluster_name;
@@ -233,7 +233,7 @@ fn controller<K: Watched>(store: Store<K>, trigger: Trigger<K>, concurrency: u16
 fn owner_wakes<O: Watched>(
     trigger: &Trigger<O>,
     w: &mut Watches,
-    reference: fn(&Cluster) -> &Option<k8s_openapi::api::core::v1::ObjectReference>,
+    reference: fn(&Cluster) -> &Option<ContractVersionedObjectReference>,
 ) {
     w.applies
         .subscribers
@@ -325,11 +325,10 @@ where
 /// The object a Cluster references, if it is of kind `K`.
 fn referenced<K: Resource<DynamicType = ()>>(
     cluster: &Cluster,
-    reference: &Option<k8s_openapi::api::core::v1::ObjectReference>,
+    reference: &Option<ContractVersionedObjectReference>,
 ) -> Option<ObjectRef<K>> {
-    let r = reference.as_ref()?;
-    (r.kind.as_deref()? == &*K::kind(&())).then_some(())?;
-    Some(ObjectRef::new(r.name.as_deref()?).within(&cluster.namespace()?))
+    let name = reference.as_ref()?.name_of::<K>()?;
+    Some(ObjectRef::new(name).within(&cluster.namespace()?))
 }
 
 /// The Cluster an object belongs to.

@@ -404,11 +404,12 @@ mod tests {
     #[test]
     fn a_cached_cluster_keeps_its_spec_and_not_cores_status() {
         let mut cluster: Cluster = serde_json::from_value(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
             "kind": "Cluster",
             "metadata": {"name": "c", "namespace": "ns", "finalizers": ["cluster.cluster.x-k8s.io"]},
             "spec": {"paused": false, "controlPlaneEndpoint": {"host": "h", "port": 443},
-                "controlPlaneRef": {"kind": "CAPTControlPlane", "name": "cp"}},
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                    "kind": "CAPTControlPlane", "name": "cp"}},
             "status": {"phase": "Provisioned", "conditions": [{"type": "Ready", "status": "True"}]},
         }))
         .expect("a cluster");
@@ -420,7 +421,7 @@ mod tests {
                 .spec
                 .control_plane_ref
                 .as_ref()
-                .and_then(|r| r.name.as_deref()),
+                .and_then(|r| r.name_of::<crate::api::CAPTControlPlane>()),
             Some("cp")
         );
         assert_eq!(

@@ -223,6 +223,62 @@ async fn clusterctl_generates_both_providers_from_the_local_repository() -> Resu
     Ok(())
 }
 
+/// The repository's `metadata.yaml` maps the release series to the newest contract the CRDs'
+/// contract labels name (clusterctl's provider contract: the series' contract "must match the
+/// contract version that is declared in the CRD"; clusterctl v1.14 still accepts `v1beta1` as
+/// compatible with its `v1beta2`, until v1beta1 is EOL), and clusterctl reads it.
+#[tokio::test]
+async fn the_release_series_names_the_contract_the_crds_declare() -> Result<()> {
+    let dir = tempdir("clusterctl-metadata")?;
+    let config = repository(&dir)?;
+    for (provider_dir, flag) in [
+        ("infrastructure-capt", "--infrastructure"),
+        ("control-plane-capt", "--control-plane"),
+    ] {
+        let text = std::fs::read_to_string(dir.join(provider_dir).join("v0.1.0/metadata.yaml"))?;
+        let metadata: Value = serde_yaml::from_str(&text)?;
+        assert_eq!(
+            metadata["apiVersion"],
+            "clusterctl.cluster.x-k8s.io/v1alpha3"
+        );
+        assert_eq!(metadata["kind"], "Metadata");
+        let series: Vec<&Value> = (metadata["releaseSeries"].as_array().into_iter().flatten())
+            .filter(|s| s["major"] == 0 && s["minor"] == 1)
+            .collect();
+        assert_eq!(series.len(), 1, "one series for v0.1.0: {metadata}");
+        let contract = series[0]["contract"].as_str().unwrap_or_default();
+
+        // clusterctl accepts the metadata, and the components it generates declare it.
+        let components = documents(&clusterctl(
+            &config,
+            &["generate", "provider", flag, "capt:v0.1.0"],
+            &[],
+        )?)?;
+        let crds = components
+            .iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition");
+        let mut declared = std::collections::BTreeSet::new();
+        for crd in crds {
+            let labels = crd["metadata"]["labels"].as_object().cloned();
+            declared.extend(
+                labels
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, _)| k.strip_prefix("cluster.x-k8s.io/").map(str::to_owned))
+                    .filter(|v| v.starts_with('v')),
+            );
+        }
+        assert_eq!(
+            declared.last().map(String::as_str),
+            Some(contract),
+            "{provider_dir}: the series names the newest contract its CRDs declare ({declared:?})"
+        );
+        assert_eq!(contract, "v1beta2", "{provider_dir}");
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn clusterctl_generate_cluster_gives_a_cluster_the_system_provisions() -> Result<()> {
     let dir = tempdir("clusterctl-cluster")?;

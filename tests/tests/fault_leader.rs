@@ -10,7 +10,7 @@
 //!   failover, and once more after it), and the Cluster's is one the control plane had,
 //!   copied by core once (core copies into a Cluster without a valid endpoint only);
 //! - no field is lost: no watched version of the control plane or of the Cluster (its
-//!   v1beta1 view) lacks the endpoint, `atProvider`, the phase or `controlPlaneReady` once it
+//!   v1beta2 view) lacks the endpoint, `atProvider`, the phase or `initialization.controlPlaneInitialized` once it
 //!   was set; the control plane ends with every status field of a provisioned control plane,
 //!   its `atProvider` mirrors the Workspace, and the CAPTCluster keeps its `vpcId`;
 //! - ownership stays single: each protected path and each status field CAPT writes has

@@ -1,5 +1,5 @@
 //! The failover of `fault_leader.rs` where Cluster API core does not run: there
-//! `capt-cluster` writes the Cluster (`infrastructureReady`, `controlPlaneReady`, phase
+//! `capt-cluster` writes the Cluster (`initialization.infrastructureProvisioned` and `.controlPlaneInitialized`, phase
 //! `Provisioned`, and `spec.controlPlaneEndpoint` following the control plane's), and the new
 //! leader must take those writes over. The claim is about that no-core path alone (beside
 //! core, `capt-cluster` writes nothing to the Cluster), so it runs without core: an
@@ -9,7 +9,7 @@
 //! What must hold for the Cluster, besides everything `fault_leader.rs` asserts for the CAPT
 //! objects: its endpoint is the Workspace's last `cluster_endpoint` (changed during the
 //! failover, and once more after it) and it is Provisioned; no watched version lacks the
-//! endpoint, `controlPlaneReady` or the phase once set; each of those is owned by
+//! endpoint, `initialization.controlPlaneInitialized` or the phase once set; each of those is owned by
 //! `capt-cluster` alone (Apply), and the new leader settles.
 //!
 //! [`without_core`]: capt_tests::without_core

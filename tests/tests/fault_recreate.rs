@@ -593,7 +593,8 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
                     && cluster
                         .status
                         .as_ref()
-                        .is_some_and(|s| s.control_plane_ready == Some(true)))
+                        .and_then(|s| s.initialization.as_ref())
+                        .is_some_and(|i| i.control_plane_initialized == Some(true)))
             },
         )
         .await?;

@@ -253,3 +253,123 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
         .await?;
     Ok(())
 }
+
+/// `<cluster>-user-kubeconfig`, the exec form for people beside the `<cluster>-kubeconfig`
+/// core connects with (as Cluster API Provider AWS writes its EKS kubeconfigs): a tenant's
+/// Secret already under that name is left alone and reported; once it is gone, the control
+/// plane writes its own from the endpoint and CA outputs, with `aws eks get-token` and never
+/// the token `<cluster>-kubeconfig` carries for core; the garbage collector deletes both with
+/// the control plane.
+#[tokio::test]
+async fn the_user_kubeconfig_is_the_exec_form_and_a_tenants_secret_is_left_alone() -> Result<()> {
+    const USER_SECRET: &str = "demo-user-kubeconfig";
+    const TOKEN: &str = "core-token-9c1e";
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "user-kubeconfig").await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let tenants = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": USER_SECRET, "namespace": ns.name},
+        "type": "cluster.x-k8s.io/secret", "stringData": {"value": "the tenant's"}});
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&tenants.to_string()),
+    )?;
+    let system = System::start(&ns.name, 50).await?;
+    system.apply_samples(false).await?;
+    system.set_sensitive_outputs(
+        &json!({"cluster_certificate_authority_data": "Q0EgYnVuZGxl", "cluster_token": TOKEN}),
+    )?;
+    let reason = capt_controller::reconcile::kubeconfig::SECRET_NOT_CONTROLLED;
+    system
+        .wait_for(
+            "the tenant's user kubeconfig Secret reported",
+            Duration::from_secs(60),
+            || async {
+                let notes = capt_tests::warnings(&ns.name, reason, "demo")?;
+                Ok(notes.iter().any(|n| n.contains(USER_SECRET)))
+            },
+        )
+        .await?;
+    let tenants = secrets.get(USER_SECRET).await?;
+    assert_eq!(value(&tenants, "value").as_deref(), Some("the tenant's"));
+    assert!(tenants.owner_references().is_empty(), "not taken over");
+
+    // The tenant's Secret gone, the next reconcile (a label pokes it) writes ours.
+    secrets
+        .delete(USER_SECRET, &DeleteParams::default())
+        .await?;
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    cps.patch(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"test/poke": "1"}}})),
+    )
+    .await?;
+    system
+        .wait_for(
+            "the control plane's user kubeconfig Secret",
+            Duration::from_secs(30),
+            || async {
+                let secret = secrets.get_opt(USER_SECRET).await?;
+                Ok(secret.is_some_and(|s| !s.owner_references().is_empty()))
+            },
+        )
+        .await?;
+    let cp = cps.get("demo").await?;
+    let secret = secrets.get(USER_SECRET).await?;
+    assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+    assert_eq!(
+        secret.labels().get("cluster.x-k8s.io/cluster-name"),
+        Some(&"demo".to_owned())
+    );
+    let owners = serde_json::to_value(secret.owner_references())?;
+    assert_eq!(
+        owners,
+        json!([{"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "name": "demo", "uid": cp.uid().context("uid")?, "controller": true, "blockOwnerDeletion": true}])
+    );
+    let text = value(&secret, "value").context("value")?;
+    assert!(
+        !text.contains(TOKEN),
+        "the user kubeconfig carries no token"
+    );
+    let config: Value = serde_yaml::from_str(&text)?;
+    assert_eq!(
+        config["users"],
+        json!([{"name": "demo-user", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", "demo", "--region", "ap-northeast-1"]}}}])
+    );
+    assert_eq!(
+        config["clusters"][0]["cluster"],
+        json!({"server": "https://demo.gr7.ap-northeast-1.eks.amazonaws.com",
+            "certificate-authority-data": "Q0EgYnVuZGxl"})
+    );
+    // Beside it, core's kubeconfig authenticates with the token (these outputs replaced the
+    // sample's `kubeconfig` before the first apply).
+    let core_config: Value =
+        serde_yaml::from_str(&value(&secrets.get(SECRET).await?, "value").context("value")?)?;
+    assert_eq!(
+        core_config["users"],
+        json!([{"name": "demo-admin", "user": {"token": TOKEN}}])
+    );
+
+    let cp_uid = cp.meta().uid.clone();
+    cps.delete("demo", &DeleteParams::default()).await?;
+    system
+        .wait_for(
+            "both kubeconfig Secrets gone with the control plane",
+            Duration::from_secs(60),
+            || async {
+                let cp_gone = cps
+                    .get_opt("demo")
+                    .await?
+                    .is_none_or(|c| c.meta().uid != cp_uid);
+                Ok(cp_gone
+                    && secrets.get_opt(SECRET).await?.is_none()
+                    && secrets.get_opt(USER_SECRET).await?.is_none())
+            },
+        )
+        .await?;
+    Ok(())
+}

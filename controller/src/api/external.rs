@@ -1,18 +1,18 @@
 //! Partial views of the upstream kinds CAPT reads and writes: the Cluster API `Cluster`
 //! and provider-terraform's `Workspace`. Their CRDs are upstream's; we never generate them.
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::ApiEndpoint;
 
-/// The fields of a Cluster API `Cluster` spec CAPT reads; the rest is kept as it is.
+/// The fields of a Cluster API `Cluster` spec CAPT reads, in `v1beta2` (what core v1.11+
+/// stores; core plans to stop serving `v1beta1` in v1.16); the rest is kept as it is.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "cluster.x-k8s.io",
-    version = "v1beta1",
+    version = "v1beta2",
     kind = "Cluster",
     namespaced,
     schema = "disabled",
@@ -22,10 +22,10 @@ use super::ApiEndpoint;
 pub struct ClusterSpec {
     /// The infrastructure cluster (a CAPTCluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub infrastructure_ref: Option<ObjectReference>,
+    pub infrastructure_ref: Option<ContractVersionedObjectReference>,
     /// The control plane (a CAPTControlPlane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control_plane_ref: Option<ObjectReference>,
+    pub control_plane_ref: Option<ContractVersionedObjectReference>,
     /// The API server endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
@@ -37,22 +37,63 @@ pub struct ClusterSpec {
     pub other: Map<String, Value>,
 }
 
-/// The fields of a Cluster's status CAPT reads.
+/// A v1beta2 reference from a Cluster to an object in its own namespace: group, kind and
+/// name, no version (core finds it from the CRD's contract label) and no namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContractVersionedObjectReference {
+    /// The referenced object's API group.
+    #[serde(default)]
+    pub api_group: String,
+    /// Its kind.
+    #[serde(default)]
+    pub kind: String,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+}
+
+impl ContractVersionedObjectReference {
+    /// True when it names kind `K` (group and kind) by `name`.
+    pub fn names<K: kube::Resource<DynamicType = ()>>(&self, name: &str) -> bool {
+        self.api_group == K::group(&()) && self.kind == K::kind(&()) && self.name == name
+    }
+
+    /// The name, when it names an object of kind `K`.
+    pub fn name_of<K: kube::Resource<DynamicType = ()>>(&self) -> Option<&str> {
+        (self.api_group == K::group(&()) && self.kind == K::kind(&()))
+            .then_some(self.name.as_str())
+            .filter(|n| !n.is_empty())
+    }
+}
+
+/// The fields of a Cluster's v1beta2 status that tell how far it got (the controller's cache
+/// keeps no status: they are for those who read it whole).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
     /// Phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// Infrastructure ready.
+    /// What has been provisioned and initialized (sticky).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub infrastructure_ready: Option<bool>,
-    /// Control plane ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control_plane_ready: Option<bool>,
+    pub initialization: Option<ClusterInitialization>,
     /// Every other field.
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+/// A Cluster's `status.initialization` (v1beta2; v1beta1's `infrastructureReady` and
+/// `controlPlaneReady`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInitialization {
+    /// The infrastructure cluster reported itself provisioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_provisioned: Option<bool>,
+    /// The control plane reported itself initialized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_initialized: Option<bool>,
 }
 
 /// A provider-terraform `Workspace` (cluster-scoped), kept as JSON: CAPT renders its spec
@@ -70,4 +111,52 @@ pub struct TerraformWorkspaceSpec {
     /// The whole spec.
     #[serde(flatten)]
     pub fields: Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CAPTCluster, CAPTControlPlane};
+
+    fn reference(api_group: &str, kind: &str, name: &str) -> ContractVersionedObjectReference {
+        ContractVersionedObjectReference {
+            api_group: api_group.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_reference_names_our_object_only_with_our_group_and_kind() {
+        let ours = reference("controlplane.cluster.x-k8s.io", "CAPTControlPlane", "cp");
+        assert!(ours.names::<CAPTControlPlane>("cp"));
+        assert_eq!(ours.name_of::<CAPTControlPlane>(), Some("cp"));
+        assert!(!ours.names::<CAPTControlPlane>("other"));
+        assert_eq!(ours.name_of::<CAPTCluster>(), None, "another kind");
+        let elsewhere = reference("controlplane.example.com", "CAPTControlPlane", "cp");
+        assert!(!elsewhere.names::<CAPTControlPlane>("cp"));
+        assert_eq!(elsewhere.name_of::<CAPTControlPlane>(), None);
+        let nameless = reference("controlplane.cluster.x-k8s.io", "CAPTControlPlane", "");
+        assert_eq!(nameless.name_of::<CAPTControlPlane>(), None);
+    }
+
+    #[test]
+    fn a_v1beta2_cluster_reads_its_references() {
+        let cluster: Cluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "ns"},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                           "kind": "CAPTCluster", "name": "vpc"}},
+            "status": {"initialization": {"infrastructureProvisioned": true}},
+        }))
+        .expect("a v1beta2 Cluster");
+        let infra = cluster.spec.infrastructure_ref.as_ref();
+        assert_eq!(infra.and_then(|r| r.name_of::<CAPTCluster>()), Some("vpc"));
+        assert_eq!(cluster.spec.control_plane_ref, None);
+        let initialization = cluster.status.and_then(|s| s.initialization);
+        assert_eq!(
+            initialization.and_then(|i| i.infrastructure_provisioned),
+            Some(true)
+        );
+    }
 }

@@ -4,7 +4,7 @@
 //! Cluster, and the endpoint's ownership and release that the control plane's deletion uses.
 
 use super::{Result, after, kube_err};
-use crate::api::Cluster;
+use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
 use crate::context::Context;
 use crate::publish::Publication;
 use crate::status::cluster::{ClusterInput, ProviderView, desired_cluster};
@@ -37,15 +37,12 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let ns = cluster.namespace().unwrap_or_default();
-    let name_of = |r: &Option<k8s_openapi::api::core::v1::ObjectReference>, kind: &str| {
-        r.as_ref()
-            .filter(|r| r.kind.as_deref() == Some(kind))
-            .and_then(|r| r.name.clone())
-    };
-    let infra = name_of(&cluster.spec.infrastructure_ref, "CAPTCluster")
-        .and_then(|n| cached(&ctx.caches.capt_clusters, Some(&ns), &n));
-    let cp = name_of(&cluster.spec.control_plane_ref, "CAPTControlPlane")
-        .and_then(|n| cached(&ctx.caches.control_planes, Some(&ns), &n));
+    let infra = (cluster.spec.infrastructure_ref.as_ref())
+        .and_then(|r| r.name_of::<CAPTCluster>())
+        .and_then(|n| cached(&ctx.caches.capt_clusters, Some(&ns), n));
+    let cp = (cluster.spec.control_plane_ref.as_ref())
+        .and_then(|r| r.name_of::<CAPTControlPlane>())
+        .and_then(|n| cached(&ctx.caches.control_planes, Some(&ns), n));
     if infra.is_none() && cp.is_none() {
         return Ok(Action::await_change());
     }
@@ -117,7 +114,7 @@ mod tests {
 
     fn cluster(managed_fields: serde_json::Value) -> Cluster {
         serde_json::from_value(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "demo", "namespace": "default", "managedFields": managed_fields},
             "spec": {"controlPlaneEndpoint": {"host": "eks.example.com", "port": 443}}
         }))

@@ -9,7 +9,9 @@ use super::shared::{
     cluster_name, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
 };
 use super::{Result, after, kube_err};
-use crate::api::{CAPT_CONTROL_PLANE_FINALIZER, CAPTControlPlane, Cluster, ControlPlanePhase};
+use crate::api::{
+    CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
+};
 use crate::context::Context;
 use crate::k8s::set_finalizer;
 use crate::publish::Publication;
@@ -216,7 +218,7 @@ async fn proven_cluster(ctx: &Context, cp: &CAPTControlPlane) -> Option<Cluster>
 fn vpc_ready(ctx: &Context, cp: &CAPTControlPlane, cluster: Option<&Cluster>) -> Option<bool> {
     let infra = cluster
         .and_then(|c| c.spec.infrastructure_ref.as_ref())
-        .and_then(|r| r.name.as_deref())?;
+        .and_then(|r| r.name_of::<CAPTCluster>())?;
     let found = cached_beside(&ctx.caches.capt_clusters, cp, infra)?;
     Some(found.status.as_ref().and_then(|s| s.ready).unwrap_or(false))
 }

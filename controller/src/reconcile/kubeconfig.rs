@@ -1,5 +1,6 @@
-//! The Cluster's `<cluster>-kubeconfig` Secret (Cluster API control-plane contract), kept
-//! equal to what [`crate::kubeconfig`] computes from the control plane's connection Secret.
+//! The Cluster's `<cluster>-kubeconfig` Secret (Cluster API control-plane contract) and its
+//! `<cluster>-user-kubeconfig` for people, kept equal to what [`crate::kubeconfig`] computes
+//! from the control plane's connection Secret.
 //! Secret data is never logged and never put into an error.
 
 use super::{Result, kube_err};
@@ -12,16 +13,18 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 
-/// Reason of the Warning Event when `<cluster>-kubeconfig` exists and this control plane is
-/// not its controller.
+/// Reason of the Warning Event when `<cluster>-kubeconfig` or `<cluster>-user-kubeconfig`
+/// exists and this control plane is not its controller.
 pub const SECRET_NOT_CONTROLLED: &str = "KubeconfigSecretNotControlled";
 
-/// Creates or updates the kubeconfig Secret of `cluster` (the Cluster whose
+/// Creates or updates the kubeconfig Secrets of `cluster` (the Cluster whose
 /// `spec.controlPlaneRef` names `cp`: the caller proved it) from the apply's connection
-/// Secret; writes only when the live Secret differs from the wanted one, and only a Secret
-/// that is absent (created, never taken over) or controlled by this control plane (updated
-/// with its uid as a precondition). Does nothing without a connection Secret in the control
-/// plane's own namespace, or before the outputs hold a kubeconfig (or an endpoint and a CA).
+/// Secret: `<cluster>-kubeconfig` (what core connects with) and `<cluster>-user-kubeconfig`
+/// (the `aws eks get-token` form for people, as Cluster API Provider AWS writes it). Each is
+/// written only when the live Secret differs from the wanted one, and only when it is absent
+/// (created, never taken over) or controlled by this control plane (updated with its uid as a
+/// precondition). Does nothing without a connection Secret in the control plane's own
+/// namespace, or before the outputs hold what a kubeconfig needs.
 pub async fn ensure_kubeconfig(
     ctx: &Context,
     cp: &CAPTControlPlane,
@@ -55,30 +58,63 @@ pub async fn ensure_kubeconfig(
         .control_plane_config
         .as_ref()
         .and_then(|c| c.region.as_deref());
-    let Some(value) = kubeconfig::kubeconfig(&data, &cluster, region) else {
-        return Ok(());
-    };
     let owner = kubeconfig::controller_ref(
         &CAPTControlPlane::api_version(&()),
         &CAPTControlPlane::kind(&()),
         &cp.name_any(),
         &uid,
     );
-    let mut desired = kubeconfig::desired_secret(&cluster, &ns, owner, value);
-    let name = kubeconfig::secret_name(&cluster);
+    let wanted = [
+        (
+            kubeconfig::secret_name(&cluster),
+            kubeconfig::kubeconfig(&data, &cluster, region),
+        ),
+        (
+            kubeconfig::user_secret_name(&cluster),
+            kubeconfig::user_kubeconfig(&data, &cluster, region),
+        ),
+    ];
+    for (name, value) in wanted {
+        let Some(value) = value else { continue };
+        let desired = kubeconfig::desired_secret(&name, &cluster, &ns, owner.clone(), value);
+        if ensure_secret(ctx, cp, &secrets, desired).await? {
+            let written = Written {
+                api_version: Secret::api_version(&()).into(),
+                kind: Secret::kind(&()).into(),
+                namespace: Some(ns.clone()),
+                name,
+                manager: SPEC_MANAGER.into(),
+                subresource: None,
+            };
+            let basis = Basis::of(cp.meta().generation, &(&source, &cluster, region));
+            ctx.wrote(written, basis, cp.object_ref(&())).await;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `desired` when the live Secret of its name is absent or this control plane's and
+/// differs; true when it wrote.
+async fn ensure_secret(
+    ctx: &Context,
+    cp: &CAPTControlPlane,
+    secrets: &Api<Secret>,
+    mut desired: Secret,
+) -> Result<bool> {
+    let (ns, name) = (desired.namespace().unwrap_or_default(), desired.name_any());
     let live = secrets
         .get_opt(&name)
         .await
-        .map_err(kube_err(cp, "reading the kubeconfig Secret"))?;
+        .map_err(kube_err(cp, "reading a kubeconfig Secret"))?;
     match kubeconfig::verdict(live.as_ref(), &desired) {
-        Verdict::UpToDate => return Ok(()),
+        Verdict::UpToDate => return Ok(false),
         Verdict::UserProvided => {
             tracing::debug!(
                 subject = super::subject(cp),
                 secret = name,
                 "The kubeconfig Secret has another type: user-provided, left alone"
             );
-            return Ok(());
+            return Ok(false);
         }
         Verdict::NotControlled(controller) => {
             let by = controller.unwrap_or_else(|| "no controller".into());
@@ -89,7 +125,7 @@ pub async fn ensure_kubeconfig(
             tracing::warn!(subject = super::subject(cp), "{note}");
             ctx.warn(cp, SECRET_NOT_CONTROLLED, "WriteKubeconfig", note)
                 .await;
-            return Ok(());
+            return Ok(false);
         }
         Verdict::Write => {}
     }
@@ -103,7 +139,7 @@ pub async fn ensure_kubeconfig(
             secrets
                 .create(&params, &desired)
                 .await
-                .map_err(kube_err(cp, "creating the kubeconfig Secret"))?;
+                .map_err(kube_err(cp, "creating a kubeconfig Secret"))?;
         }
         // Ours: the uid is a precondition, so a Secret deleted and made again by someone
         // else since the read is not written.
@@ -113,7 +149,7 @@ pub async fn ensure_kubeconfig(
             secrets
                 .patch(&name, &params, &Patch::Apply(&desired))
                 .await
-                .map_err(kube_err(cp, "applying the kubeconfig Secret"))?;
+                .map_err(kube_err(cp, "applying a kubeconfig Secret"))?;
         }
     }
     tracing::info!(
@@ -121,15 +157,5 @@ pub async fn ensure_kubeconfig(
         secret = name,
         "Kubeconfig Secret written"
     );
-    let written = Written {
-        api_version: Secret::api_version(&()).into(),
-        kind: Secret::kind(&()).into(),
-        namespace: Some(ns),
-        name,
-        manager: SPEC_MANAGER.into(),
-        subresource: None,
-    };
-    let basis = Basis::of(cp.meta().generation, &(source, &cluster, region));
-    ctx.wrote(written, basis, cp.object_ref(&())).await;
-    Ok(())
+    Ok(true)
 }

@@ -3,7 +3,8 @@
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
 use crate::api::{
-    CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplateApply,
+    CAPTCluster, CAPTControlPlane, Cluster, ContractVersionedObjectReference, TerraformWorkspace,
+    WorkspaceTemplateApply,
 };
 use crate::context::{Context, Written};
 use crate::k8s::SPEC_MANAGER;
@@ -12,7 +13,6 @@ use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use crate::watches::{cached, cached_beside};
 use crate::write_loops::Basis;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -41,8 +41,9 @@ pub fn owning_cluster<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) -> 
     cached_beside(&ctx.caches.clusters, obj, &name).map(|c| (*c).clone())
 }
 
-/// True when the Cluster's `spec.controlPlaneRef` names `cp`: a CAPTControlPlane of that
-/// name in the Cluster's namespace (core's defaulting fills the reference's namespace).
+/// True when the Cluster's `spec.controlPlaneRef` names `cp`: a CAPTControlPlane (group and
+/// kind) of that name in the Cluster's namespace (a v1beta2 reference has no namespace of its
+/// own).
 ///
 /// This, not the control plane's `cluster.x-k8s.io/cluster-name` label nor an owner reference
 /// (both written by whoever writes the control plane), proves which Cluster a control plane
@@ -57,24 +58,14 @@ pub fn names_infrastructure(cluster: &Cluster, cc: &CAPTCluster) -> bool {
     names(cluster, cluster.spec.infrastructure_ref.as_ref(), cc)
 }
 
-/// True when `r`, a reference of `cluster`, names `obj`: its kind, group, name, and the
+/// True when `r`, a reference of `cluster`, names `obj`: its group, kind and name, in the
 /// Cluster's namespace.
 fn names<K: Resource<DynamicType = ()>>(
     cluster: &Cluster,
-    r: Option<&ObjectReference>,
+    r: Option<&ContractVersionedObjectReference>,
     obj: &K,
 ) -> bool {
-    let Some(r) = r else {
-        return false;
-    };
-    let group = |api_version: &str| api_version.split('/').next().map(str::to_owned);
-    r.kind.as_deref() == Some(&K::kind(&()))
-        && r.api_version.as_deref().and_then(group) == Some(K::group(&()).into())
-        && r.name.as_deref() == Some(&obj.name_any())
-        && r.namespace
-            .as_ref()
-            .is_none_or(|ns| Some(ns) == obj.namespace().as_ref())
-        && cluster.namespace() == obj.namespace()
+    r.is_some_and(|r| r.names::<K>(&obj.name_any())) && cluster.namespace() == obj.namespace()
 }
 
 /// What to create when an object has no apply yet.

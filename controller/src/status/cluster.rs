@@ -4,15 +4,18 @@
 //!
 //! The Cluster API core controller writes every one of these fields when it manages the
 //! Cluster (it carries core's finalizer). Then `capt-cluster` writes none of them and gives
-//! up what it holds: core derives each from the same source (our objects' `status.ready`,
-//! `failureReason`/`failureMessage`, the control plane's `spec.controlPlaneEndpoint`), on a
-//! watch of those objects, and keeps `infrastructureReady`/`controlPlaneReady` sticky, which
-//! a mirror cannot. Two writers of one field could only agree (no news) or conflict.
-//! `docs/cluster-api.md` records each decision with the evidence.
+//! up what it holds: core derives each from the same source (our objects'
+//! `status.initialization`, `failureReason`/`failureMessage`, the control plane's
+//! `spec.controlPlaneEndpoint`), on a watch of those objects, and keeps
+//! `status.initialization` sticky, which a mirror cannot. Two writers of one field could only
+//! agree (no news) or conflict. `docs/cluster-api.md` records each decision with the evidence.
 //!
-//! Without core (a test environment without it), `capt-cluster` writes them itself, the way
-//! core would: failures as core reports them (`Failure detected from referenced resource
-//! <GVK> with name "<name>": <message>`), and `phase` only when it must be `Provisioned`.
+//! Without core (a test environment without it), `capt-cluster` writes them itself in the
+//! Cluster's `v1beta2` (what the controller reads and core stores), the way core would:
+//! `status.initialization` from our objects' `status.initialization`, failures into
+//! `status.deprecated.v1beta1` as core reports them (`Failure detected from referenced
+//! resource <GVK> with name "<name>": <message>`), and `phase` only when it must be
+//! `Provisioned`.
 
 use super::endpoint;
 use crate::api::{ApiEndpoint, CAPTClusterStatus, CAPTControlPlaneStatus};
@@ -30,7 +33,9 @@ pub struct ProviderView {
     pub gvk: String,
     /// `metadata.name`.
     pub name: String,
-    /// `status.ready`.
+    /// `status.initialization.provisioned` (CAPTCluster) or `controlPlaneInitialized`
+    /// (CAPTControlPlane), or the deprecated `status.ready` of an object written before them:
+    /// sticky, as core's copy is.
     pub ready: bool,
     /// `status.failureReason`.
     pub failure_reason: Option<String>,
@@ -44,7 +49,8 @@ impl ProviderView {
         Self {
             gvk: CAPT_CLUSTER_GVK.into(),
             name: name.into(),
-            ready: status.ready == Some(true),
+            ready: status.ready == Some(true)
+                || status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true),
             failure_reason: status.failure_reason.clone(),
             failure_message: status.failure_message.clone(),
         }
@@ -55,7 +61,9 @@ impl ProviderView {
         Self {
             gvk: CONTROL_PLANE_GVK.into(),
             name: name.into(),
-            ready: status.ready == Some(true),
+            ready: status.ready == Some(true)
+                || (status.initialization.as_ref()).and_then(|i| i.control_plane_initialized)
+                    == Some(true),
             failure_reason: status.failure_reason.clone(),
             failure_message: status.failure_message.clone(),
         }
@@ -94,26 +102,27 @@ pub struct ClusterDesired {
     pub release_endpoint: bool,
 }
 
-/// The status fields `capt-cluster` writes without core, all released (`null`).
-pub const STATUS_FIELDS: [&str; 5] = [
-    "infrastructureReady",
-    "controlPlaneReady",
-    "failureReason",
-    "failureMessage",
-    "phase",
-];
+/// Where `capt-cluster` writes the infrastructure's readiness (v1beta1: `infrastructureReady`).
+const INFRASTRUCTURE_PROVISIONED: &str = "infrastructureProvisioned";
+/// Where it writes the control plane's (v1beta1: `controlPlaneReady`).
+const CONTROL_PLANE_INITIALIZED: &str = "controlPlaneInitialized";
+
+/// The status `capt-cluster` writes without core, every field released (`null`).
+pub fn released_status() -> Value {
+    json!({
+        "initialization": {INFRASTRUCTURE_PROVISIONED: null, CONTROL_PLANE_INITIALIZED: null},
+        "deprecated": {"v1beta1": {"failureReason": null, "failureMessage": null}},
+        "phase": null,
+    })
+}
 
 /// Computes the Cluster's status and endpoint fragments.
 pub fn desired_cluster(input: &ClusterInput) -> ClusterDesired {
     if input.managed_by_core {
         // The endpoint is never released here: core copied it (or will) from the control
         // plane, and a `null` would blank it while we were its only owner.
-        let released: Map<String, Value> = STATUS_FIELDS
-            .iter()
-            .map(|f| ((*f).to_owned(), Value::Null))
-            .collect();
         return ClusterDesired {
-            status_fragment: json!({ "status": released }),
+            status_fragment: json!({ "status": released_status() }),
             main_fragment: None,
             release_endpoint: false,
         };
@@ -141,27 +150,30 @@ fn status_fragment(input: &ClusterInput, endpoint_valid: bool) -> Value {
     // Only ever `true`, as core writes them: before core adds its finalizer to a new Cluster
     // we cannot tell it will, and a `false` of ours would be ours alone, then released (gone),
     // then core's `true`: a flip. Our sources are sticky, so `true` never has to be taken back.
+    let mut initialization = Map::new();
     if infra.is_some_and(|v| v.ready) {
-        status.insert("infrastructureReady".into(), json!(true));
+        initialization.insert(INFRASTRUCTURE_PROVISIONED.into(), json!(true));
     }
     if cp.is_some_and(|v| v.ready) {
-        status.insert("controlPlaneReady".into(), json!(true));
+        initialization.insert(CONTROL_PLANE_INITIALIZED.into(), json!(true));
+    }
+    if !initialization.is_empty() {
+        status.insert("initialization".into(), Value::Object(initialization));
     }
     // Core records the control plane's failure last, so it wins when both failed.
     let failing = cp.filter(|v| v.failed()).or(infra.filter(|v| v.failed()));
-    match failing {
-        Some(view) => {
-            status.insert(
-                "failureReason".into(),
-                json!(non_empty(&view.failure_reason)),
-            );
-            status.insert("failureMessage".into(), json!(failure_message(view)));
-        }
+    let failure = match failing {
+        Some(view) => Some(json!({
+            "failureReason": non_empty(&view.failure_reason),
+            "failureMessage": failure_message(view),
+        })),
         None if infra.is_some() && cp.is_some() => {
-            status.insert("failureReason".into(), Value::Null);
-            status.insert("failureMessage".into(), Value::Null);
+            Some(json!({"failureReason": null, "failureMessage": null}))
         }
-        None => {}
+        None => None,
+    };
+    if let Some(failure) = failure {
+        status.insert("deprecated".into(), json!({ "v1beta1": failure }));
     }
     let both_ready = infra.is_some_and(|v| v.ready) && cp.is_some_and(|v| v.ready);
     if both_ready && endpoint_valid && !input.control_plane_deleting {
@@ -220,9 +232,7 @@ mod tests {
         let mut input = mk_input(true, true, Some(("h.example", 443)));
         input.managed_by_core = true;
         let d = desired_cluster(&input);
-        let status = d.status_fragment["status"].as_object().unwrap();
-        assert_eq!(status.len(), STATUS_FIELDS.len());
-        assert!(status.values().all(Value::is_null), "{status:?}");
+        assert_eq!(d.status_fragment["status"], released_status());
         assert_eq!(d.main_fragment, None);
         assert!(!d.release_endpoint);
         input.control_plane_deleting = true;
@@ -262,8 +272,8 @@ mod tests {
         let d = desired_cluster(&mk_input(true, false, None));
         assert_eq!(
             d.status_fragment,
-            json!({"status": {"infrastructureReady": true,
-                              "failureReason": null, "failureMessage": null}})
+            json!({"status": {"initialization": {"infrastructureProvisioned": true},
+                "deprecated": {"v1beta1": {"failureReason": null, "failureMessage": null}}}})
         );
     }
 
@@ -272,18 +282,20 @@ mod tests {
         let mut input = mk_input(false, false, None);
         input.infrastructure = Some(mk_view("infra", false, Some(("WorkspaceFailed", "quota"))));
         let status = desired_cluster(&input).status_fragment["status"].clone();
-        assert_eq!(status["failureReason"], json!("WorkspaceFailed"));
+        let failure = &status["deprecated"]["v1beta1"];
+        assert_eq!(failure["failureReason"], json!("WorkspaceFailed"));
         assert_eq!(
-            status["failureMessage"],
+            failure["failureMessage"],
             json!(
                 "Failure detected from referenced resource infrastructure.cluster.x-k8s.io/v1beta1, Kind=CAPTCluster with name \"demo\": quota"
             )
         );
         input.control_plane = Some(mk_view("cp", false, Some(("ControlPlaneTimeout", "slow"))));
         let status = desired_cluster(&input).status_fragment["status"].clone();
-        assert_eq!(status["failureReason"], json!("ControlPlaneTimeout"));
+        let failure = &status["deprecated"]["v1beta1"];
+        assert_eq!(failure["failureReason"], json!("ControlPlaneTimeout"));
         assert!(
-            status["failureMessage"]
+            failure["failureMessage"]
                 .as_str()
                 .unwrap()
                 .contains("Kind=CAPTControlPlane")
@@ -295,7 +307,10 @@ mod tests {
         let mut input = mk_input(true, true, Some(("h", 443)));
         input.control_plane = None;
         let status = desired_cluster(&input).status_fragment["status"].clone();
-        assert_eq!(status, json!({"infrastructureReady": true}));
+        assert_eq!(
+            status,
+            json!({"initialization": {"infrastructureProvisioned": true}})
+        );
     }
 
     #[test]
@@ -337,5 +352,14 @@ mod tests {
         assert_eq!(view.gvk, CONTROL_PLANE_GVK);
         let view = ProviderView::capt_cluster("c1", &CAPTClusterStatus::default());
         assert!(!view.ready && !view.failed());
+        // The v1beta2 contract's fields count alone (what core reads), and so does the
+        // deprecated `ready` of an object written before them.
+        let provisioned: CAPTClusterStatus =
+            serde_json::from_value(json!({"initialization": {"provisioned": true}})).unwrap();
+        assert!(ProviderView::capt_cluster("c1", &provisioned).ready);
+        let initialized: CAPTControlPlaneStatus =
+            serde_json::from_value(json!({"initialization": {"controlPlaneInitialized": true}}))
+                .unwrap();
+        assert!(ProviderView::control_plane("cp1", &initialized).ready);
     }
 }

@@ -97,7 +97,14 @@ async fn watch_caught_up(system: &System, api: &Api<DynamicObject>, counts: &Cou
 }
 
 fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
+    // The Cluster in v1beta2: core's storage version, and the only one served without core
+    // (`hack/testenv.sh`).
+    let version = if group == "cluster.x-k8s.io" {
+        "v1beta2"
+    } else {
+        "v1beta1"
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
 /// The sum of the applier's `name` samples for `managers`.
@@ -237,7 +244,7 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
                 "controlplane.cluster.x-k8s.io/v1beta1",
                 "CAPTControlPlane",
             ),
-            (&clusters, "cl", "cluster.x-k8s.io/v1beta1", "Cluster"),
+            (&clusters, "cl", "cluster.x-k8s.io/v1beta2", "Cluster"),
         ] {
             let update = json!({"spec": {"controlPlaneEndpoint": {"host": format!("{prefix}-update-{i}.example.com")}}});
             let apply = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "demo"},

@@ -229,7 +229,14 @@ fn entry_name(e: &Value) -> String {
 }
 
 fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1beta1", kind), plural)
+    // The Cluster in v1beta2: core's storage version, and the only one served without core
+    // (`hack/testenv.sh`).
+    let version = if group == "cluster.x-k8s.io" {
+        "v1beta2"
+    } else {
+        "v1beta1"
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
 /// The controller leader killed (SIGKILL) in the middle of provisioning, with a standby
@@ -270,10 +277,10 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         &["status", "workspaceStatus", "atProvider"],
         &["status", "phase"],
     ];
-    // The Cluster in its v1beta1 view (core stores v1beta2 and converts).
+    // The Cluster in v1beta2.
     const CLUSTER_PATHS: &[&[&str]] = &[
         &["spec", "controlPlaneEndpoint"],
-        &["status", "controlPlaneReady"],
+        &["status", "initialization", "controlPlaneInitialized"],
         &["status", "phase"],
     ];
     let cps: Api<DynamicObject> = Api::namespaced_with(
@@ -506,8 +513,9 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
     assert_eq!(at_provider["outputs"]["cluster_name"], "demo");
     assert_eq!(cc["status"]["vpcId"], "vpc-demo");
     assert_eq!(cc["status"]["ready"], true);
-    assert_eq!(cluster["status"]["infrastructureReady"], true);
-    assert_eq!(cluster["status"]["controlPlaneReady"], true);
+    let initialization = &cluster["status"]["initialization"];
+    assert_eq!(initialization["infrastructureProvisioned"], true);
+    assert_eq!(initialization["controlPlaneInitialized"], true);
 
     // One owner per field, as planned; no duplicate entry; no Update by a CAPT manager.
     let mut single = vec![
@@ -546,7 +554,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
             ),
             (
                 &cluster,
-                vec!["status", "controlPlaneReady"],
+                vec!["status", "initialization", "controlPlaneInitialized"],
                 "capt-cluster/Apply/status",
             ),
         ]),
