@@ -275,16 +275,19 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
         race.elapsed().as_secs_f64()
     );
 
-    // The Workspace's last change reaches the control plane's status meanwhile.
+    // The Workspace's last change reaches the control plane's status meanwhile: its outputs,
+    // and then its checksum, which the provider's apply drops and its next Observe puts back
+    // (`fake_provider::applied_at_provider`). Only then has the provider done all it will.
     system
         .wait_for(
-            "the last Workspace output in the control plane's atProvider",
+            "the last Workspace output and its checksum in the control plane's atProvider",
             Duration::from_secs(20),
             || async {
                 let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+                let at_provider = &cp["status"]["workspaceStatus"]["atProvider"];
                 Ok(
-                    cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["cluster_endpoint"]
-                        == last_output.as_str(),
+                    at_provider["outputs"]["cluster_endpoint"] == last_output.as_str()
+                        && at_provider["checksum"].is_string(),
                 )
             },
         )

@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, ensure};
 use capt_tests::applier::{binary, metric_value};
 use capt_tests::system::System;
-use capt_tests::{CLUSTER_V1BETA1, TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA2, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -328,7 +328,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
     let killed = Instant::now();
     system.kill_controller();
     let cluster = system
-        .get(&[CLUSTER_V1BETA1, "demo"])?
+        .get(&[CLUSTER_V1BETA2, "demo"])?
         .context("the Cluster")?;
     println!(
         "leader killed after {reconciles} reconciles; Cluster phase then: {}",
@@ -398,7 +398,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         let cluster_endpoint_ok = &cluster_endpoint_ok;
         move || async move {
             let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-            let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+            let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
             let want = json!({"host": host, "port": port});
             Ok(cp["spec"]["controlPlaneEndpoint"] == want
                 && cluster_endpoint_ok(&cluster, &want)
@@ -484,7 +484,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         );
     }
     let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-    let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+    let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
     let cc = system.get(&["captcluster", "demo"])?.unwrap();
     let status_keys: BTreeSet<&str> = cp["status"]
         .as_object()
