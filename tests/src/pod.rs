@@ -5,7 +5,7 @@
 //! ([`crate::audit_log::Write::pod`]).
 
 use crate::applier::{Applier, binary};
-use crate::system::free_local_addr;
+use crate::system::free_local_addrs;
 use crate::{env, install_rbac};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -103,6 +103,7 @@ impl Pod {
             .applier
             .socket
             .with_file_name(format!("controller-{}.log", self.controller_starts));
+        let [metrics_addr, probe_addr] = free_local_addrs()?;
         let child = Command::new(binary("capt-controller"))
             .args(["--namespace", &self.namespace])
             .args(["--leader-election-namespace", LEASE_NAMESPACE])
@@ -116,8 +117,8 @@ impl Pod {
                 &self.election.grace_seconds.to_string(),
             ])
             .args(["--insecure-diagnostics", "--poll-interval-seconds", "1"])
-            .args(["--metrics-bind-address", &free_local_addr()?])
-            .args(["--health-probe-bind-address", &free_local_addr()?])
+            .args(["--metrics-bind-address", &metrics_addr])
+            .args(["--health-probe-bind-address", &probe_addr])
             .arg("--applier-socket")
             .arg(&self.applier.socket)
             .args(

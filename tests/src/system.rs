@@ -119,7 +119,7 @@ impl System {
                     .await?,
             )
         };
-        let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+        let [metrics_addr, probe_addr] = free_local_addrs()?;
         let controller_log = applier.socket.with_file_name("controller.log");
         // Each system elects its leader on a Lease of its own namespace.
         let leader_args: &[&str] = if controller_args.contains(&"--leader-election-namespace") {
@@ -638,10 +638,22 @@ pub fn patch_control_plane_template(env: &Env, namespace: &str, patch: &Value) -
 
 /// `127.0.0.1:<a port free a moment ago>`.
 pub fn free_local_addr() -> Result<String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    Ok(format!("127.0.0.1:{port}"))
+    let [addr] = free_local_addrs()?;
+    Ok(addr)
+}
+
+/// `N` addresses like [`free_local_addr`], each a different port: all are bound at once
+/// before any is let go (two ports taken one after the other can be the same one, which the
+/// second listener of a process then finds in use).
+pub fn free_local_addrs<const N: usize>() -> Result<[String; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let addrs = listeners
+        .iter()
+        .map(|l| Ok(format!("127.0.0.1:{}", l.local_addr()?.port())))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(addrs.try_into().expect("N addresses"))
 }
 
 /// `GET path` over plain HTTP/1.0 to `addr`: the status code and the body.

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use capt_tests::applier::{Applier, binary, metric_value};
 use capt_tests::audit_log::AuditLog;
 use capt_tests::held_proxy::HeldProxy;
-use capt_tests::system::{free_local_addr, impersonating_kubeconfig, plain_get};
+use capt_tests::system::{free_local_addr, free_local_addrs, impersonating_kubeconfig, plain_get};
 use capt_tests::{TestNamespace, env, repo_root, unique_name};
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -222,7 +222,7 @@ fn assert_only_authorized_scrapers(
 async fn the_status_applier_serves_metrics_over_https_to_authorized_scrapers_only() -> Result<()> {
     let kubeconfig = pod_kubeconfig()?;
     let scrapers = Scrapers::create().await?;
-    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let [metrics_addr, probe_addr] = free_local_addrs()?;
     let applier = Applier::start_as(
         &[
             "--metrics-bind-address",
@@ -303,7 +303,7 @@ async fn the_controller_serves_metrics_with_the_certificate_of_its_cert_dir() ->
         "openssl: {}",
         String::from_utf8_lossy(&openssl.stderr)
     );
-    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let [metrics_addr, probe_addr] = free_local_addrs()?;
     let log = dir.join("controller.log");
     let _controller = KilledOnDrop {
         child: Command::new(binary("capt-controller"))
@@ -585,7 +585,7 @@ async fn hole7_random_tokens_get_at_most_four_token_reviews_at_a_time() -> Resul
     let pod = unique_name("reviews");
     let kubeconfig = kubeconfig_of_pod(&pod)?;
     let proxy = HeldProxy::in_front_of(&kubeconfig).await?;
-    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let [metrics_addr, probe_addr] = free_local_addrs()?;
     let _applier = applier_as_pod(proxy.kubeconfig(), &metrics_addr, &probe_addr).await?;
 
     let audit = AuditLog::from_now()?;
@@ -646,7 +646,7 @@ async fn hole7_readyz_asks_the_api_server_at_most_once_a_second() -> Result<()> 
     const SPAN: Duration = Duration::from_secs(4);
     let pod = unique_name("readyz");
     let kubeconfig = kubeconfig_of_pod(&pod)?;
-    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let [metrics_addr, probe_addr] = free_local_addrs()?;
     let _applier = applier_as_pod(&kubeconfig, &metrics_addr, &probe_addr).await?;
 
     let audit = AuditLog::from_now()?;
@@ -679,7 +679,7 @@ async fn hole7_the_metrics_port_handshakes_with_32_clients_at_most() -> Result<(
     use std::io::Read as _;
     let pod = unique_name("handshakes");
     let kubeconfig = kubeconfig_of_pod(&pod)?;
-    let (metrics_addr, probe_addr) = (free_local_addr()?, free_local_addr()?);
+    let [metrics_addr, probe_addr] = free_local_addrs()?;
     let _applier = applier_as_pod(&kubeconfig, &metrics_addr, &probe_addr).await?;
 
     // Plain blocking sockets: a non-blocking read of one is a real read, so "still open"
