@@ -27,6 +27,9 @@ pub struct Settings {
     pub allowed_template_namespaces: BTreeSet<String>,
     /// What a rendered Workspace may ask of the provider (`--allow-provider-config`).
     pub workspace_policy: WorkspacePolicy,
+    /// Cluster API core does not run beside us (`--without-cluster-api-core`): `capt-cluster`
+    /// writes the readiness, phase and endpoint of the Clusters core's finalizer is not on.
+    pub without_core: bool,
 }
 
 /// How often to look again, by default, while waiting for something not watched.
@@ -39,6 +42,7 @@ impl Default for Settings {
             poll_interval: DEFAULT_POLL_INTERVAL,
             allowed_template_namespaces: BTreeSet::new(),
             workspace_policy: WorkspacePolicy::default(),
+            without_core: false,
         }
     }
 }

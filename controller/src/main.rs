@@ -80,6 +80,20 @@ struct Args {
     /// sharding: one Deployment per value, each with a Lease of its own).
     #[arg(long, env = "CAPT_WATCH_FILTER")]
     watch_filter: Option<String>,
+    /// Cluster API core does not run beside this controller: `capt-cluster` then writes each
+    /// Cluster's readiness, phase and `spec.controlPlaneEndpoint` itself (a Cluster that
+    /// carries core's finalizer is still left to core). Without it, the Cluster is core's
+    /// alone, as the provider contract has it, even before core's finalizer appears.
+    #[arg(
+        long,
+        env = "CAPT_WITHOUT_CLUSTER_API_CORE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
+    without_cluster_api_core: bool,
     /// Log as JSON lines.
     #[arg(long, env = "CAPT_LOG_JSON")]
     log_json: bool,
@@ -165,6 +179,7 @@ async fn main() -> anyhow::Result<()> {
             poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
             allowed_template_namespaces: args.allow_template_namespaces.into_iter().collect(),
             workspace_policy,
+            without_core: args.without_cluster_api_core,
         },
         events: capt_controller::context::recorder(client.clone()),
         write_loops: std::sync::Mutex::new(capt_controller::write_loops::WriteLoops::new(

@@ -121,6 +121,7 @@ impl Pod {
             .args(["--health-probe-bind-address", &probe_addr])
             .arg("--applier-socket")
             .arg(&self.applier.socket)
+            .args((!crate::env().core).then_some(crate::system::WITHOUT_CORE))
             .args(
                 self.shard
                     .iter()

@@ -14,6 +14,9 @@ use std::future::Future;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The controller's flag that says Cluster API core does not run beside it.
+pub const WITHOUT_CORE: &str = "--without-cluster-api-core";
+
 /// The label the controller puts on Workspaces, naming their apply's namespace.
 pub use capt_controller::render::APPLY_NAMESPACE_LABEL;
 
@@ -144,6 +147,12 @@ impl System {
             ])
             .arg("--applier-socket")
             .arg(&applier.socket)
+            // Where core does not run, the controller is told so, as an operator would
+            // (unless the test says otherwise: `--without-cluster-api-core=false`).
+            .args(
+                (!on.core && !controller_args.iter().any(|a| a.starts_with(WITHOUT_CORE)))
+                    .then_some(WITHOUT_CORE),
+            )
             .args(leader_args)
             .args(controller_args)
             .env("KUBECONFIG", kubeconfig)

@@ -136,3 +136,86 @@ async fn a_cluster_served_only_in_v1beta2_provisions_and_references_match_by_gro
     assert!(!applies.contains("stray"), "{applies}");
     Ok(())
 }
+
+/// Core's finalizer is missing from every Cluster here, as it is from a new Cluster core has
+/// not reconciled yet. A controller not told that core is absent
+/// (`--without-cluster-api-core`) does not take that absence for it: `capt-cluster` leaves the
+/// Cluster to core and writes nothing to it, though its control plane is Ready with an
+/// endpoint (what it would write without core). Without this, the endpoint it wrote in that
+/// moment stayed its own beside core and was reported as a conflict on every change after.
+#[tokio::test]
+async fn a_controller_not_told_core_is_absent_leaves_a_cluster_without_its_finalizer_to_core()
+-> Result<()> {
+    without_core();
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "core-not-declared").await?;
+    let system = System::start_with(&ns.name, 20, &["--without-cluster-api-core=false"]).await?;
+    system.apply_samples(false).await?;
+    system
+        .wait_for(
+            "the control plane Ready with its endpoint",
+            WAIT,
+            || async {
+                Ok(system
+                    .get(&["captcontrolplane", "demo"])?
+                    .is_some_and(|cp| {
+                        cp["status"]["ready"] == true
+                            && cp["spec"]["controlPlaneEndpoint"]["host"].is_string()
+                    }))
+            },
+        )
+        .await?;
+    // A change of the Cluster after that: the Cluster's reconcile that follows reads the
+    // Ready control plane from its cache, as capt-cluster would have to write its endpoint.
+    let reconciles = || system.controller_metric("capt_reconciles_total", &["kind=\"Cluster\""]);
+    let before = reconciles().await?;
+    env().kubectl_ok(
+        &[
+            "annotate",
+            "-n",
+            &ns.name,
+            "clusters.v1beta2.cluster.x-k8s.io/demo",
+            "touched=1",
+        ],
+        None,
+    )?;
+    system
+        .wait_for(
+            "a reconcile of the Cluster after its change",
+            WAIT,
+            || async { Ok(reconciles().await? > before) },
+        )
+        .await?;
+    let clusters = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
+            "clusters",
+        ),
+    );
+    let cluster = system
+        .applier
+        .acted_on(&clusters, "demo", "capt-cluster", true, WAIT)
+        .await?;
+    let entries = cluster["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ours: Vec<_> = entries
+        .iter()
+        .filter(|e| e["manager"] == "capt-cluster")
+        .collect();
+    assert!(ours.is_empty(), "capt-cluster wrote the Cluster: {ours:?}");
+    assert!(
+        cluster["spec"]["controlPlaneEndpoint"].is_null(),
+        "{}",
+        cluster["spec"]
+    );
+    assert!(
+        cluster["status"]["phase"].is_null(),
+        "{}",
+        cluster["status"]
+    );
+    Ok(())
+}

@@ -36,13 +36,7 @@ mod endpoint_race;
 
 use endpoint_race::{ClusterWriter, foreign_writers_race_on_the_endpoint};
 
-// Known, not fixed yet: when the controller reconciles a new Cluster before core's finalizer
-// is in its cache, `capt-cluster` publishes the endpoint once; under core it publishes no
-// endpoint again, but that document stays in the applier, which plans it on every change of
-// the Cluster and reports conflicts (2 in the CI run at c879b84) for a value it never
-// writes. Run it with `cargo test --test fault_endpoint -- --ignored`.
 #[tokio::test]
-#[ignore = "known race: capt-cluster's endpoint document from before core's finalizer lingers in the applier and reports conflicts"]
 async fn foreign_update_and_forced_apply_on_the_endpoint_beside_core_are_reported_never_fought_nor_emptied()
 -> anyhow::Result<()> {
     foreign_writers_race_on_the_endpoint(ClusterWriter::Core).await

@@ -5,7 +5,7 @@
 
 use super::{Result, after, kube_err};
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
-use crate::context::Context;
+use crate::context::{Context, Settings};
 use crate::publish::Publication;
 use crate::status::cluster::{ClusterInput, ProviderView, desired_cluster};
 use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
@@ -20,13 +20,17 @@ use std::sync::Arc;
 /// The finalizer core's Cluster controller puts on every Cluster it manages.
 pub const CORE_CLUSTER_FINALIZER: &str = "cluster.cluster.x-k8s.io";
 
-/// True when the Cluster API core controller manages the Cluster: it carries core's finalizer
-/// (core adds it before anything else, long before a VPC or control plane can be ready).
-pub fn managed_by_core(cluster: &Cluster) -> bool {
-    cluster
-        .finalizers()
-        .iter()
-        .any(|f| f == CORE_CLUSTER_FINALIZER)
+/// True when the Cluster API core controller manages the Cluster: always, unless the
+/// controller runs `--without-cluster-api-core`; then when the Cluster carries core's
+/// finalizer. Not inferred from the finalizer's absence alone: a new Cluster has none until
+/// core's first reconcile, and what `capt-cluster` wrote in that moment (an endpoint, once
+/// ours) would stay ours beside core.
+pub fn managed_by_core(settings: &Settings, cluster: &Cluster) -> bool {
+    !settings.without_core
+        || cluster
+            .finalizers()
+            .iter()
+            .any(|f| f == CORE_CLUSTER_FINALIZER)
 }
 
 /// Reconciles one Cluster.
@@ -59,7 +63,7 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
         control_plane_deleting: cp
             .as_ref()
             .is_some_and(|c| c.meta().deletion_timestamp.is_some()),
-        managed_by_core: managed_by_core(&cluster),
+        managed_by_core: managed_by_core(&ctx.settings, &cluster),
     };
     let desired = desired_cluster(&input);
     // The input is all observation: no clock, no status of the Cluster's own.
@@ -123,6 +127,22 @@ mod tests {
 
     fn entry(manager: &str, operation: &str, fields: serde_json::Value) -> serde_json::Value {
         json!({"manager": manager, "operation": operation, "fieldsType": "FieldsV1", "fieldsV1": fields})
+    }
+
+    #[test]
+    fn core_manages_every_cluster_unless_told_it_does_not_run() {
+        let mut new_cluster = cluster(json!([]));
+        let beside_core = Settings::default();
+        let alone = Settings {
+            without_core: true,
+            ..Settings::default()
+        };
+        // A new Cluster core has not reconciled yet carries no finalizer of core's.
+        assert!(managed_by_core(&beside_core, &new_cluster));
+        assert!(!managed_by_core(&alone, &new_cluster));
+        new_cluster.metadata.finalizers = Some(vec![CORE_CLUSTER_FINALIZER.to_owned()]);
+        assert!(managed_by_core(&beside_core, &new_cluster));
+        assert!(managed_by_core(&alone, &new_cluster));
     }
 
     #[test]

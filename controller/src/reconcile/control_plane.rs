@@ -261,7 +261,10 @@ async fn delete(
     }
     // Under core, the endpoint is core's (it copied it from us) and a Cluster going away keeps
     // it; alone, ours is released before the control plane goes.
-    let endpoint_owned = match cluster.as_ref().filter(|c| !managed_by_core(c)) {
+    let endpoint_owned = match cluster
+        .as_ref()
+        .filter(|c| !managed_by_core(&ctx.settings, c))
+    {
         Some(c) => endpoint_still_ours(ctx, c).await?,
         None => false,
     };

@@ -147,9 +147,9 @@ fn status_fragment(input: &ClusterInput, endpoint_valid: bool) -> Value {
     let infra = input.infrastructure.as_ref();
     let cp = input.control_plane.as_ref();
     let mut status = Map::new();
-    // Only ever `true`, as core writes them: before core adds its finalizer to a new Cluster
-    // we cannot tell it will, and a `false` of ours would be ours alone, then released (gone),
-    // then core's `true`: a flip. Our sources are sticky, so `true` never has to be taken back.
+    // Only ever `true`, as core writes them: a Cluster core's finalizer appears on later (it
+    // can, even `--without-cluster-api-core`) would see a `false` of ours released (gone), then
+    // core's `true`: a flip. Our sources are sticky, so `true` never has to be taken back.
     let mut initialization = Map::new();
     if infra.is_some_and(|v| v.ready) {
         initialization.insert(INFRASTRUCTURE_PROVISIONED.into(), json!(true));

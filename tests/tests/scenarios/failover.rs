@@ -75,6 +75,7 @@ impl Standby {
             .args(LEASE)
             .arg("--applier-socket")
             .arg(&system.applier.socket)
+            .args((!env().core).then_some(capt_tests::system::WITHOUT_CORE))
             .env("KUBECONFIG", &env().kubeconfig)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
