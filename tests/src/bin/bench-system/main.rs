@@ -54,6 +54,7 @@
 //! and `tables` prints the results.
 
 mod census;
+mod churn;
 mod deployed;
 mod floor;
 mod identity;
@@ -131,6 +132,11 @@ struct Args {
     /// core, whose Cluster writes its full updates fight: the tables say how many it did).
     #[arg(long, default_value_t = 300)]
     baseline_provision_timeout_seconds: u64,
+    /// Instead of the rounds: this many churn waves at each `--clusters` (the system as
+    /// deployed; each wave N stacks provisioned, then deleted; the resident memory after
+    /// each), to show what the processes keep of deleted objects.
+    #[arg(long, default_value_t = 0)]
+    churn_waves: usize,
     /// Restart the test environment (`hack/testenv.sh stop`, `start`, in its
     /// `CAPT_TESTENV_DIR`) before every round but the first, so that each round has an API
     /// server of its own: the processes are cluster-wide. `hack/bench.sh` passes it; never
@@ -189,6 +195,17 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let header = Header::now()?;
     eprintln!("{}", header.text());
+    if args.churn_waves > 0 {
+        for (i, &n) in args.clusters.iter().enumerate() {
+            if i > 0 && args.restart_environment {
+                restart_environment()?;
+            }
+            let churn =
+                churn::run_churn(&args, n, args.churn_waves, &deployed::Pod::read()?).await?;
+            print!("{}\n{}", header.text(), churn::table(&churn));
+        }
+        return Ok(());
+    }
     let mut rounds = Vec::new();
     let mut pod = None;
     for &n in &args.clusters {

@@ -91,10 +91,12 @@ pub(crate) struct Writes {
     pub(crate) refused: BTreeMap<String, u64>,
 }
 
-/// Peak RSS and CPU time of a process.
+/// Peak and current RSS and CPU time of a process.
 #[derive(Clone, Copy)]
 pub(crate) struct ProcessStats {
     pub(crate) peak_rss_mib: f64,
+    /// Resident now (`VmRSS`): what a process kept, where the peak says what it once needed.
+    pub(crate) rss_mib: f64,
     pub(crate) cpu_seconds: f64,
 }
 
@@ -352,6 +354,7 @@ pub(crate) fn process_stats(pid: u32) -> Result<ProcessStats> {
     .parse()?;
     Ok(ProcessStats {
         peak_rss_mib: hwm_kib / 1024.0,
+        rss_mib: kib("VmRSS:")? / 1024.0,
         cpu_seconds: ticks / hz,
     })
 }

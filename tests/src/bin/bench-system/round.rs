@@ -136,13 +136,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     let client = env().client().await?;
     let audit = env().state_dir().join("audit.log");
     let ns = format!("bench-{n}-{}", mode.short());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-        )
-        .await
-        .with_context(|| format!("creating namespace {ns}"))?;
+    create_namespace(&client, &ns).await?;
     let dir = std::env::temp_dir().join(capt_tests::unique_name(&ns));
     std::fs::create_dir_all(&dir)?;
     let mut system = BenchSystem::start(args, mode, pod, &dir).await?;
@@ -309,9 +303,26 @@ async fn provision(
     Ok((provisioned, provisioned_in, provisioning))
 }
 
+/// Creates the namespace `ns`.
+pub(crate) async fn create_namespace(client: &kube::Client, ns: &str) -> Result<()> {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    Ok(())
+}
+
 /// Creates stacks `0..n`, `CREATE_CONCURRENCY` at a time; the first `own` use a
 /// WorkspaceTemplate of their own.
-async fn create_stacks(client: &kube::Client, ns: &str, n: usize, own: usize) -> Result<()> {
+pub(crate) async fn create_stacks(
+    client: &kube::Client,
+    ns: &str,
+    n: usize,
+    own: usize,
+) -> Result<()> {
     futures::stream::iter((0..n).map(|i| {
         let template = (i < own).then(|| own_template(&stack_name(i)));
         create_stack(client.clone(), ns.to_owned(), stack_name(i), template)
@@ -324,7 +335,7 @@ async fn create_stacks(client: &kube::Client, ns: &str, n: usize, own: usize) ->
 
 /// Waits until `n` Clusters are provisioned, for at most `timeout`, reporting progress every
 /// 10 s.
-async fn wait_provisioned(watches: &Watches, n: usize, timeout: Duration) {
+pub(crate) async fn wait_provisioned(watches: &Watches, n: usize, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let mut reported = Instant::now();
     while watches.provisioned() < n && Instant::now() < deadline {

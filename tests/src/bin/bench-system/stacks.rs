@@ -134,15 +134,15 @@ pub(crate) async fn create_stack(
             doc["spec"]["workspaceTemplateRef"]["name"] = json!(t);
         }
         let kind = doc["kind"].as_str().context("kind")?.to_owned();
-        let group = doc["apiVersion"]
+        // The version the sample is written in (the Cluster's is v1beta2, core's storage).
+        let (group, version) = doc["apiVersion"]
             .as_str()
             .and_then(|a| a.split_once('/'))
-            .context("apiVersion")?
-            .0
-            .to_owned();
+            .context("apiVersion")?;
+        let gvk = GroupVersionKind::gvk(group, version, &kind);
         doc["metadata"]["namespace"] = json!(ns);
         let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &resource(&group, &kind));
+            Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
         api.create(&bench_creates(), &serde_json::from_value(doc)?)
             .await
             .with_context(|| format!("creating {kind} {ns}/{name}"))?;
