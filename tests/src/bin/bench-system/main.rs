@@ -48,6 +48,10 @@
 //!
 //! `hack/bench.sh` builds in release mode, starts a fresh environment and runs it.
 //!
+//! Two other runs replace the rounds: `churn` (`--churn-waves`: stacks provisioned and
+//! deleted in waves, the memory kept after each) and `shards` (`--shards`: the stacks split
+//! over shards, each shard's cost and its writes to other shards' objects).
+//!
 //! This file holds the flags and the loop over the rounds; `round` runs one round phase by
 //! phase, `system` starts the processes (from `deployed` and `identity`), `probe` measures
 //! (counters, audited requests, processes), `stacks` creates the stacks and watches them,
@@ -60,6 +64,7 @@ mod floor;
 mod identity;
 mod probe;
 mod round;
+mod shards;
 mod stacks;
 mod system;
 mod tables;
@@ -137,6 +142,11 @@ struct Args {
     /// each), to show what the processes keep of deleted objects.
     #[arg(long, default_value_t = 0)]
     churn_waves: usize,
+    /// Instead of the rounds: each `--clusters` split over this many shards, each shard the
+    /// Deployment's pods narrowed to its label, to show each shard's cost and that no shard
+    /// writes another's objects.
+    #[arg(long, default_value_t = 0)]
+    shards: usize,
     /// Restart the test environment (`hack/testenv.sh stop`, `start`, in its
     /// `CAPT_TESTENV_DIR`) before every round but the first, so that each round has an API
     /// server of its own: the processes are cluster-wide. `hack/bench.sh` passes it; never
@@ -203,6 +213,17 @@ async fn main() -> Result<()> {
             let churn =
                 churn::run_churn(&args, n, args.churn_waves, &deployed::Pod::read()?).await?;
             print!("{}\n{}", header.text(), churn::table(&churn));
+        }
+        return Ok(());
+    }
+    if args.shards > 0 {
+        for (i, &n) in args.clusters.iter().enumerate() {
+            if i > 0 && args.restart_environment {
+                restart_environment()?;
+            }
+            let sharded =
+                shards::run_shards(&args, n, args.shards, &deployed::Pod::read()?).await?;
+            print!("{}\n{}", header.text(), shards::table(&sharded));
         }
         return Ok(());
     }

@@ -30,7 +30,7 @@ pub(crate) fn ours(by_manager: &BTreeMap<String, u64>) -> u64 {
 }
 
 /// Where the audit log says who sent a request with a ServiceAccount token.
-const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+pub(crate) const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
 /// Counters at one moment.
 #[derive(Clone)]
@@ -147,7 +147,7 @@ impl Probe<'_> {
     }
 
     /// The audit events between two offsets.
-    fn events(&self, from: u64, to: u64) -> Result<Vec<Value>> {
+    pub(crate) fn events(&self, from: u64, to: u64) -> Result<Vec<Value>> {
         if to < from {
             bail!(
                 "the audit log {} was rotated during a phase",

@@ -323,9 +323,27 @@ pub(crate) async fn create_stacks(
     n: usize,
     own: usize,
 ) -> Result<()> {
+    create_stacks_in(client, ns, n, own, None).await
+}
+
+/// [`create_stacks`], each labelled for `shard`, if any.
+pub(crate) async fn create_stacks_in(
+    client: &kube::Client,
+    ns: &str,
+    n: usize,
+    own: usize,
+    shard: Option<&str>,
+) -> Result<()> {
     futures::stream::iter((0..n).map(|i| {
         let template = (i < own).then(|| own_template(&stack_name(i)));
-        create_stack(client.clone(), ns.to_owned(), stack_name(i), template)
+        let shard = shard.map(str::to_owned);
+        create_stack(
+            client.clone(),
+            ns.to_owned(),
+            stack_name(i),
+            template,
+            shard,
+        )
     }))
     .buffer_unordered(CREATE_CONCURRENCY)
     .try_collect::<Vec<()>>()
@@ -396,7 +414,7 @@ async fn probe_one(
     let stack = probe_name(i);
     let name = floor_name(i);
     let ours = async {
-        create_stack(client.clone(), ns.to_owned(), stack.clone(), None).await?;
+        create_stack(client.clone(), ns.to_owned(), stack.clone(), None, None).await?;
         let t2 = watches
             .clusters
             .wait(timeout, |s| s.first_with(&stack, "host:"))

@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result};
 use capt_tests::fake_provider::{OUTPUTS_ANNOTATION, workspace_resource};
+use capt_tests::pod::WATCH_FILTER_LABEL;
 use capt_tests::repo_root;
 use capt_tests::system::APPLY_NAMESPACE_LABEL;
 use futures::StreamExt;
@@ -119,15 +120,19 @@ pub(crate) async fn change_output(
 }
 
 /// Creates one stack (its control plane using the WorkspaceTemplate `template`, the
-/// sample's `eks` when `None`); Cluster API core adopts its CAPT objects (their cluster-name
+/// sample's `eks` when `None`; its objects labelled for `shard`, if any); Cluster API core adopts its CAPT objects (their cluster-name
 /// label names the Cluster where core does not run).
 pub(crate) async fn create_stack(
     client: kube::Client,
     ns: String,
     name: String,
     template: Option<String>,
+    shard: Option<String>,
 ) -> Result<()> {
     for mut doc in stack_docs(&name)? {
+        if let Some(shard) = &shard {
+            doc["metadata"]["labels"][WATCH_FILTER_LABEL] = json!(shard);
+        }
         if let Some(t) = &template
             && doc["kind"] == "CAPTControlPlane"
         {

@@ -9,6 +9,7 @@ use crate::identity::{self, Identity};
 use crate::{Args, Mode};
 use anyhow::{Context, Result, bail};
 use capt_tests::fake_provider::FakeProvider;
+use capt_tests::pod::WATCH_FILTER_LABEL;
 use status_applier::client::Client;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -28,15 +29,17 @@ impl PodProcesses {
         pod: &Pod,
         dir: &Path,
         name: &str,
+        shard: Option<&str>,
         identities: &mut Vec<(String, String)>,
         launches: &mut Vec<Launch>,
     ) -> Result<Self> {
+        let (applier_extra, controller_extra) = shard_flags(shard);
         let dir = dir.join(name);
         std::fs::create_dir_all(&dir)?;
         let applier = match mode {
             Mode::Sidecar => {
                 let id = identity::pod(&pod.namespace, &dir, APPLIER)?;
-                let launch = pod.launch(APPLIER, &dir, name, &id.kubeconfig, &[])?;
+                let launch = pod.launch(APPLIER, &dir, name, &id.kubeconfig, &applier_extra)?;
                 identities.push((process_name(name, APPLIER), id.credential_id));
                 launches.push(launch.clone());
                 Some(Process::start(launch, &dir)?)
@@ -46,7 +49,7 @@ impl PodProcesses {
         let (id, launch) = match mode {
             Mode::Sidecar => {
                 let id = identity::pod(&pod.namespace, &dir, "controller")?;
-                let launch = pod.launch(MANAGER, &dir, name, &id.kubeconfig, &[])?;
+                let launch = pod.launch(MANAGER, &dir, name, &id.kubeconfig, &controller_extra)?;
                 (id, launch)
             }
             Mode::Baseline => {
@@ -92,6 +95,26 @@ impl PodProcesses {
     }
 }
 
+/// The flags that make a pod one shard's (`docs/performance.md`, "Sharding"): the applier's
+/// and the controller's, each narrowed to the shard's label, on a Lease of the shard's own.
+fn shard_flags(shard: Option<&str>) -> (Vec<String>, Vec<String>) {
+    let Some(shard) = shard else {
+        return (vec![], vec![]);
+    };
+    let lease = [
+        "--leader-election-lease".to_owned(),
+        format!("capt-controller-{shard}"),
+    ];
+    let mut applier = vec![
+        "--watch-label-selector".to_owned(),
+        format!("{WATCH_FILTER_LABEL}={shard}"),
+    ];
+    applier.extend(lease.clone());
+    let mut controller = vec!["--watch-filter".to_owned(), shard.to_owned()];
+    controller.extend(lease);
+    (applier, controller)
+}
+
 /// The baseline's process: this binary with `upstream::FLAG`, its probes and metrics on
 /// free local ports.
 fn upstream_launch(kubeconfig: &Path) -> Result<Launch> {
@@ -123,8 +146,8 @@ pub(crate) fn process_name(pod: &str, process: &str) -> String {
 }
 
 pub(crate) struct BenchSystem {
-    /// Kept for its lifetime: dropped, it is killed.
-    _provider: FakeProvider,
+    /// Kept for its lifetime: dropped, it is killed. Shards share one, started apart.
+    _provider: Option<FakeProvider>,
     /// The Deployment's replicas (the baseline: one). The first leads when the round starts;
     /// `leader` follows the Lease through `fail_over`.
     pub(crate) pods: Vec<PodProcesses>,
@@ -141,20 +164,25 @@ impl BenchSystem {
     /// round knows which pod writes, then the others (sidecar mode: as many as the
     /// Deployment's replicas), which stand by.
     pub(crate) async fn start(args: &Args, mode: Mode, pod: &Pod, dir: &Path) -> Result<Self> {
+        let provider = start_provider(args).await?;
+        Self::start_pods(mode, pod, dir, Some(provider), None).await
+    }
+
+    /// The Deployment's pods of one shard (sidecar mode), beside a provider started apart
+    /// ([`start_provider`]): each pod's pod name carries the shard.
+    pub(crate) async fn start_shard(pod: &Pod, dir: &Path, shard: &str) -> Result<Self> {
+        Self::start_pods(Mode::Sidecar, pod, dir, None, Some(shard)).await
+    }
+
+    async fn start_pods(
+        mode: Mode,
+        pod: &Pod,
+        dir: &Path,
+        provider: Option<FakeProvider>,
+        shard: Option<&str>,
+    ) -> Result<Self> {
         identity::install(&pod.namespace)?;
         let scraper = identity::scraper(&pod.namespace, dir)?;
-        let delay = args.provider_delay_ms.to_string();
-        let rate = args.provider_max_reconcile_rate.to_string();
-        let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
-        // As provider-terraform runs by default: the poll interval and the backoff are the
-        // binary's defaults; the apply time is the benchmark's, and so is the reconcile rate
-        // (its default is provider-terraform's, 1).
-        let provider = FakeProvider::start_as(
-            &["--delay-ms", &delay, "--max-reconcile-rate", &rate],
-            &filter,
-            &capt_tests::env().kubeconfig,
-        )
-        .await?;
         let replicas = match mode {
             Mode::Sidecar => pod.replicas.max(1) as usize,
             Mode::Baseline => 1,
@@ -171,15 +199,23 @@ impl BenchSystem {
         };
         for i in 0..replicas {
             let name = format!(
-                "capt-controller-bench-{}-{}",
+                "capt-controller-bench-{}-{}{}",
                 std::process::id(),
+                shard.map(|s| format!("{s}-")).unwrap_or_default(),
                 char::from(b'a' + i as u8)
             );
             // The tables list the first pod's launches: the others differ only in the pod's
             // name, their local paths and ports.
             let mut pod_launches = Vec::new();
-            let processes =
-                PodProcesses::start(mode, pod, dir, &name, &mut identities, &mut pod_launches)?;
+            let processes = PodProcesses::start(
+                mode,
+                pod,
+                dir,
+                &name,
+                shard,
+                &mut identities,
+                &mut pod_launches,
+            )?;
             if i == 0 {
                 launches = pod_launches;
             }
@@ -325,4 +361,19 @@ impl BenchSystem {
         pod.kill();
         pod.name.clone()
     }
+}
+
+/// The fake provider as provider-terraform runs by default: the poll interval and the
+/// backoff are the binary's defaults; the apply time is the benchmark's, and so is the
+/// reconcile rate (its default is provider-terraform's, 1).
+pub(crate) async fn start_provider(args: &Args) -> Result<FakeProvider> {
+    let delay = args.provider_delay_ms.to_string();
+    let rate = args.provider_max_reconcile_rate.to_string();
+    let filter = std::env::var("FAKE_PROVIDER_LOG").unwrap_or_else(|_| "info".to_owned());
+    FakeProvider::start_as(
+        &["--delay-ms", &delay, "--max-reconcile-rate", &rate],
+        &filter,
+        &capt_tests::env().kubeconfig,
+    )
+    .await
 }
