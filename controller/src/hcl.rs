@@ -31,101 +31,125 @@ enum Inside {
 /// the order found.
 pub fn placeholders_in_code<'a>(
     module: &str,
-    keys: impl IntoIterator<Item = &'a str> + Clone,
+    keys: impl IntoIterator<Item = &'a str>,
 ) -> Vec<String> {
-    let placeholder_at = |rest: &str| {
-        keys.clone()
-            .into_iter()
-            .map(|key| format!("${{{key}}}"))
-            .find(|p| rest.starts_with(p.as_str()))
+    let mut scanner = Scanner {
+        placeholders: keys.into_iter().map(|key| format!("${{{key}}}")).collect(),
+        stack: vec![Inside::Code {
+            template: false,
+            braces: 0,
+        }],
+        line_start: true,
+        found: Vec::new(),
     };
-    let mut found: Vec<String> = Vec::new();
-    let mut stack = vec![Inside::Code {
-        template: false,
-        braces: 0,
-    }];
     let mut i = 0;
-    let mut line_start = true;
     while i < module.len() {
-        let rest = &module[i..];
-        let c = rest.chars().next().expect("not at the end");
-        let at_line_start = std::mem::replace(&mut line_start, c == '\n');
-        let top = stack.last_mut().expect("the module's code is never left");
-        match top {
-            Inside::Code { template, braces } => {
-                if let Some(p) = placeholder_at(rest) {
-                    let key = p[2..p.len() - 1].to_owned();
-                    if !found.contains(&key) {
-                        found.push(key);
-                    }
-                    i += p.len();
-                    continue;
-                }
-                if rest.starts_with('#') || rest.starts_with("//") {
-                    i += rest.find('\n').unwrap_or(rest.len());
-                    continue;
-                }
-                if rest.starts_with("/*") {
-                    i += rest.find("*/").map_or(rest.len(), |end| end + 2);
-                    continue;
-                }
-                if let Some(marker) = heredoc_marker(rest) {
-                    i += rest.find('\n').map_or(rest.len(), |end| end + 1);
-                    line_start = true;
-                    stack.push(Inside::Heredoc { marker });
-                    continue;
-                }
-                match c {
-                    '"' => stack.push(Inside::Quoted),
-                    '{' => *braces += 1,
-                    '}' if *template && *braces == 0 => {
-                        stack.pop();
-                    }
-                    '}' => *braces = braces.saturating_sub(1),
-                    _ => {}
-                }
-            }
-            Inside::Quoted | Inside::Heredoc { .. } => {
-                if let Inside::Heredoc { marker } = &*top
-                    && at_line_start
-                    && rest.lines().next().map(str::trim) == Some(marker.as_str())
-                {
-                    stack.pop();
-                    i += rest.find('\n').map_or(rest.len(), |end| end + 1);
-                    line_start = true;
-                    continue;
-                }
-                if let Some(p) = placeholder_at(rest) {
-                    i += p.len(); // text: the value stays a value
-                    continue;
-                }
-                if rest.starts_with("$${") || rest.starts_with("%%{") {
-                    i += 3;
-                    continue;
-                }
-                if rest.starts_with("${") || rest.starts_with("%{") {
-                    stack.push(Inside::Code {
-                        template: true,
-                        braces: 0,
-                    });
-                    i += 2;
-                    continue;
-                }
-                match (c, &*top) {
-                    ('\\', Inside::Quoted) => {
-                        i += 1 + rest[1..].chars().next().map_or(0, char::len_utf8);
-                        continue;
-                    }
-                    ('"', Inside::Quoted) => {
-                        stack.pop();
-                    }
-                    _ => {}
-                }
-            }
-        }
-        i += c.len_utf8();
+        i += scanner.step(&module[i..]);
     }
-    found
+    scanner.found
+}
+
+/// The scanner between two steps.
+struct Scanner {
+    /// `${KEY}` for each key looked for.
+    placeholders: Vec<String>,
+    /// What it is inside of, innermost last; the module's code is never left.
+    stack: Vec<Inside>,
+    /// Whether the next character starts a line.
+    line_start: bool,
+    /// The keys found in code, each once, in the order found.
+    found: Vec<String>,
+}
+
+impl Scanner {
+    /// The placeholder `rest` starts with, if any.
+    fn placeholder_at(&self, rest: &str) -> Option<&str> {
+        self.placeholders
+            .iter()
+            .map(String::as_str)
+            .find(|p| rest.starts_with(p))
+    }
+
+    /// Reads what `rest` (not empty) starts with; answers how many bytes it took.
+    fn step(&mut self, rest: &str) -> usize {
+        let c = rest.chars().next().expect("not at the end");
+        let at_line_start = std::mem::replace(&mut self.line_start, c == '\n');
+        match self.stack.last() {
+            Some(Inside::Code { .. }) => self.step_in_code(rest, c),
+            _ => self.step_in_text(rest, c, at_line_start),
+        }
+    }
+
+    /// A step in code: a placeholder found, a comment skipped, a heredoc or a string
+    /// entered, a brace counted, or a template's code left.
+    fn step_in_code(&mut self, rest: &str, c: char) -> usize {
+        if let Some(p) = self.placeholder_at(rest) {
+            let (len, key) = (p.len(), p[2..p.len() - 1].to_owned());
+            if !self.found.contains(&key) {
+                self.found.push(key);
+            }
+            return len;
+        }
+        if rest.starts_with('#') || rest.starts_with("//") {
+            return rest.find('\n').unwrap_or(rest.len());
+        }
+        if rest.starts_with("/*") {
+            return rest.find("*/").map_or(rest.len(), |end| end + 2);
+        }
+        if let Some(marker) = heredoc_marker(rest) {
+            self.line_start = true;
+            self.stack.push(Inside::Heredoc { marker });
+            return rest.find('\n').map_or(rest.len(), |end| end + 1);
+        }
+        let Some(Inside::Code { template, braces }) = self.stack.last_mut() else {
+            unreachable!("a step in code")
+        };
+        match c {
+            '"' => self.stack.push(Inside::Quoted),
+            '{' => *braces += 1,
+            '}' if *template && *braces == 0 => {
+                self.stack.pop();
+            }
+            '}' => *braces = braces.saturating_sub(1),
+            _ => {}
+        }
+        c.len_utf8()
+    }
+
+    /// A step in a string literal (quoted or a heredoc): its end, a placeholder (text: the
+    /// value stays a value), an escape, or a template's code entered.
+    fn step_in_text(&mut self, rest: &str, c: char, at_line_start: bool) -> usize {
+        if let Some(Inside::Heredoc { marker }) = self.stack.last()
+            && at_line_start
+            && rest.lines().next().map(str::trim) == Some(marker.as_str())
+        {
+            self.stack.pop();
+            self.line_start = true;
+            return rest.find('\n').map_or(rest.len(), |end| end + 1);
+        }
+        if let Some(p) = self.placeholder_at(rest) {
+            return p.len();
+        }
+        if rest.starts_with("$${") || rest.starts_with("%%{") {
+            return 3;
+        }
+        if rest.starts_with("${") || rest.starts_with("%{") {
+            self.stack.push(Inside::Code {
+                template: true,
+                braces: 0,
+            });
+            return 2;
+        }
+        let quoted = self.stack.last() == Some(&Inside::Quoted);
+        match c {
+            '\\' if quoted => return 1 + rest[1..].chars().next().map_or(0, char::len_utf8),
+            '"' if quoted => {
+                self.stack.pop();
+            }
+            _ => {}
+        }
+        c.len_utf8()
+    }
 }
 
 /// The marker of a heredoc starting at `rest` (`<<EOT` or `<<-EOT`, then the line's end).

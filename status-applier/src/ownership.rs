@@ -9,6 +9,8 @@ use crate::config::GroupKind;
 use crate::policy::{LookupStep, PolicyFile, Scope, SourceCheck};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -96,12 +98,22 @@ pub struct AuditArgs {
     pub output: AuditFormat,
     #[command(flatten)]
     pub policy: PolicyFileArg,
-    /// Read the policy from this ConfigMap of the cluster (`NAMESPACE/NAME`; its one key, or
+    /// Read the policy from this ConfigMap of the cluster (`NAMESPACE/NAME`, key
     /// `policy.yaml`) instead of a file. Without --policy and this flag, an audit of the
-    /// cluster reads the ConfigMap labelled `app.kubernetes.io/component=status-applier-policy`
-    /// when there is exactly one (as the applier is deployed).
-    #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "policy_file")]
+    /// cluster reads the ConfigMap labelled `app.kubernetes.io/component=status-applier-policy`,
+    /// looked for in every namespace (the manifests deploy it, with a hash suffix on its
+    /// name, beside the applier); none found, or several, is an error.
+    #[arg(
+        long,
+        env = "STATUS_APPLIER_POLICY_CONFIGMAP",
+        value_name = "NAMESPACE/NAME",
+        conflicts_with = "policy_file"
+    )]
     pub policy_configmap: Option<String>,
+    /// Audit without a policy: every field with its owners, nothing expected or checked
+    /// (the default with -f and no --policy).
+    #[arg(long, conflicts_with_all = ["policy_file", "policy_configmap"])]
+    pub no_policy: bool,
     #[command(flatten)]
     pub connection: ConnectionArgs,
     /// Protected paths and their only owners, as Kind.group:field.path=manager[|manager]
@@ -145,14 +157,19 @@ pub enum AuditFormat {
 
 /// The label of the ConfigMap that holds a deployed applier's policy (`--policy-configmap`).
 pub const POLICY_CONFIGMAP_LABEL: &str = "app.kubernetes.io/component=status-applier-policy";
+/// The key of that ConfigMap that holds the policy file.
+pub const POLICY_CONFIGMAP_KEY: &str = "policy.yaml";
 
-/// The policy of an audit: the file, the named ConfigMap, or (reading from the cluster with
-/// neither) the one labelled [`POLICY_CONFIGMAP_LABEL`], else none.
+/// The policy of an audit: the file; none with `--no-policy` or when the objects come from a
+/// file (`-f`, nothing is read from the cluster); else the named ConfigMap, or the one
+/// labelled [`POLICY_CONFIGMAP_LABEL`]. A ConfigMap that is missing, or lacks the key, is an
+/// error: an audit never runs on an empty policy it was not asked for.
 async fn audit_policy(args: &AuditArgs, client: Option<&kube::Client>) -> Result<PolicyFile> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{Api, ListParams};
     if args.policy.policy_file.is_some() {
         return args.policy.read();
+    }
+    if args.no_policy {
+        return Ok(PolicyFile::default());
     }
     let Some(client) = client else {
         if args.policy_configmap.is_some() {
@@ -161,52 +178,70 @@ async fn audit_policy(args: &AuditArgs, client: Option<&kube::Client>) -> Result
         return Ok(PolicyFile::default());
     };
     let config_map = match &args.policy_configmap {
-        Some(named) => {
-            let (ns, name) = named.split_once('/').with_context(|| {
-                format!("--policy-configmap {named:?}: expected NAMESPACE/NAME")
-            })?;
-            Api::<ConfigMap>::namespaced(client.clone(), ns)
-                .get(name)
-                .await
-                .with_context(|| format!("reading the policy ConfigMap {named}"))?
-        }
-        None => {
-            let list = Api::<ConfigMap>::all(client.clone())
-                .list(&ListParams::default().labels(POLICY_CONFIGMAP_LABEL))
-                .await
-                .context("looking for the applier's policy ConfigMap")?;
-            match list.items.len() {
-                0 => return Ok(PolicyFile::default()),
-                1 => list.items.into_iter().next().expect("one"),
-                _ => bail!(
-                    "{} ConfigMaps are labelled {POLICY_CONFIGMAP_LABEL} ({}): name one with \
-                     --policy-configmap NAMESPACE/NAME, or give --policy FILE",
-                    list.items.len(),
-                    list.items
-                        .iter()
-                        .map(|c| format!(
-                            "{}/{}",
-                            c.metadata.namespace.as_deref().unwrap_or_default(),
-                            c.metadata.name.as_deref().unwrap_or_default()
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            }
-        }
+        Some(named) => named_policy_configmap(client, named).await?,
+        None => labelled_policy_configmap(client).await?,
     };
-    let where_ = format!(
-        "ConfigMap {}/{}",
+    policy_of_configmap(config_map)
+}
+
+/// The ConfigMap `--policy-configmap NAMESPACE/NAME` names.
+async fn named_policy_configmap(client: &kube::Client, named: &str) -> Result<ConfigMap> {
+    let (ns, name) = named
+        .split_once('/')
+        .with_context(|| format!("--policy-configmap {named:?}: expected NAMESPACE/NAME"))?;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading the policy ConfigMap {named}"))?
+        .with_context(|| {
+            format!("no policy: the ConfigMap {named} (--policy-configmap) does not exist")
+        })
+}
+
+/// The one ConfigMap labelled [`POLICY_CONFIGMAP_LABEL`], in any namespace.
+async fn labelled_policy_configmap(client: &kube::Client) -> Result<ConfigMap> {
+    let list = Api::<ConfigMap>::all(client.clone())
+        .list(&ListParams::default().labels(POLICY_CONFIGMAP_LABEL))
+        .await
+        .context("looking for the applier's policy ConfigMap")?;
+    let names: Vec<String> = list.items.iter().map(namespaced_name).collect();
+    match <[ConfigMap; 1]>::try_from(list.items) {
+        Ok([one]) => Ok(one),
+        Err(items) if items.is_empty() => bail!(
+            "no policy: no ConfigMap labelled {POLICY_CONFIGMAP_LABEL} in any namespace (as the \
+             applier's manifests deploy it); give --policy FILE, --policy-configmap \
+             NAMESPACE/NAME, or --no-policy to list the owners without checks"
+        ),
+        Err(_) => bail!(
+            "{} ConfigMaps are labelled {POLICY_CONFIGMAP_LABEL} ({}): name one with \
+             --policy-configmap NAMESPACE/NAME, or give --policy FILE",
+            names.len(),
+            names.join(", ")
+        ),
+    }
+}
+
+/// The policy file in [`POLICY_CONFIGMAP_KEY`] of `config_map`, parsed as a file is.
+fn policy_of_configmap(config_map: ConfigMap) -> Result<PolicyFile> {
+    let name = namespaced_name(&config_map);
+    let mut data = config_map.data.unwrap_or_default();
+    let Some(text) = data.remove(POLICY_CONFIGMAP_KEY) else {
+        let keys: Vec<&String> = data.keys().collect();
+        bail!(
+            "no policy: the ConfigMap {name} has no key {POLICY_CONFIGMAP_KEY} (its keys: {keys:?})"
+        );
+    };
+    PolicyFile::parse(&text).map_err(|e| {
+        anyhow::anyhow!("policy of the ConfigMap {name} ({POLICY_CONFIGMAP_KEY}): {e}")
+    })
+}
+
+fn namespaced_name(config_map: &ConfigMap) -> String {
+    format!(
+        "{}/{}",
         config_map.metadata.namespace.as_deref().unwrap_or_default(),
         config_map.metadata.name.as_deref().unwrap_or_default()
-    );
-    let data = config_map.data.unwrap_or_default();
-    let text = match (data.get("policy.yaml"), data.len()) {
-        (Some(text), _) => text.clone(),
-        (None, 1) => data.into_values().next().expect("one key"),
-        _ => bail!("{where_}: no policy.yaml key, and not exactly one key"),
-    };
-    PolicyFile::parse(&text).map_err(|e| anyhow::anyhow!("policy of {where_}: {e}"))
+    )
 }
 
 /// Runs the audit the flags describe and prints it.
@@ -391,7 +426,8 @@ async fn fetch_objects(
 ) -> Result<Vec<serde_json::Value>> {
     if target.is_none() && audited.is_empty() {
         bail!(
-            "nothing to audit: name a KIND or KIND/NAME, or give a policy file (--policy) whose audit.kinds lists the kinds"
+            "nothing to audit: name a KIND or KIND/NAME, or give a policy (--policy FILE, or the \
+             deployed policy ConfigMap) whose audit.kinds lists the kinds"
         );
     }
     let discovery = kube::discovery::Discovery::new(client.clone())

@@ -69,10 +69,12 @@ impl Fixture {
         let mut cmd = Command::new(binary("status-applier"));
         cmd.args(["audit", "configmap/settings", "-n", &self.ns.name])
             .env("KUBECONFIG", &env().kubeconfig)
-            .env_remove("STATUS_APPLIER_POLICY");
-        if let Some(p) = policy {
-            cmd.arg("--policy").arg(p);
-        }
+            .env_remove("STATUS_APPLIER_POLICY")
+            .env_remove("STATUS_APPLIER_POLICY_CONFIGMAP");
+        match policy {
+            Some(p) => cmd.arg("--policy").arg(p),
+            None => cmd.arg("--no-policy"),
+        };
         Ok(cmd.output()?)
     }
 }

@@ -1,7 +1,7 @@
 //! `kubectl ownership`: the audit as a kubectl plugin, found by the real `kubectl` on the PATH,
 //! against the real API server: kubectl's namespace conventions (the context's namespace,
 //! `-n`, `-A`), `-o json`, `--context`, and the audit's exit codes (0 clean, 1 a violation,
-//! 2 it could not run).
+//! 2 it could not run), and the policy read from the cluster when no file is given.
 
 use anyhow::Result;
 use capt_tests::applier::binary;
@@ -26,6 +26,7 @@ fn kubectl_ownership(kubeconfig: &Path, args: &[&str]) -> Result<Output> {
         .env("PATH", path)
         .env("KUBECONFIG", kubeconfig)
         .env_remove("STATUS_APPLIER_POLICY")
+        .env_remove("STATUS_APPLIER_POLICY_CONFIGMAP")
         .output()?)
 }
 
@@ -75,6 +76,11 @@ async fn kubectl_finds_the_plugin_and_it_audits_with_kubectls_conventions() -> R
         ])
         .output()?;
     assert!(set_ns.status.success(), "{}", text(&set_ns));
+
+    // This test names its kinds and expectations on the command line: no policy.
+    let kubectl_ownership = |kubeconfig: &Path, args: &[&str]| {
+        kubectl_ownership(kubeconfig, &[args, &["--no-policy"]].concat())
+    };
 
     // Without -n: the context's namespace only.
     let out = kubectl_ownership(&kubeconfig, &["configmaps"])?;
@@ -146,12 +152,27 @@ async fn kubectl_finds_the_plugin_and_it_audits_with_kubectls_conventions() -> R
     Ok(())
 }
 
-/// On a management cluster the policy is the deployed ConfigMap: with no `--policy`, the
-/// plugin reads the ConfigMap labelled `app.kubernetes.io/component=status-applier-policy`
-/// (the kustomization's, as deployed) and audits the kinds it lists; `--policy-configmap`
-/// names one. Before, it ended in "nothing to audit" (exit 2) without a local policy file.
+/// `status-applier audit ARGS` with `KUBECONFIG` and no policy file.
+fn status_applier_audit(args: &[&str]) -> Result<Output> {
+    Ok(std::process::Command::new(binary("status-applier"))
+        .arg("audit")
+        .args(args)
+        .env("KUBECONFIG", &env().kubeconfig)
+        .env_remove("STATUS_APPLIER_POLICY")
+        .env_remove("STATUS_APPLIER_POLICY_CONFIGMAP")
+        .output()?)
+}
+
+/// On a management cluster the policy is the deployed ConfigMap: with no `--policy`,
+/// `kubectl ownership -A` and `status-applier audit` read the ConfigMap labelled
+/// `app.kubernetes.io/component=status-applier-policy` (the kustomization's, as deployed) and
+/// audit the kinds it lists; `--policy-configmap` names one. Without it, or without its key
+/// `policy.yaml`, they fail (exit 2) naming what they looked for: never an audit on an empty
+/// policy nobody asked for.
 #[tokio::test]
 async fn without_a_policy_file_the_deployed_policy_configmap_is_read() -> Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ListParams};
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "plugin-policy").await?;
     let rendered = env().kubectl_ok(
@@ -170,11 +191,7 @@ async fn without_a_policy_file_the_deployed_policy_configmap_is_read() -> Result
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    env().kubectl_ok(
-        &["apply", "--server-side", "-f", "-"],
-        Some(&policy.to_string()),
-    )?;
-
+    let configmap = format!("{}/{name}", ns.name);
     // An object of a kind the policy lists (and no target named on the command line).
     let cp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
         "metadata": {"name": "demo", "namespace": ns.name},
@@ -183,17 +200,82 @@ async fn without_a_policy_file_the_deployed_policy_configmap_is_read() -> Result
         &["apply", "--server-side", "-f", "-"],
         Some(&cp.to_string()),
     )?;
-    let configmap = format!("{}/{name}", ns.name);
+
+    // No policy ConfigMap yet (this is the only test that makes one).
+    let labelled = Api::<ConfigMap>::all(client.clone())
+        .list(&ListParams::default().labels("app.kubernetes.io/component=status-applier-policy"))
+        .await?;
+    anyhow::ensure!(
+        labelled.items.is_empty(),
+        "a policy ConfigMap from elsewhere is in the environment: {:?}",
+        labelled
+            .items
+            .iter()
+            .map(|c| (&c.metadata.namespace, &c.metadata.name))
+            .collect::<Vec<_>>()
+    );
+    let none_found =
+        "no ConfigMap labelled app.kubernetes.io/component=status-applier-policy in any namespace";
+    for out in [
+        kubectl_ownership(&env().kubeconfig, &["-A"])?,
+        status_applier_audit(&[])?,
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(none_found), "{}", text(&out));
+    }
+    let out = kubectl_ownership(&env().kubeconfig, &["-A", "--policy-configmap", &configmap])?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "the ConfigMap {configmap} (--policy-configmap) does not exist"
+        )),
+        "{}",
+        text(&out)
+    );
+    // A ConfigMap without the key.
+    let keyless = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "keyless", "namespace": ns.name}, "data": {"other.yaml": "{}"}});
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&keyless.to_string()),
+    )?;
+    let keyless = format!("{}/keyless", ns.name);
+    let out = kubectl_ownership(&env().kubeconfig, &["-A", "--policy-configmap", &keyless])?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("the ConfigMap {keyless} has no key policy.yaml")),
+        "{}",
+        text(&out)
+    );
+
+    // Deployed: found by its label, or named.
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&policy.to_string()),
+    )?;
+    let ours = format!("CAPTControlPlane/{}/demo", ns.name);
     for args in [
         vec!["-n", &ns.name],
         vec!["-n", &ns.name, "--policy-configmap", &configmap],
     ] {
         let out = kubectl_ownership(&env().kubeconfig, &args)?;
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout.contains(&format!("CAPTControlPlane/{}/demo", ns.name)),
+            String::from_utf8_lossy(&out.stdout).contains(&ours),
             "{args:?}: {}",
+            text(&out)
+        );
+    }
+    // Every namespace: others of the shared environment may hold violations (exit 1), so the
+    // claim is that the audit ran on the deployed policy and read our object.
+    for out in [
+        kubectl_ownership(&env().kubeconfig, &["-A"])?,
+        status_applier_audit(&[])?,
+    ] {
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&ours),
+            "{}",
             text(&out)
         );
     }

@@ -8,7 +8,7 @@
 
 use super::shared::{Located, contains, locate_workspace};
 use super::{Result, after, kube_err};
-use crate::api::{TerraformWorkspace, WorkspaceTemplateApply};
+use crate::api::{TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
 use crate::context::{Context, Written};
 use crate::k8s::{SPEC_MANAGER, set_finalizer};
 use crate::publish::Publication;
@@ -54,14 +54,7 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         .map_err(kube_err(&*apply, "adding its finalizer"))?;
     let own = located.own();
     let own_name = own.map(|_| located.placement.name()).unwrap_or_default();
-    let allowed = &ctx.settings.allowed_template_namespaces;
-    if let Some(crossing) = apply_cross_namespace(&apply, allowed) {
-        let refusal = Refusal::cross_namespace(&crossing, &namespace);
-        return refuse(&apply, &ctx, own_name, own, refusal).await;
-    }
-    // Values are pasted into Terraform: one that could become code is never rendered.
-    if let Some(message) = crate::variables::first_unsafe(apply.spec.variables.as_ref()) {
-        let refusal = blocked(crate::variables::UNSAFE_VARIABLE, message);
+    if let Some(refusal) = spec_refusal(&apply, &ctx, &namespace) {
         return refuse(&apply, &ctx, own_name, own, refusal).await;
     }
     let name = match &located.placement {
@@ -112,75 +105,113 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         publish(&apply, &ctx, &name, own, false, Some(refusal)).await?;
         return Ok(Action::requeue(ctx.settings.poll_interval));
     };
+    let rendered = match render_checked(&apply, &ctx, &template, &template_ns, &name)? {
+        Ok(rendered) => rendered,
+        Err(refusal) => return refuse(&apply, &ctx, own_name, own, refusal).await,
+    };
+    let changed = needs_apply(own, &rendered);
+    if changed {
+        apply_workspace(&apply, &ctx, &workspaces, own, rendered, &template, &name).await?;
+    }
+    publish(&apply, &ctx, &name, own, changed, None).await?;
+    Ok(after(None))
+}
+
+/// Why the apply's own spec must not be rendered, if it must not: a reference to another
+/// namespace (templates from an allowed one excepted), or a variable whose value could
+/// become code (values are pasted into Terraform).
+fn spec_refusal(apply: &WorkspaceTemplateApply, ctx: &Context, namespace: &str) -> Option<Refusal> {
+    let allowed = &ctx.settings.allowed_template_namespaces;
+    if let Some(crossing) = apply_cross_namespace(apply, allowed) {
+        return Some(Refusal::cross_namespace(&crossing, namespace));
+    }
+    crate::variables::first_unsafe(apply.spec.variables.as_ref())
+        .map(|message| blocked(crate::variables::UNSAFE_VARIABLE, message))
+}
+
+/// The Workspace `template` renders for the apply under `name`, or why it must not be
+/// rendered: a template over the size limit, a placeholder standing in code, a rendered
+/// reference to another namespace (what the template brings stays in the apply's namespace
+/// too), or what the operator's workspace policy forbids (the credentials, the state and
+/// where outputs go are the operator's, not the template's).
+fn render_checked(
+    apply: &WorkspaceTemplateApply,
+    ctx: &Context,
+    template: &WorkspaceTemplate,
+    template_ns: &str,
+    name: &str,
+) -> Result<std::result::Result<Value, Refusal>> {
+    let namespace = apply.namespace().unwrap_or_default();
+    let template_name = format!("{template_ns}/{}", apply.spec.template_ref.name);
     if let Some(size) = template
         .annotations()
         .get(crate::watches::TOO_LARGE_ANNOTATION)
     {
         let message = format!(
-            "WorkspaceTemplate {template_ns}/{} is {size} bytes, over the limit of {} bytes; \
+            "WorkspaceTemplate {template_name} is {size} bytes, over the limit of {} bytes; \
              nothing is rendered",
-            apply.spec.template_ref.name,
             crate::watches::MAX_TEMPLATE_BYTES
         );
-        let refusal = blocked("TemplateTooLarge", message);
-        return refuse(&apply, &ctx, own_name, own, refusal).await;
+        return Ok(Err(blocked("TemplateTooLarge", message)));
     }
-    let in_code = crate::render::placeholders_in_code(&apply, &template);
+    let in_code = crate::render::placeholders_in_code(apply, template);
     if !in_code.is_empty() {
-        let template_name = format!("{template_ns}/{}", apply.spec.template_ref.name);
         let message = crate::hcl::refusal_message(&template_name, &in_code);
-        let refusal = blocked(crate::hcl::PLACEHOLDER_IN_CODE, message);
-        return refuse(&apply, &ctx, own_name, own, refusal).await;
+        return Ok(Err(blocked(crate::hcl::PLACEHOLDER_IN_CODE, message)));
     }
-    let mut rendered = render_workspace(&apply, &template, &name)?;
-    // What the template brings (its connection Secret, Secrets in its body) stays in the
-    // apply's namespace too.
+    let rendered = render_workspace(apply, template, name)?;
     if let Some(crossing) = rendered_cross_namespace(&namespace, &rendered["spec"]) {
-        let refusal = Refusal::cross_namespace(&crossing, &namespace);
-        return refuse(&apply, &ctx, own_name, own, refusal).await;
+        return Ok(Err(Refusal::cross_namespace(&crossing, &namespace)));
     }
-    // The credentials, the state and where outputs go are the operator's, not the template's.
     if let Some(message) = ctx.settings.workspace_policy.refusal(&namespace, &rendered) {
-        let refusal = blocked(crate::workspace_policy::NOT_ALLOWED, message);
-        return refuse(&apply, &ctx, own_name, own, refusal).await;
+        return Ok(Err(blocked(crate::workspace_policy::NOT_ALLOWED, message)));
     }
-    let changed = needs_apply(own, &rendered);
-    if changed {
-        // Onto the Workspace we observed as ours, never one that replaced it meanwhile.
-        if let Some(uid) = own.and_then(|w| w.uid()) {
-            rendered["metadata"]["uid"] = json!(uid);
-        }
-        let params = PatchParams::apply(SPEC_MANAGER).force();
-        workspaces
-            .patch(&name, &params, &Patch::Apply(&rendered))
-            .await
-            .map_err(kube_err(&*apply, "applying its Workspace"))?;
-        tracing::info!(
-            apply = apply.name_any(),
-            workspace = name,
-            "Rendered Workspace"
-        );
-        // The render is a function of the apply (spec, labels, uid), the template and the
-        // name in use: the same ones rendered again and again is a loop.
-        let observed = (
-            apply.labels(),
-            apply.uid(),
-            template.meta().resource_version.as_deref(),
-            &name,
-        );
-        let written = Written {
-            api_version: TerraformWorkspace::api_version(&()).into(),
-            kind: TerraformWorkspace::kind(&()).into(),
-            namespace: None,
-            name: name.clone(),
-            manager: SPEC_MANAGER.into(),
-            subresource: None,
-        };
-        let basis = Basis::of(apply.meta().generation, &observed);
-        ctx.wrote(written, basis, apply.object_ref(&())).await;
+    Ok(Ok(rendered))
+}
+
+/// Applies the rendered Workspace and records the write (for the write-loop check).
+async fn apply_workspace(
+    apply: &WorkspaceTemplateApply,
+    ctx: &Context,
+    workspaces: &Api<TerraformWorkspace>,
+    own: Option<&TerraformWorkspace>,
+    mut rendered: Value,
+    template: &WorkspaceTemplate,
+    name: &str,
+) -> Result<()> {
+    // Onto the Workspace we observed as ours, never one that replaced it meanwhile.
+    if let Some(uid) = own.and_then(|w| w.uid()) {
+        rendered["metadata"]["uid"] = json!(uid);
     }
-    publish(&apply, &ctx, &name, own, changed, None).await?;
-    Ok(after(None))
+    let params = PatchParams::apply(SPEC_MANAGER).force();
+    workspaces
+        .patch(name, &params, &Patch::Apply(&rendered))
+        .await
+        .map_err(kube_err(apply, "applying its Workspace"))?;
+    tracing::info!(
+        apply = apply.name_any(),
+        workspace = name,
+        "Rendered Workspace"
+    );
+    // The render is a function of the apply (spec, labels, uid), the template and the
+    // name in use: the same ones rendered again and again is a loop.
+    let observed = (
+        apply.labels(),
+        apply.uid(),
+        template.meta().resource_version.as_deref(),
+        name,
+    );
+    let written = Written {
+        api_version: TerraformWorkspace::api_version(&()).into(),
+        kind: TerraformWorkspace::kind(&()).into(),
+        namespace: None,
+        name: name.to_owned(),
+        manager: SPEC_MANAGER.into(),
+        subresource: None,
+    };
+    let basis = Basis::of(apply.meta().generation, &observed);
+    ctx.wrote(written, basis, apply.object_ref(&())).await;
+    Ok(())
 }
 
 /// `Applied=False` with `reason`: rendering waits for something.

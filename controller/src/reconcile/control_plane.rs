@@ -11,6 +11,7 @@ use super::shared::{
 use super::{Result, after, kube_err};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
+    WorkspaceTemplateApply,
 };
 use crate::context::Context;
 use crate::k8s::set_finalizer;
@@ -19,6 +20,7 @@ use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{
     CONTROL_PLANE_CONDITION_TYPES, ControlPlaneInput, desired_control_plane,
 };
+use crate::tenancy::Refusal;
 use crate::watches::cached_beside;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -83,56 +85,12 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
         .await
         .map_err(kube_err(&*cp, "adding its finalizer"))?;
-    let vpc_ready = vpc_ready(&ctx, &cp, cluster.as_ref());
-    let mut workspace = None;
-    let mut endpoint_source = None;
-    let mut refusal = None;
-    let mut generation = cp.meta().generation;
-    let apply = match vpc_ready {
-        Some(true) => match owner::ensure_recorded_apply(&ctx, &api, &*cp).await? {
-            Ok(recorded) => {
-                generation = recorded.generation;
-                Some(recorded.apply)
-            }
-            Err(r) => {
-                refusal = Some(r);
-                None
-            }
-        },
-        _ => None,
-    };
-    if let Some(apply) = &apply {
-        workspace = observe_workspace(&ctx, apply);
-        endpoint_source = workspace
-            .as_ref()
-            .and_then(|w| w.output_string("cluster_endpoint"));
-        if endpoint_source.is_none() && workspace.as_ref().is_some_and(|w| w.is_ready()) {
-            endpoint_source = secret_endpoint(&ctx, &*cp, apply).await?;
-        }
-    }
-    let workspace_ready = workspace.as_ref().is_some_and(|w| w.is_ready());
-    let mut input = ControlPlaneInput {
-        generation,
-        version: cp.spec.version.clone(),
-        timeouts: cp
-            .spec
-            .control_plane_config
-            .as_ref()
-            .and_then(|c| c.timeouts.clone()),
-        created: cp
-            .meta()
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_else(Timestamp::now),
-        now: Timestamp::now(),
-        existing: cp.status.clone(),
-        cluster_found: cluster.is_some(),
-        vpc_ready,
-        workspace,
-        endpoint_source,
-        apply_generation: apply.as_ref().and_then(|a| a.meta().generation),
-    };
+    let Observed {
+        mut input,
+        apply,
+        refusal,
+    } = observe_infrastructure(&ctx, &cp, &api, cluster.as_ref()).await?;
+    let workspace_ready = input.workspace.as_ref().is_some_and(|w| w.is_ready());
     let mut desired = desired_control_plane(&input);
     // What the endpoint and status are computed from, less the clock and the status's own
     // last value.
@@ -185,6 +143,80 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         super::kubeconfig::ensure_kubeconfig(&ctx, &cp, cluster, &apply).await?;
     }
     Ok(recheck)
+}
+
+/// What the control plane's endpoint and status are computed from, with the apply they come
+/// from, or why that apply is refused.
+struct Observed {
+    input: ControlPlaneInput,
+    apply: Option<WorkspaceTemplateApply>,
+    refusal: Option<Refusal>,
+}
+
+/// Observes the control plane's infrastructure: once the VPC is ready, its apply (created or
+/// adopted, its name recorded: [`owner::ensure_recorded_apply`]), then the apply's Workspace
+/// and the endpoint it reports (its `cluster_endpoint` output, else the connection Secret
+/// once the Workspace is ready).
+async fn observe_infrastructure(
+    ctx: &Context,
+    cp: &CAPTControlPlane,
+    api: &Api<CAPTControlPlane>,
+    cluster: Option<&Cluster>,
+) -> Result<Observed> {
+    let vpc_ready = vpc_ready(ctx, cp, cluster);
+    let mut workspace = None;
+    let mut endpoint_source = None;
+    let mut refusal = None;
+    let mut generation = cp.meta().generation;
+    let apply = match vpc_ready {
+        Some(true) => match owner::ensure_recorded_apply(ctx, api, cp).await? {
+            Ok(recorded) => {
+                generation = recorded.generation;
+                Some(recorded.apply)
+            }
+            Err(r) => {
+                refusal = Some(r);
+                None
+            }
+        },
+        _ => None,
+    };
+    if let Some(apply) = &apply {
+        workspace = observe_workspace(ctx, apply);
+        endpoint_source = workspace
+            .as_ref()
+            .and_then(|w| w.output_string("cluster_endpoint"));
+        if endpoint_source.is_none() && workspace.as_ref().is_some_and(|w| w.is_ready()) {
+            endpoint_source = secret_endpoint(ctx, cp, apply).await?;
+        }
+    }
+    let input = ControlPlaneInput {
+        generation,
+        version: cp.spec.version.clone(),
+        timeouts: cp
+            .spec
+            .control_plane_config
+            .as_ref()
+            .and_then(|c| c.timeouts.clone()),
+        created: cp
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now),
+        now: Timestamp::now(),
+        existing: cp.status.clone(),
+        cluster_found: cluster.is_some(),
+        vpc_ready,
+        workspace,
+        endpoint_source,
+        apply_generation: apply.as_ref().and_then(|a| a.meta().generation),
+    };
+    Ok(Observed {
+        input,
+        apply,
+        refusal,
+    })
 }
 
 /// Reason of the Warning Event on a control plane whose label or owner reference names a

@@ -177,19 +177,12 @@ impl Engine {
         }
     }
 
-    /// The object as the cache holds it (the machine reads it itself when nobody has it), or
-    /// as the API server holds it when the intent names a uid the cache has not seen (a
-    /// recreation the watch has not delivered yet).
+    /// The object as the cache holds it, if it does; the machine decides whether to read it
+    /// (nobody has it, or the intent names a uid the cache has not seen).
     async fn view_for(&self, intent: &ValidIntent) -> Result<Option<Arc<View>>, ApplyError> {
         let object = &intent.key.object;
         let kind = self.live.kind(&object.api_version, &object.kind).await?;
-        let cached = self.live.cached(&kind, object);
-        match (&intent.uid, &cached) {
-            (Some(uid), Some(view)) if crate::apply::of_another_incarnation(view, uid) => {
-                self.live.reread(&kind, object).await
-            }
-            _ => Ok(cached),
-        }
+        Ok(self.live.cached(&kind, object))
     }
 
     /// Every desired document.

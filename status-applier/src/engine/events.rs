@@ -19,7 +19,8 @@ pub type Ticket = u64;
 #[derive(Debug)]
 pub enum Event {
     /// An intent, validated. `view` is the driver's newest view of the object, if it has one,
-    /// or why it could not get one.
+    /// or why it could not get one; reading the object, when the intent needs it, is the
+    /// machine's decision ([`Effect::Read`]).
     Intent {
         /// The intent.
         intent: ValidIntent,
@@ -27,7 +28,8 @@ pub enum Event {
         ticket: Ticket,
         /// Whether the submitter waits for the apply.
         wait: bool,
-        /// The object as the driver last saw it, or why reading it failed.
+        /// The object as the driver's cache holds it, or why the driver could not look (its
+        /// kind is unknown to the API server).
         view: Result<Option<Arc<View>>, ApplyError>,
     },
     /// The object as the API server showed it (watch or read).

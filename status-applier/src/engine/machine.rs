@@ -152,8 +152,8 @@ struct Object {
     keys: BTreeSet<DesiredKey>,
     /// The key whose read or apply is in flight.
     busy: Option<DesiredKey>,
-    /// Intents for documents not loaded yet, waiting for the one read of the object that
-    /// tells what their managers own (in arrival order).
+    /// Intents waiting for the one read of the object that tells what their managers own,
+    /// or which incarnation it is (in arrival order).
     parked: Vec<Parked>,
     /// Managers whose applies the views of the object must keep (their documents are here).
     keep_managers: BTreeSet<String>,
@@ -352,16 +352,15 @@ impl Machine {
         self.ready = waiting;
     }
 
-    /// Plans `key` on the newest view ([`apply::plan`]) and carries out the decision: a read,
-    /// a refusal, an answer (nothing to send), or an apply.
+    /// Plans `key` on the newest view ([`apply::plan`]) and takes the decision: a read, a
+    /// refusal, an answer (nothing to send), or an apply.
     fn plan_or_read(&mut self, key: &DesiredKey, stale: u32, now: Instant, out: &mut Vec<Effect>) {
         if !self.leadership.may_write(now) || !self.entries[key].from_intent {
             self.hold(key);
             return;
         }
-        let held = self.objects.get_mut(&key.object).expect("an object");
-        let view = held.view.clone();
-        let entry = self.entries.get_mut(key).expect("a key");
+        let view = self.objects[&key.object].view.clone();
+        let entry = &self.entries[key];
         let decision = apply::plan(
             &self.policy,
             key,
@@ -371,36 +370,9 @@ impl Machine {
             view.as_deref(),
             entry.uid_reread,
         );
-        let claims_owned = match &decision {
-            Decision::Unchanged { claims_owned, .. } | Decision::Apply { claims_owned, .. } => {
-                *claims_owned
-            }
-            Decision::Read(_) | Decision::Reject(_) => false,
-        };
-        if claims_owned && held.claims.remove(key).is_some() {
-            // The manager owns it all now: what it owns is kept anyway.
-            out.push(Effect::Keep {
-                object: key.object.clone(),
-                keep: held.keep(),
-            });
-        }
+        let view_uid = view.and_then(|v| v.metadata.uid.clone());
         match decision {
-            Decision::Read(missing) => {
-                match missing {
-                    Missing::View => {}
-                    Missing::Incarnation => entry.uid_reread = true,
-                    Missing::Claimed(claimed) => {
-                        held.keep_managers.insert(key.field_manager.clone());
-                        held.claims.insert(key.clone(), claimed);
-                        out.push(Effect::Keep {
-                            object: key.object.clone(),
-                            keep: held.keep(),
-                        });
-                    }
-                }
-                entry.phase = Phase::Reading { stale };
-                out.push(Effect::Read(key.object.clone()));
-            }
+            Decision::Read(missing) => self.read_for(key, missing, stale, out),
             Decision::Reject(error) => {
                 let outcome = crate::outcome::for_key(key, Action::rejected)
                     .with_message(format!("{}: {error}", key.object));
@@ -410,9 +382,11 @@ impl Machine {
                 conflicts,
                 resource_version,
                 generation,
-                ..
+                claims_owned,
             } => {
-                entry.object_uid = view.and_then(|v| v.metadata.uid.clone());
+                self.release_claims_if(claims_owned, key, out);
+                let entry = self.entries.get_mut(key).expect("a key");
+                entry.object_uid = view_uid;
                 let action = if conflicts.is_empty() {
                     Action::unchanged
                 } else {
@@ -429,9 +403,11 @@ impl Machine {
                 body,
                 force,
                 conflicts,
-                ..
+                claims_owned,
             } => {
-                entry.object_uid = view.and_then(|v| v.metadata.uid.clone());
+                self.release_claims_if(claims_owned, key, out);
+                let entry = self.entries.get_mut(key).expect("a key");
+                entry.object_uid = view_uid;
                 entry.phase = Phase::Applying {
                     version: entry.version,
                     stale,
@@ -443,6 +419,39 @@ impl Machine {
                     force,
                 }));
             }
+        }
+    }
+
+    /// Reads the object for `key`, whose plan needs what `missing` names: from now on the
+    /// views keep what its document claims, and a view of another uid is read once only.
+    fn read_for(&mut self, key: &DesiredKey, missing: Missing, stale: u32, out: &mut Vec<Effect>) {
+        let entry = self.entries.get_mut(key).expect("a key");
+        match missing {
+            Missing::View => {}
+            Missing::Incarnation => entry.uid_reread = true,
+            Missing::Claimed(claimed) => {
+                let held = self.objects.get_mut(&key.object).expect("an object");
+                held.keep_managers.insert(key.field_manager.clone());
+                held.claims.insert(key.clone(), claimed);
+                out.push(Effect::Keep {
+                    object: key.object.clone(),
+                    keep: held.keep(),
+                });
+            }
+        }
+        entry.phase = Phase::Reading { stale };
+        out.push(Effect::Read(key.object.clone()));
+    }
+
+    /// When the manager owns all its document claims (`owned`), the views need not keep its
+    /// claims any more: what it owns is kept anyway.
+    fn release_claims_if(&mut self, owned: bool, key: &DesiredKey, out: &mut Vec<Effect>) {
+        let held = self.objects.get_mut(&key.object).expect("an object");
+        if owned && held.claims.remove(key).is_some() {
+            out.push(Effect::Keep {
+                object: key.object.clone(),
+                keep: held.keep(),
+            });
         }
     }
 

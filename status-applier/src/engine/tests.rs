@@ -738,8 +738,15 @@ fn a_uid_precondition_the_view_lacks_is_read_once_then_rejected() {
     h.observe(fresh_widget());
     let mut i = intent(&status_key(), json!({"status": {"a": "1"}}));
     i.uid = Some("uid-gone".into());
-    let (ticket, _) = h.submit(i, true);
-    let effects = h.at(10).timer(&status_key());
+    let (ticket, effects) = h.submit(i, true);
+    assert_eq!(
+        reads(&effects),
+        1,
+        "the object is read before the intent is merged"
+    );
+    // The read still shows the other uid: merged into an empty document, then planned.
+    h.at(1).observe(fresh_widget());
+    let effects = h.at(11).timer(&status_key());
     assert_eq!((reads(&effects), applies(&effects).len()), (1, 0));
     let effects = h.at(12).observe(fresh_widget());
     let outcome = answer(&effects, ticket).expect("answered");
@@ -753,6 +760,88 @@ fn a_uid_precondition_the_view_lacks_is_read_once_then_rejected() {
         "{outcome:?}"
     );
     assert!(applies(&effects).is_empty());
+}
+
+/// The driver hands over the cached view as it is; an intent naming a uid that view is not
+/// of (a recreation the watch has not delivered yet) is the machine's to read for: merged
+/// only once the object is read, into what its manager owns on the incarnation it names.
+#[test]
+fn an_intent_naming_a_uid_the_cached_view_is_not_of_is_merged_after_a_read_of_the_object() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    let mut first = intent(&status_key(), json!({"status": {"a": "1"}}));
+    first.uid = Some(UID.into());
+    h.submit(first, false);
+    h.at(10).timer(&status_key());
+    let answered = widget_with_ours(7, json!({"a": "1"}), json!({"f:status": {"f:a": {}}}));
+    h.at(12).applied(&status_key(), Ok(answered));
+    let mut recreated_intent = intent(&status_key(), json!({"status": {"b": "2"}}));
+    recreated_intent.uid = Some("uid-2".into());
+    let (ticket, effects) = h.at(20).submit(recreated_intent, false);
+    assert_eq!(
+        reads(&effects),
+        1,
+        "read for the uid the cache has not seen"
+    );
+    assert!(
+        answer(&effects, ticket).is_none(),
+        "not merged before the read"
+    );
+    let recreated = mk_widget(
+        30,
+        "uid-2",
+        json!({"status": {"owned": "x"}}),
+        &[(
+            OURS,
+            "Apply",
+            "status",
+            json!({"f:status": {"f:owned": {}}}),
+        )],
+    );
+    let effects = h.at(21).feed(Event::Observed {
+        object: object(),
+        view: recreated,
+    });
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::queued)
+    );
+    let effects = h.at(31).timer(&status_key());
+    let body = the_apply(&effects);
+    assert_eq!(
+        body["status"],
+        json!({"owned": "x", "b": "2"}),
+        "what the manager owns on the new incarnation, nothing of the old document"
+    );
+    assert_eq!(body["metadata"]["uid"], "uid-2");
+}
+
+#[test]
+fn an_intent_naming_a_uid_whose_read_fails_is_answered_with_an_error_and_merged_nowhere() {
+    let mut h = Harness::default();
+    h.apply_a1(7);
+    let mut refused = intent(&status_key(), json!({"status": {"a": "2"}}));
+    refused.uid = Some("recreated".into());
+    let (ticket, effects) = h.at(20).submit(refused, true);
+    assert_eq!(reads(&effects), 1);
+    let effects = h.at(21).feed(Event::ReadFailed {
+        object: object(),
+        error: ApplyError::Transient("503".into()),
+    });
+    let outcome = answer(&effects, ticket).expect("answered");
+    assert_eq!(outcome.action, Action::error);
+    assert!(
+        outcome
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("reading the object: ")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        h.machine.desired()[0].document,
+        json!({"status": {"a": "1"}}),
+        "not merged"
+    );
 }
 
 #[test]
@@ -844,7 +933,7 @@ fn a_failed_read_answers_the_waiting_intents_with_an_error_and_merges_nothing() 
 fn an_intent_whose_object_the_driver_could_not_read_is_answered_with_an_error_and_merged_nowhere() {
     let mut h = Harness::default();
     h.apply_a1(7);
-    // The driver re-read the object for the intent's new uid, and the read failed.
+    // The driver could not look the object up (its kind is unknown to the API server).
     let mut refused = intent(&status_key(), json!({"status": {"a": "2"}}));
     refused.uid = Some("recreated".into());
     let effects = h.at(20).feed(Event::Intent {

@@ -5,7 +5,7 @@ use crate::SocketArg;
 use anyhow::{Context, Result};
 use clap::Args;
 use prometheus_client::registry::Registry;
-use status_applier::config::{GroupKind, KindPath};
+use status_applier::config::{GroupKind, KindPath, Policy};
 use status_applier::engine::{Engine, Settings};
 use status_applier::leadership::LeaseToFollow;
 use status_applier::metrics::Metrics;
@@ -231,39 +231,61 @@ struct TuningArgs {
     wait_timeout_seconds: u64,
 }
 
+impl PolicyArgs {
+    /// The serving policy and the kinds watched from the start: the policy file's, each
+    /// section replaced by its flag (or its environment variable) when given.
+    fn policy(&self) -> Result<(Policy, Vec<(String, String)>)> {
+        let file = self.file.read()?;
+        fn or_file<T: Clone>(flag: &[T], file: Vec<T>) -> Vec<T> {
+            if flag.is_empty() { file } else { flag.to_vec() }
+        }
+        let mut policy = file.serving();
+        policy.allowed_managers = or_file(&self.allowed_managers, policy.allowed_managers);
+        policy.allowed_kinds = or_file(&self.allowed_kinds, policy.allowed_kinds);
+        policy.protected = or_file(&self.protected, policy.protected);
+        policy.replaced = or_file(&self.replaced, policy.replaced);
+        policy.force_managers = or_file(&self.force_managers, policy.force_managers);
+        let watch_kinds = if self.watch_kinds.is_empty() {
+            file.watch_kinds
+                .iter()
+                .map(|w| (w.api_version.clone(), w.kind.clone()))
+                .collect()
+        } else {
+            self.watch_kinds
+                .iter()
+                .map(|watched| {
+                    watched
+                        .rsplit_once(':')
+                        .map(|(v, k)| (v.to_owned(), k.to_owned()))
+                        .with_context(|| {
+                            format!("invalid --watch-kind `{watched}`: expected apiVersion:Kind")
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        Ok((policy, watch_kinds))
+    }
+}
+
+impl TuningArgs {
+    /// The engine's settings.
+    fn settings(&self) -> Settings {
+        Settings {
+            coalesce_window: Duration::from_millis(self.coalesce_window_ms),
+            apply_lone_intents_at_once: self.apply_lone_intents_at_once,
+            max_concurrent_applies: self.max_concurrent_applies.max(1),
+            backoff_base: Duration::from_millis(self.backoff_base_ms),
+            backoff_max: Duration::from_secs(self.backoff_max_seconds),
+            wait_timeout: Duration::from_secs(self.wait_timeout_seconds),
+            ..Settings::default()
+        }
+    }
+}
+
 pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     diagnostics::telemetry::init_logging(args.log_json);
-    let file = args.policy.file.read()?;
+    let (policy, watch_kinds) = args.policy.policy()?;
     let flags = args.policy;
-    // A flag (or its environment variable) given replaces the file's section.
-    fn or_file<T>(flag: Vec<T>, file: Vec<T>) -> Vec<T> {
-        if flag.is_empty() { file } else { flag }
-    }
-    let mut policy = file.serving();
-    policy.allowed_managers = or_file(flags.allowed_managers, policy.allowed_managers);
-    policy.allowed_kinds = or_file(flags.allowed_kinds, policy.allowed_kinds);
-    policy.protected = or_file(flags.protected, policy.protected);
-    policy.replaced = or_file(flags.replaced, policy.replaced);
-    policy.force_managers = or_file(flags.force_managers, policy.force_managers);
-    let watch_kinds = if flags.watch_kinds.is_empty() {
-        file.watch_kinds
-            .iter()
-            .map(|w| (w.api_version.clone(), w.kind.clone()))
-            .collect()
-    } else {
-        flags
-            .watch_kinds
-            .iter()
-            .map(|watched| {
-                watched
-                    .rsplit_once(':')
-                    .map(|(v, k)| (v.to_owned(), k.to_owned()))
-                    .with_context(|| {
-                        format!("invalid --watch-kind `{watched}`: expected apiVersion:Kind")
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?
-    };
     tracing::info!(
         protected = policy.protected.len(),
         replaced = policy.replaced.len(),
@@ -272,16 +294,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         "Policy"
     );
     let lease = args.leader.lease()?;
-    let t = args.tuning;
-    let settings = Settings {
-        coalesce_window: Duration::from_millis(t.coalesce_window_ms),
-        apply_lone_intents_at_once: t.apply_lone_intents_at_once,
-        max_concurrent_applies: t.max_concurrent_applies.max(1),
-        backoff_base: Duration::from_millis(t.backoff_base_ms),
-        backoff_max: Duration::from_secs(t.backoff_max_seconds),
-        wait_timeout: Duration::from_secs(t.wait_timeout_seconds),
-        ..Settings::default()
-    };
+    let settings = args.tuning.settings();
     let client = diagnostics::kube_client("status-applier", env!("CARGO_PKG_VERSION")).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -326,18 +339,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let socket = &args.socket.socket;
     let listener = bind_socket(socket)?;
     tracing::info!(socket = %socket.display(), "Serving the intent API");
-    let d = args.diagnostics;
-    if let Some(addr) = d.health_probe_bind_address {
-        diagnostics::serve_probes(addr, probes(state.clone()).with_state(state.clone())).await?;
-    }
-    if let Some(bind_address) = d.metrics_bind_address {
-        let options = diagnostics::MetricsOptions {
-            bind_address,
-            cert_dir: d.metrics_cert_dir,
-            insecure: d.insecure_diagnostics,
-        };
-        diagnostics::serve_metrics(&options, client, metrics_route(state.clone())).await?;
-    }
+    serve_diagnostics(args.diagnostics, client, &state).await?;
     if let Some(addr) = args.debug_tcp_addr {
         let tcp = tokio::net::TcpListener::bind(addr)
             .await
@@ -349,6 +351,26 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         .with_graceful_shutdown(shutdown())
         .await?;
     let _ = std::fs::remove_file(socket);
+    Ok(())
+}
+
+/// Starts the probe and metrics listeners that are asked for.
+async fn serve_diagnostics(
+    d: DiagnosticsArgs,
+    client: kube::Client,
+    state: &AppState,
+) -> Result<()> {
+    if let Some(addr) = d.health_probe_bind_address {
+        diagnostics::serve_probes(addr, probes(state.clone()).with_state(state.clone())).await?;
+    }
+    if let Some(bind_address) = d.metrics_bind_address {
+        let options = diagnostics::MetricsOptions {
+            bind_address,
+            cert_dir: d.metrics_cert_dir,
+            insecure: d.insecure_diagnostics,
+        };
+        diagnostics::serve_metrics(&options, client, metrics_route(state.clone())).await?;
+    }
     Ok(())
 }
 

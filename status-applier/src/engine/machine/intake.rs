@@ -1,6 +1,8 @@
-//! How the machine takes an intent: the document it merges into (kept, rebuilt from the
-//! object, or replaced for a new incarnation), conflicts between managers of this applier,
-//! and where the key goes next (queued, coalesced, or answered at once).
+//! How the machine takes an intent: refused, or parked until its object is read (what its
+//! manager owns there is unknown, or the intent names an incarnation the view is not of),
+//! then merged into its document (kept, rebuilt from the object, or replaced for a new
+//! incarnation), refused for a conflict between managers of this applier, and where the key
+//! goes next (queued, coalesced, or answered at once).
 
 use super::{KeyState, Machine, Parked, Phase, StoredDocument};
 use crate::apply::owned_document;
@@ -11,12 +13,15 @@ use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::leadership::Leadership;
 use crate::merge::merge_fragment;
 use crate::metrics::Action;
+use crate::outcome::Outcome;
 use crate::view::View;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
 
 impl Machine {
+    /// Takes an intent as the driver hands it over, with the object as the driver's cache
+    /// holds it (or why it could not look): refused, or taken in ([`Machine::take_in`]).
     pub(super) fn intent(
         &mut self,
         intent: ValidIntent,
@@ -39,76 +44,49 @@ impl Machine {
         if let Leadership::Follower { leader } = &self.leadership {
             // Its controller must not be running: whatever it asks for, the leader's pod
             // applies. Not delivered (503), so a controller that believes it leads retries.
-            out.push(Effect::Counted(Count::Intent(
-                key.field_manager.clone(),
-                Action::error,
-            )));
-            out.push(Effect::Answer {
-                ticket,
-                outcome: crate::outcome::for_key(&key, Action::error)
-                    .with_message(super::not_leading(leader)),
-            });
+            refuse(&key, ticket, super::not_leading(leader), out);
             return;
         }
         self.objects.entry(key.object.clone()).or_default();
         if let Some(view) = view {
             self.take_view(&key.object, view);
         }
-        let object = self.objects.get_mut(&key.object).expect("just made");
-        if !self.entries.contains_key(&key)
-            && object
-                .view
-                .as_ref()
-                .is_none_or(|v| !v.keeps(&key.field_manager))
-        {
-            // What the manager owns on the object is unknown (no view, or one cut down without
-            // its applies): merged into nothing, a partial intent would drop it. Wait for one
-            // read of the object, shared by every intent that arrives meanwhile, that keeps it.
-            if object.keep_managers.insert(key.field_manager.clone()) {
-                out.push(Effect::Keep {
-                    object: key.object.clone(),
-                    keep: object.keep(),
-                });
-            }
-            if object.parked.is_empty() {
-                out.push(Effect::Read(key.object.clone()));
-            }
-            object.parked.push(Parked {
+        self.take_in(
+            Parked {
                 intent,
                 ticket,
                 wait,
-            });
+            },
+            false,
+            now,
+            out,
+        );
+    }
+
+    /// Takes in an intent: parked until its object is read, refused for a local conflict,
+    /// answered at once when nothing changed, or merged into its key's document and queued.
+    /// `after_read`: the object was just read for it (it is not parked again for the same
+    /// reason).
+    fn take_in(&mut self, arrived: Parked, after_read: bool, now: Instant, out: &mut Vec<Effect>) {
+        if let Some(why) = self.read_first(&arrived.intent, after_read) {
+            self.park(arrived, why, out);
             return;
         }
+        let Parked {
+            intent,
+            ticket,
+            wait,
+        } = arrived;
+        let key = intent.key.clone();
+        let object = self.objects.get_mut(&key.object).expect("made on arrival");
         object.keys.insert(key.clone());
         self.load(&key, intent.uid.as_deref(), out);
-        let rules = self.policy.rules_for(&key.object.group_kind());
-        let merged = {
-            let entry = &self.entries[&key];
-            merge_fragment(
-                &entry.document.value(),
-                &intent.fragment,
-                &rules,
-                &intent.release,
-            )
-        };
+        let merged = self.merge(&intent);
         let mut outcome = crate::outcome::for_key(&key, Action::queued);
         outcome.kept = merged.kept.iter().map(ToString::to_string).collect();
         let local = self.local_conflicts(&key, &merged.document);
         if !local.is_empty() {
-            outcome.action = Action::conflict;
-            outcome.conflicts = local.clone();
-            self.report(&key, &local, true, out);
-            out.push(Effect::Counted(Count::Intent(
-                key.field_manager.clone(),
-                outcome.action,
-            )));
-            out.push(Effect::Answer {
-                ticket,
-                outcome: outcome.with_message(
-                    "refused before any request: another manager of this applier wants other values",
-                ),
-            });
+            self.refuse_local_conflicts(&key, ticket, outcome, local, out);
             return;
         }
         let window = self.settings.coalesce_window;
@@ -122,19 +100,7 @@ impl Machine {
             && entry.phase.is_idle()
             && let Some(last) = &entry.last
         {
-            let mut answer = last.clone();
-            answer.kept = outcome.kept;
-            if matches!(answer.action, Action::applied | Action::queued) {
-                answer.action = Action::unchanged;
-            }
-            out.push(Effect::Counted(Count::Intent(
-                key.field_manager.clone(),
-                answer.action,
-            )));
-            out.push(Effect::Answer {
-                ticket,
-                outcome: answer,
-            });
+            answer_as_last(&key, last, ticket, outcome.kept, out);
             return;
         }
         entry.from_intent = true;
@@ -146,23 +112,115 @@ impl Machine {
             entry.pinned.clear();
         }
         let version = entry.version;
+        outcome.action = self.schedule(&key, changed, after_quiet, now, out);
+        if outcome.action == Action::coalesced {
+            out.push(Effect::Counted(Count::Coalesced(key.field_manager.clone())));
+        }
+        out.push(Effect::Counted(Count::Intent(
+            key.field_manager.clone(),
+            outcome.action,
+        )));
+        if wait {
+            let entry = self.entries.get_mut(&key).expect("loaded");
+            entry.waiters.push((version, ticket, outcome.kept));
+        } else {
+            out.push(Effect::Answer { ticket, outcome });
+        }
+    }
+
+    /// Why `intent` must wait for a read of its object before it is merged, if it must.
+    fn read_first(&self, intent: &ValidIntent, after_read: bool) -> Option<ReadFirst> {
+        let key = &intent.key;
+        let view = self.objects[&key.object].view.as_deref();
+        if !self.entries.contains_key(key) && view.is_none_or(|v| !v.keeps(&key.field_manager)) {
+            return Some(ReadFirst::OwnedUnknown);
+        }
+        let names_another =
+            |uid: &str| view.is_some_and(|v| crate::apply::of_another_incarnation(v, uid));
+        (!after_read && intent.uid.as_deref().is_some_and(names_another))
+            .then_some(ReadFirst::OtherIncarnation)
+    }
+
+    /// Parks an intent until its object is read: one read, shared by every intent that
+    /// arrives meanwhile, that keeps what the intent's manager owns.
+    fn park(&mut self, parked: Parked, why: ReadFirst, out: &mut Vec<Effect>) {
+        let key = &parked.intent.key;
+        let object = self.objects.get_mut(&key.object).expect("made on arrival");
+        if why == ReadFirst::OwnedUnknown && object.keep_managers.insert(key.field_manager.clone())
+        {
+            out.push(Effect::Keep {
+                object: key.object.clone(),
+                keep: object.keep(),
+            });
+        }
+        if object.parked.is_empty() {
+            out.push(Effect::Read(key.object.clone()));
+        }
+        object.parked.push(parked);
+    }
+
+    /// The key's document with `intent` merged in, under the policy's rules for its kind.
+    fn merge(&self, intent: &ValidIntent) -> crate::merge::Merged {
+        let key = &intent.key;
+        let rules = self.policy.rules_for(&key.object.group_kind());
+        merge_fragment(
+            &self.entries[key].document.value(),
+            &intent.fragment,
+            &rules,
+            &intent.release,
+        )
+    }
+
+    /// Refuses an intent another manager of this applier disagrees with, before any request.
+    fn refuse_local_conflicts(
+        &mut self,
+        key: &DesiredKey,
+        ticket: Ticket,
+        mut outcome: crate::outcome::Outcome,
+        local: Vec<Conflict>,
+        out: &mut Vec<Effect>,
+    ) {
+        outcome.action = Action::conflict;
+        self.report(key, &local, true, out);
+        outcome.conflicts = local;
+        out.push(Effect::Counted(Count::Intent(
+            key.field_manager.clone(),
+            outcome.action,
+        )));
+        out.push(Effect::Answer {
+            ticket,
+            outcome: outcome.with_message(
+                "refused before any request: another manager of this applier wants other values",
+            ),
+        });
+    }
+
+    /// Where a merged key goes next, as the answer's action: an idle key is queued (at once
+    /// after a quiet window when lone intents are applied at once); a queued one waits a
+    /// window more, up to ten, or leaves its backoff when its document changed; one ready,
+    /// reading or applying carries the intent in its next apply.
+    fn schedule(
+        &mut self,
+        key: &DesiredKey,
+        changed: bool,
+        after_quiet: bool,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) -> Action {
+        let window = self.settings.coalesce_window;
+        let entry = self.entries.get_mut(key).expect("loaded");
         match entry.phase.clone() {
             Phase::Idle => {
                 let at_once = after_quiet && self.settings.apply_lone_intents_at_once;
-                self.queue(
-                    &key,
-                    if at_once { now } else { now + window },
-                    false,
-                    now,
-                    out,
-                );
+                let due = if at_once { now } else { now + window };
+                self.queue(key, due, false, now, out);
+                Action::queued
             }
             Phase::Queued {
                 due,
                 first,
                 backoff,
             } => {
-                outcome.action = Action::coalesced;
                 // A changed document ends a backoff: the failure was for what it was.
                 let (first, due, backoff) = match (backoff, changed) {
                     (true, true) => (now, now + window, false),
@@ -178,26 +236,9 @@ impl Machine {
                     key: key.clone(),
                     at: due,
                 });
+                Action::coalesced
             }
-            Phase::Ready | Phase::Reading { .. } | Phase::Applying { .. } => {
-                outcome.action = Action::coalesced;
-            }
-        }
-        if outcome.action == Action::coalesced {
-            out.push(Effect::Counted(Count::Coalesced(key.field_manager.clone())));
-        }
-        out.push(Effect::Counted(Count::Intent(
-            key.field_manager.clone(),
-            outcome.action,
-        )));
-        if wait {
-            self.entries.get_mut(&key).expect("loaded").waiters.push((
-                version,
-                ticket,
-                outcome.kept,
-            ));
-        } else {
-            out.push(Effect::Answer { ticket, outcome });
+            Phase::Ready | Phase::Reading { .. } | Phase::Applying { .. } => Action::coalesced,
         }
     }
 
@@ -279,14 +320,7 @@ impl Machine {
                     KeyState::new(&Value::Object(Default::default()), None),
                 );
             }
-            self.intent(
-                parked.intent,
-                parked.ticket,
-                parked.wait,
-                Ok(None),
-                now,
-                out,
-            );
+            self.take_in(parked, true, now, out);
         }
     }
 
@@ -307,16 +341,62 @@ impl Machine {
     }
 }
 
+/// Why an intent waits for a read of its object before it is merged.
+#[derive(Clone, Copy, PartialEq)]
+enum ReadFirst {
+    /// What its manager owns on the object is unknown: no document yet, and no view or one
+    /// cut down without the manager's applies. Merged into nothing, a partial intent would
+    /// drop it; the views of the object keep the manager's applies from now on.
+    OwnedUnknown,
+    /// The view is of another incarnation than the intent names (a recreation the watch has
+    /// not delivered yet): its document starts from what the manager owns on the object the
+    /// intent names.
+    OtherIncarnation,
+}
+
 /// Answers an intent whose object could not be read: not merged, so nothing the manager owns
 /// can be dropped; the submitter tries again.
 fn refuse_unread(key: &DesiredKey, ticket: Ticket, error: &ApplyError, out: &mut Vec<Effect>) {
+    refuse(
+        key,
+        ticket,
+        format!("{}: reading the object: {error}", key.object),
+        out,
+    );
+}
+
+/// Answers an intent with an error, merged nowhere.
+fn refuse(key: &DesiredKey, ticket: Ticket, message: String, out: &mut Vec<Effect>) {
     out.push(Effect::Counted(Count::Intent(
         key.field_manager.clone(),
         Action::error,
     )));
     out.push(Effect::Answer {
         ticket,
-        outcome: crate::outcome::for_key(key, Action::error)
-            .with_message(format!("{}: reading the object: {error}", key.object)),
+        outcome: crate::outcome::for_key(key, Action::error).with_message(message),
+    });
+}
+
+/// Answers an intent that changed nothing with the key's last outcome (an apply that
+/// carried it is, for this intent, `unchanged`) and the paths it kept.
+fn answer_as_last(
+    key: &DesiredKey,
+    last: &Outcome,
+    ticket: Ticket,
+    kept: Vec<String>,
+    out: &mut Vec<Effect>,
+) {
+    let mut answer = last.clone();
+    answer.kept = kept;
+    if matches!(answer.action, Action::applied | Action::queued) {
+        answer.action = Action::unchanged;
+    }
+    out.push(Effect::Counted(Count::Intent(
+        key.field_manager.clone(),
+        answer.action,
+    )));
+    out.push(Effect::Answer {
+        ticket,
+        outcome: answer,
     });
 }
