@@ -317,10 +317,16 @@ impl System {
         if !ours_rest {
             return Ok(false);
         }
-        // Core stores and serves v1beta2 (with its conditions); without core only v1beta1 is
-        // served.
-        let version = if self.env.core { "v1beta2" } else { "v1beta1" };
-        let cluster = get(true, "cluster.x-k8s.io", version, "Cluster", "demo".into()).await?;
+        // Core stores v1beta2 (with its conditions); without core it is the only version
+        // served (`hack/testenv.sh`).
+        let cluster = get(
+            true,
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+            "demo".into(),
+        )
+        .await?;
         if cluster["status"]["phase"] != "Provisioned" {
             return Ok(false);
         }

@@ -405,7 +405,7 @@ struct SourceCluster {
 
 /// Watches the source Cluster `ns/demo` from now on.
 async fn watch_source_cluster(env: &Env, ns: &str) -> Result<SourceCluster> {
-    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster");
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
     let api: Api<DynamicObject> =
         Api::namespaced_with(env.client().await?, ns, &ApiResource::from_gvk(&gvk));
     let current = api.get("demo").await?;

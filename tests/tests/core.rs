@@ -514,7 +514,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
         .wait_for(
             "the Cluster to be gone",
             Duration::from_secs(60),
-            || async { Ok(system.get(&[CLUSTER_V1BETA1, "demo"])?.is_none()) },
+            || async { Ok(system.get(&[CLUSTER_V1BETA2, "demo"])?.is_none()) },
         )
         .await?;
     let left = env().kubectl_ok(
@@ -539,9 +539,9 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = started("core-bad", 200, &[]).await?;
     let docs = [
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
                "metadata": {"name": "lost", "namespace": ns.name},
-               "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+               "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                                               "kind": "CAPTCluster", "name": "nowhere"}}}),
         json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
                "metadata": {"name": "orphan", "namespace": ns.name},
@@ -551,12 +551,8 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     env().kubectl_ok(&["apply", "-f", "-"], Some(&text.join("\n")))?;
     system
         .wait_for("both explained", Duration::from_secs(30), || async {
-            let cluster = system.get(&[CLUSTER_V1BETA1, "lost"])?.unwrap_or_default();
-            let infra = cluster["status"]["v1beta2"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "InfrastructureReady")
+            let cluster = system.get(&[CLUSTER_V1BETA2, "lost"])?.unwrap_or_default();
+            let infra = condition(&cluster, "InfrastructureReady")
                 .cloned()
                 .unwrap_or_default();
             let cp = system
@@ -925,7 +921,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         .wait_for(
             "the Cluster to be gone",
             Duration::from_secs(60),
-            || async { Ok(system.get(&[CLUSTER_V1BETA1, "demo"])?.is_none()) },
+            || async { Ok(system.get(&[CLUSTER_V1BETA2, "demo"])?.is_none()) },
         )
         .await?;
     let conflicts = system

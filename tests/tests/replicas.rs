@@ -314,8 +314,14 @@ impl Flips {
             ),
             ("cluster.x-k8s.io", "Cluster", "clusters"),
         ] {
+            // The Cluster in core's storage version, v1beta2.
+            let version = if kind == "Cluster" {
+                "v1beta2"
+            } else {
+                "v1beta1"
+            };
             let resource = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk(group, "v1beta1", kind),
+                &GroupVersionKind::gvk(group, version, kind),
                 plural,
             );
             let api: Api<DynamicObject> =

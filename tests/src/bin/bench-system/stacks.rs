@@ -133,16 +133,16 @@ pub(crate) async fn create_stack(
         {
             doc["spec"]["workspaceTemplateRef"]["name"] = json!(t);
         }
-        let kind = doc["kind"].as_str().context("kind")?.to_owned();
-        let group = doc["apiVersion"]
+        let kind = doc["kind"].as_str().context("kind")?;
+        let (group, version) = doc["apiVersion"]
             .as_str()
             .and_then(|a| a.split_once('/'))
-            .context("apiVersion")?
-            .0
-            .to_owned();
+            .context("apiVersion")?;
+        // In the sample's own version: the Cluster in v1beta2, core's storage version.
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let kind = kind.to_owned();
         doc["metadata"]["namespace"] = json!(ns);
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &resource(&group, &kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
         api.create(&bench_creates(), &serde_json::from_value(doc)?)
             .await
             .with_context(|| format!("creating {kind} {ns}/{name}"))?;
