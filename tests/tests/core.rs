@@ -5,7 +5,7 @@
 //! take turns.
 
 use anyhow::{Context, Result, ensure};
-use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions};
+use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions, writes_over};
 use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::fake_provider::APPLY_GATE_ANNOTATION;
 use capt_tests::system::System;
@@ -64,6 +64,15 @@ async fn wait_ready(system: &System) -> Result<()> {
     let timeout = Duration::from_secs(30);
     system
         .wait_for("the Cluster's Ready condition", timeout, ready)
+        .await
+}
+
+/// Waits until the Cluster `demo` is gone: core removed its finalizer once ours were done.
+async fn wait_cluster_gone(system: &System) -> Result<()> {
+    let gone = || async { Ok(system.get(&[CLUSTER_V1BETA2, "demo"])?.is_none()) };
+    let timeout = Duration::from_secs(60);
+    system
+        .wait_for("the Cluster to be gone", timeout, gone)
         .await
 }
 
@@ -237,20 +246,13 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         .await?;
     assert_eq!(conflicts, 0.0, "no conflict while provisioning beside core");
 
-    let audit = std::process::Command::new(capt_tests::applier::binary("status-applier"))
-        .args(["audit", "-n", &ns.name])
-        .arg("--policy")
-        .arg(capt_tests::applier::capt_policy())
-        .env("KUBECONFIG", &env().kubeconfig)
-        .output()?;
+    let audit = capt_tests::applier::audit_clean(
+        &ns.name,
+        &[],
+        "the ownership audit is clean with core's managers present",
+    )?;
     assert!(
-        audit.status.success(),
-        "the ownership audit is clean with core's managers present:\n{}{}",
-        String::from_utf8_lossy(&audit.stdout),
-        String::from_utf8_lossy(&audit.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&audit.stdout).contains(CORE_MANAGER),
+        audit.contains(CORE_MANAGER),
         "core's writes are in the audit"
     );
     Ok(())
@@ -262,16 +264,9 @@ async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
     let (ns, system) = provisioned("core-rest").await?;
     wait_ready(&system).await?;
     system.wait_samples_rest().await?;
-    let versions = workspace_versions(&ns.name)?;
-    let log = AuditLog::from_now()?;
-    tokio::time::sleep(AT_REST_WINDOW).await;
     // The provider's polls (a status Update of each Workspace every second, stored as nothing
     // when unchanged) are not writes; every other request is.
-    let (writes, polls) = without_noop_polls(
-        log.writes_in(&ns.name)?,
-        &versions,
-        &workspace_versions(&ns.name)?,
-    );
+    let (writes, polls) = writes_over(env(), &ns.name, AT_REST_WINDOW).await?;
     let listed: Vec<String> = writes.iter().map(ToString::to_string).collect();
     assert!(
         writes.is_empty(),
@@ -510,13 +505,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
         );
     }
     set_paused(&ns.name, false)?;
-    system
-        .wait_for(
-            "the Cluster to be gone",
-            Duration::from_secs(60),
-            || async { Ok(system.get(&[CLUSTER_V1BETA2, "demo"])?.is_none()) },
-        )
-        .await?;
+    wait_cluster_gone(&system).await?;
     let left = env().kubectl_ok(
         &[
             "get",
@@ -594,14 +583,7 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
             },
         )
         .await?;
-    let versions = workspace_versions(&ns.name)?;
-    let log = AuditLog::from_now()?;
-    tokio::time::sleep(MISSING_REFERENCES_WINDOW).await;
-    let (writes, _) = without_noop_polls(
-        log.writes_in(&ns.name)?,
-        &versions,
-        &workspace_versions(&ns.name)?,
-    );
+    let (writes, _) = writes_over(env(), &ns.name, MISSING_REFERENCES_WINDOW).await?;
     let writes: Vec<String> = writes.iter().map(ToString::to_string).collect();
     assert!(
         writes.is_empty(),
@@ -917,13 +899,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         &["delete", "cluster", "demo", "-n", &ns.name, "--wait=false"],
         None,
     )?;
-    system
-        .wait_for(
-            "the Cluster to be gone",
-            Duration::from_secs(60),
-            || async { Ok(system.get(&[CLUSTER_V1BETA2, "demo"])?.is_none()) },
-        )
-        .await?;
+    wait_cluster_gone(&system).await?;
     let conflicts = system
         .applier
         .metric("status_applier_conflicts_total", &[])
