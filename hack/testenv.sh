@@ -554,16 +554,17 @@ start_core() {
 	log "Cluster API core manager ready (webhooks on https://127.0.0.1:$webhook_port) in $(printf '%.1f' "$(echo "$(date +%s.%N) - $started" | bc)") s"
 }
 
-# Ready: the manager's readyz, then a server-side dry run of a Cluster create, which passes
-# through the conversion (v1beta1 to the stored v1beta2), the defaulting and the validating
-# webhook (since v1.11 a Cluster needs a reference or a topology).
+# Ready: the manager's readyz, then a server-side dry run of a Cluster create in the stored
+# v1beta2, which passes the defaulting and the validating webhook (since v1.11 a Cluster needs
+# a reference or a topology). The conversion webhook is served by the same server, its
+# handler registered before the server listens, so it answers too.
 wait_core() {
 	cat >"$STATE/webhook/probe-cluster.yaml" <<EOF
-apiVersion: cluster.x-k8s.io/v1beta1
+apiVersion: cluster.x-k8s.io/v1beta2
 kind: Cluster
 metadata: {name: testenv-webhook-probe, namespace: default}
 spec:
-  infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: CAPTCluster, name: testenv-webhook-probe}
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: CAPTCluster, name: testenv-webhook-probe}
 EOF
 	local readyz i
 	readyz="http://127.0.0.1:$(cat "$STATE/cluster-api-manager.health-port")/readyz"

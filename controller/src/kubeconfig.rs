@@ -266,6 +266,36 @@ mod tests {
             .collect()
     }
 
+    /// The outputs of an EKS module: endpoint `x.eks.amazonaws.com`, CA `Q0E=`, name
+    /// `demo-eks`, and `more`.
+    fn eks_outputs(more: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
+        let mut d = data(&[
+            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
+            ("cluster_certificate_authority_data", "Q0E="),
+            ("cluster_name", "demo-eks"),
+        ]);
+        d.extend(data(more));
+        d
+    }
+
+    /// The kubeconfig of [`eks_outputs`] for `user`, authenticating with `aws eks get-token`
+    /// in `ap-northeast-1`.
+    fn aws_exec_kubeconfig(user: &str) -> serde_json::Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "demo", "cluster": {
+                "server": "https://x.eks.amazonaws.com", "certificate-authority-data": "Q0E="}}],
+            "users": [{"name": user, "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", "demo-eks", "--region", "ap-northeast-1"],
+            }}}],
+            "contexts": [{"name": format!("{user}@demo"), "context": {"cluster": "demo", "user": user}}],
+            "current-context": format!("{user}@demo"),
+        })
+    }
+
     fn owner() -> OwnerReference {
         controller_ref(
             "controlplane.cluster.x-k8s.io/v1beta1",
@@ -277,11 +307,7 @@ mod tests {
 
     #[test]
     fn a_kubeconfig_output_is_used_verbatim() {
-        let d = data(&[
-            ("kubeconfig", "apiVersion: v1\nkind: Config\n"),
-            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
-            ("cluster_certificate_authority_data", "Q0E="),
-        ]);
+        let d = eks_outputs(&[("kubeconfig", "apiVersion: v1\nkind: Config\n")]);
         assert_eq!(
             kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
             b"apiVersion: v1\nkind: Config\n"
@@ -290,29 +316,11 @@ mod tests {
 
     #[test]
     fn endpoint_and_ca_give_an_aws_exec_kubeconfig() {
-        let d = data(&[
-            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
-            ("cluster_certificate_authority_data", "Q0E=\n"),
-            ("cluster_name", "demo-eks"),
-        ]);
+        // The CA as a module may output it, with a trailing newline.
+        let d = eks_outputs(&[("cluster_certificate_authority_data", "Q0E=\n")]);
         let bytes = kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
         let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
-        assert_eq!(
-            config,
-            json!({
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "demo", "cluster": {
-                    "server": "https://x.eks.amazonaws.com", "certificate-authority-data": "Q0E="}}],
-                "users": [{"name": "demo-admin", "user": {"exec": {
-                    "apiVersion": "client.authentication.k8s.io/v1beta1",
-                    "command": "aws",
-                    "args": ["eks", "get-token", "--cluster-name", "demo-eks", "--region", "ap-northeast-1"],
-                }}}],
-                "contexts": [{"name": "demo-admin@demo", "context": {"cluster": "demo", "user": "demo-admin"}}],
-                "current-context": "demo-admin@demo",
-            })
-        );
+        assert_eq!(config, aws_exec_kubeconfig("demo-admin"));
         // Stable: the same outputs give the same bytes, so an unchanged Secret is not rewritten.
         assert_eq!(
             kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
@@ -322,10 +330,8 @@ mod tests {
 
     #[test]
     fn a_token_output_gives_a_token_kubeconfig_core_can_use() {
-        let d = data(&[
+        let d = eks_outputs(&[
             ("cluster_endpoint", "https://127.0.0.1:6443"),
-            ("cluster_certificate_authority_data", "Q0E="),
-            ("cluster_name", "demo-eks"),
             ("cluster_token", "tok-123\n"),
         ]);
         let bytes = kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
@@ -380,32 +386,14 @@ mod tests {
 
     #[test]
     fn the_user_kubeconfig_runs_aws_eks_get_token_and_never_carries_the_token() {
-        let d = data(&[
-            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
-            ("cluster_certificate_authority_data", "Q0E="),
-            ("cluster_name", "demo-eks"),
+        let d = eks_outputs(&[
             ("cluster_token", SECRET_VALUE),
             ("kubeconfig", SECRET_VALUE),
         ]);
         let bytes = user_kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(SECRET_VALUE));
         let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
-        assert_eq!(
-            config,
-            json!({
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "demo", "cluster": {
-                    "server": "https://x.eks.amazonaws.com", "certificate-authority-data": "Q0E="}}],
-                "users": [{"name": "demo-user", "user": {"exec": {
-                    "apiVersion": "client.authentication.k8s.io/v1beta1",
-                    "command": "aws",
-                    "args": ["eks", "get-token", "--cluster-name", "demo-eks", "--region", "ap-northeast-1"],
-                }}}],
-                "contexts": [{"name": "demo-user@demo", "context": {"cluster": "demo", "user": "demo-user"}}],
-                "current-context": "demo-user@demo",
-            })
-        );
+        assert_eq!(config, aws_exec_kubeconfig("demo-user"));
         assert_eq!(user_secret_name("demo"), "demo-user-kubeconfig");
         // Without the endpoint and the CA there is nothing to write, a whole `kubeconfig`
         // output notwithstanding (it is core's, with whatever credentials it holds).
@@ -420,11 +408,7 @@ mod tests {
             ("token", SECRET_VALUE),
             ("vpc_id", SECRET_VALUE),
         ];
-        let mut generated = data(&others);
-        generated.extend(data(&[
-            ("cluster_endpoint", "https://x.eks.amazonaws.com"),
-            ("cluster_certificate_authority_data", "Q0E="),
-        ]));
+        let generated = eks_outputs(&others);
         let mut verbatim = data(&others);
         verbatim.extend(data(&[("kubeconfig", "apiVersion: v1\n")]));
         for d in [generated, verbatim] {

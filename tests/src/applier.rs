@@ -3,6 +3,7 @@
 use crate::{env, repo_root, unique_name};
 use anyhow::{Context, Result, bail};
 use status_applier::client::Client;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,6 +32,39 @@ pub fn binary(name: &str) -> PathBuf {
 /// system the tests and the scripts start reads it.
 pub fn capt_policy() -> PathBuf {
     repo_root().join("manifests/deploy/status-applier-policy.yaml")
+}
+
+/// Runs `status-applier audit` with CAPT's policy against the test environment, over
+/// `objects` (`kind/name`; none: every object) of namespace `ns`, and fails unless it found
+/// nothing (exit 0), with `what` and the audit's report. Returns the report.
+pub fn audit_clean(ns: &str, objects: &[&str], what: &str) -> Result<String> {
+    let audit = Command::new(binary("status-applier"))
+        .arg("audit")
+        .args(objects)
+        .args(["-n", ns])
+        .arg("--policy")
+        .arg(capt_policy())
+        .env("KUBECONFIG", &env().kubeconfig)
+        .output()?;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    anyhow::ensure!(audit.status.success(), "{what}:\n{report}");
+    Ok(String::from_utf8_lossy(&audit.stdout).into_owned())
+}
+
+/// One look at what the applier has done for an object.
+struct Look {
+    /// How many documents are queued (`status_applier_pending_documents`), every object's.
+    pending: f64,
+    /// Every document (`GET /v1/intents`).
+    all: serde_json::Value,
+    /// The documents of the object, every manager's.
+    documents: Vec<serde_json::Value>,
+    /// The object as the API server has it now.
+    object: serde_json::Value,
 }
 
 /// A running `status-applier serve`, killed when dropped.
@@ -109,47 +143,39 @@ impl Applier {
         submitted: bool,
         timeout: Duration,
     ) -> Result<serde_json::Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let pending = self.metric("status_applier_pending_documents", &[]).await?;
-            let documents = self.client.get("/v1/intents").await?.json();
-            let object = serde_json::to_value(api.get(name).await?)?;
-            let versions: Vec<serde_json::Value> = documents
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|d| {
-                    d["object"]["name"] == name
-                        && d["object"]["kind"] == object["kind"]
-                        && d["object"]["namespace"] == object["metadata"]["namespace"]
-                        && d["fieldManager"] == manager
-                })
-                .map(|d| d["last"]["resourceVersion"].clone())
+        self.poll_documents(api, name, timeout, |look| {
+            let versions: Vec<&serde_json::Value> = look
+                .documents
+                .iter()
+                .filter(|d| d["fieldManager"] == manager)
+                .map(|d| &d["last"]["resourceVersion"])
                 .collect();
             // Once an intent was submitted, no document would make the wait below pass unseen.
             if submitted && versions.is_empty() {
-                bail!("the applier shows no document of {manager} for {name}: {documents}");
-            }
-            let current = &object["metadata"]["resourceVersion"];
-            if pending == 0.0 && versions.iter().all(|v| v == current) {
-                return Ok(object);
-            }
-            if Instant::now() > deadline {
-                let mine: Vec<&serde_json::Value> = documents
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|d| d["object"]["name"] == name && d["fieldManager"] == manager)
-                    .collect();
                 bail!(
-                    "the applier did not act on version {current} of {name} within {timeout:?}: \
-                     the last versions of {manager}'s documents {versions:?}, {pending} pending; \
-                     the documents: {mine:?}"
+                    "the applier shows no document of {manager} for {name}: {}",
+                    look.all
                 );
             }
-            // Polls: what it waits for is the applier's answer, not a quiet time.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            let current = &look.object["metadata"]["resourceVersion"];
+            if look.pending == 0.0 && versions.iter().all(|v| *v == current) {
+                return Ok(ControlFlow::Break(()));
+            }
+            let mine: Vec<&serde_json::Value> = look
+                .all
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["object"]["name"] == name && d["fieldManager"] == manager)
+                .collect();
+            Ok(ControlFlow::Continue(format!(
+                "the applier did not act on version {current} of {name} within {timeout:?}: \
+                 the last versions of {manager}'s documents {versions:?}, {} pending; \
+                 the documents: {mine:?}",
+                look.pending
+            )))
+        })
+        .await
     }
 
     /// The object `name` once this applier has nothing left to do for it: none of its
@@ -164,37 +190,63 @@ impl Applier {
         name: &str,
         timeout: Duration,
     ) -> Result<serde_json::Value> {
+        self.poll_documents(api, name, timeout, |look| {
+            let versions: Vec<u64> = look
+                .documents
+                .iter()
+                .filter_map(|d| d["last"]["resourceVersion"].as_str()?.parse().ok())
+                .collect();
+            if versions.is_empty() {
+                bail!("the applier shows no document for {name}: {}", look.all);
+            }
+            let current = &look.object["metadata"]["resourceVersion"];
+            let newest = versions.iter().max().map(u64::to_string);
+            if look.pending == 0.0 && current.as_str() == newest.as_deref() {
+                return Ok(ControlFlow::Break(()));
+            }
+            Ok(ControlFlow::Continue(format!(
+                "the applier did not settle on version {current} of {name} within \
+                 {timeout:?}: its documents last acted on {versions:?}, {} pending",
+                look.pending
+            )))
+        })
+        .await
+    }
+
+    /// Looks at the applier and the object `name` until `verdict` says it is done
+    /// (`Break`) or `timeout` has passed, then fails with what the last `Continue` said.
+    /// It polls: what it waits for is the applier's answer, not a quiet time.
+    async fn poll_documents(
+        &self,
+        api: &kube::Api<kube::api::DynamicObject>,
+        name: &str,
+        timeout: Duration,
+        verdict: impl Fn(&Look) -> Result<ControlFlow<(), String>>,
+    ) -> Result<serde_json::Value> {
         let deadline = Instant::now() + timeout;
         loop {
             let pending = self.metric("status_applier_pending_documents", &[]).await?;
-            let documents = self.client.get("/v1/intents").await?.json();
+            let all = self.client.get("/v1/intents").await?.json();
             let object = serde_json::to_value(api.get(name).await?)?;
-            let versions: Vec<u64> = documents
-                .as_array()
-                .into_iter()
-                .flatten()
+            let documents = (all.as_array().into_iter().flatten())
                 .filter(|d| {
                     d["object"]["name"] == name
                         && d["object"]["kind"] == object["kind"]
                         && d["object"]["namespace"] == object["metadata"]["namespace"]
                 })
-                .filter_map(|d| d["last"]["resourceVersion"].as_str()?.parse().ok())
+                .cloned()
                 .collect();
-            if versions.is_empty() {
-                bail!("the applier shows no document for {name}: {documents}");
+            let look = Look {
+                pending,
+                all,
+                documents,
+                object,
+            };
+            match verdict(&look)? {
+                ControlFlow::Break(()) => return Ok(look.object),
+                ControlFlow::Continue(why) if Instant::now() > deadline => bail!("{why}"),
+                ControlFlow::Continue(_) => {}
             }
-            let current = &object["metadata"]["resourceVersion"];
-            let newest = versions.iter().max().map(u64::to_string);
-            if pending == 0.0 && current.as_str() == newest.as_deref() {
-                return Ok(object);
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "the applier did not settle on version {current} of {name} within \
-                     {timeout:?}: its documents last acted on {versions:?}, {pending} pending"
-                );
-            }
-            // Polls: what it waits for is the applier's answer, not a quiet time.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

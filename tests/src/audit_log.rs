@@ -86,6 +86,21 @@ pub fn without_noop_polls(
     (kept, polls.len())
 }
 
+/// The writes to namespace `ns` of the environment `env` while `window` passes (a quiet
+/// window: the caller has waited for what it started to settle), less the provider's no-op
+/// polls ([`without_noop_polls`]), and how many polls were left out.
+pub async fn writes_over(
+    env: &crate::Env,
+    ns: &str,
+    window: std::time::Duration,
+) -> Result<(Vec<Write>, usize)> {
+    let before = workspace_versions_in(env, ns)?;
+    let log = AuditLog::from_now_in(env)?;
+    tokio::time::sleep(window).await;
+    let after = workspace_versions_in(env, ns)?;
+    Ok(without_noop_polls(log.writes_in(ns)?, &before, &after))
+}
+
 impl std::fmt::Display for Write {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {} by {}", self.verb, self.object, self.manager)

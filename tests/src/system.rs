@@ -20,6 +20,45 @@ pub const WITHOUT_CORE: &str = "--without-cluster-api-core";
 /// The label the controller puts on Workspaces, naming their apply's namespace.
 pub use capt_controller::render::APPLY_NAMESPACE_LABEL;
 
+/// Who writes the Cluster's phase, initialization and endpoint in the environment a test
+/// runs in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ClusterWriter {
+    /// Cluster API core, which copies the control plane's endpoint once; `capt-cluster`
+    /// writes nothing to the Cluster.
+    Core,
+    /// `capt-cluster`, as core would, following the control plane's endpoint and protecting
+    /// it as the control plane's.
+    CaptCluster,
+}
+
+impl ClusterWriter {
+    /// Fails unless the test environment runs Cluster API core exactly when this writer is
+    /// core.
+    pub fn expect_environment(self) -> Result<()> {
+        let beside_core = self == Self::Core;
+        anyhow::ensure!(
+            env().core == beside_core,
+            "this scenario for {self:?} needs CAPT_TESTENV_CORE={}",
+            u8::from(beside_core)
+        );
+        Ok(())
+    }
+}
+
+/// The resource of `kind` in the version the tests read it in: the Cluster in v1beta2 (core's
+/// storage version, and the only one served without core: `hack/testenv.sh`), our kinds in
+/// v1beta1.
+pub fn resource(group: &str, kind: &str, plural: &str) -> kube::api::ApiResource {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let version = if group == "cluster.x-k8s.io" {
+        "v1beta2"
+    } else {
+        "v1beta1"
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
 /// The three processes of one system.
 pub struct System {
     /// The status-applier.
@@ -317,10 +356,16 @@ impl System {
         if !ours_rest {
             return Ok(false);
         }
-        // Core stores and serves v1beta2 (with its conditions); without core only v1beta1 is
-        // served.
-        let version = if self.env.core { "v1beta2" } else { "v1beta1" };
-        let cluster = get(true, "cluster.x-k8s.io", version, "Cluster", "demo".into()).await?;
+        // Core stores v1beta2 (with its conditions); without core it is the only version
+        // served (`hack/testenv.sh`).
+        let cluster = get(
+            true,
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+            "demo".into(),
+        )
+        .await?;
         if cluster["status"]["phase"] != "Provisioned" {
             return Ok(false);
         }

@@ -57,7 +57,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use capt_controller::k8s::SPEC_MANAGER;
 use capt_controller::render::APPLY_UID_LABEL;
-use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions_in};
+use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions_in, writes_over};
 use capt_tests::system::System;
 use capt_tests::{Env, repo_root, unique_name};
 use futures::StreamExt;
@@ -405,7 +405,7 @@ struct SourceCluster {
 
 /// Watches the source Cluster `ns/demo` from now on.
 async fn watch_source_cluster(env: &Env, ns: &str) -> Result<SourceCluster> {
-    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster");
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
     let api: Api<DynamicObject> =
         Api::namespaced_with(env.client().await?, ns, &ApiResource::from_gvk(&gvk));
     let current = api.get("demo").await?;
@@ -592,11 +592,7 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
 
     // Settled (as on the source before the move), then the quiet window on the target.
     target.wait_samples_rest().await?;
-    let quiet = AuditLog::from_now_in(&envs.target)?;
-    let quiet_before = workspace_versions_in(&envs.target, &ns)?;
-    tokio::time::sleep(QUIET_WINDOW).await;
-    let quiet_after = workspace_versions_in(&envs.target, &ns)?;
-    let (writes, polls) = without_noop_polls(quiet.writes_in(&ns)?, &quiet_before, &quiet_after);
+    let (writes, polls) = writes_over(&envs.target, &ns, QUIET_WINDOW).await?;
     // Left out, and reported: the fake provider re-publishes the control plane's connection
     // Secret at every poll on the target (its Terraform state there is seeded from the
     // Workspace's status, which holds no sensitive output). Not CAPT's, not core's.

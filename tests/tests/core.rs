@@ -5,7 +5,7 @@
 //! take turns.
 
 use anyhow::{Context, Result, ensure};
-use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions};
+use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions, writes_over};
 use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::fake_provider::APPLY_GATE_ANNOTATION;
 use capt_tests::system::System;
@@ -64,6 +64,15 @@ async fn wait_ready(system: &System) -> Result<()> {
     let timeout = Duration::from_secs(30);
     system
         .wait_for("the Cluster's Ready condition", timeout, ready)
+        .await
+}
+
+/// Waits until the Cluster `demo` is gone: core removed its finalizer once ours were done.
+async fn wait_cluster_gone(system: &System) -> Result<()> {
+    let gone = || async { Ok(system.get(&[CLUSTER_V1BETA2, "demo"])?.is_none()) };
+    let timeout = Duration::from_secs(60);
+    system
+        .wait_for("the Cluster to be gone", timeout, gone)
         .await
 }
 
@@ -237,20 +246,13 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         .await?;
     assert_eq!(conflicts, 0.0, "no conflict while provisioning beside core");
 
-    let audit = std::process::Command::new(capt_tests::applier::binary("status-applier"))
-        .args(["audit", "-n", &ns.name])
-        .arg("--policy")
-        .arg(capt_tests::applier::capt_policy())
-        .env("KUBECONFIG", &env().kubeconfig)
-        .output()?;
+    let audit = capt_tests::applier::audit_clean(
+        &ns.name,
+        &[],
+        "the ownership audit is clean with core's managers present",
+    )?;
     assert!(
-        audit.status.success(),
-        "the ownership audit is clean with core's managers present:\n{}{}",
-        String::from_utf8_lossy(&audit.stdout),
-        String::from_utf8_lossy(&audit.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&audit.stdout).contains(CORE_MANAGER),
+        audit.contains(CORE_MANAGER),
         "core's writes are in the audit"
     );
     Ok(())
@@ -262,16 +264,9 @@ async fn sixty_seconds_at_rest_with_core_make_no_write_at_all() -> Result<()> {
     let (ns, system) = provisioned("core-rest").await?;
     wait_ready(&system).await?;
     system.wait_samples_rest().await?;
-    let versions = workspace_versions(&ns.name)?;
-    let log = AuditLog::from_now()?;
-    tokio::time::sleep(AT_REST_WINDOW).await;
     // The provider's polls (a status Update of each Workspace every second, stored as nothing
     // when unchanged) are not writes; every other request is.
-    let (writes, polls) = without_noop_polls(
-        log.writes_in(&ns.name)?,
-        &versions,
-        &workspace_versions(&ns.name)?,
-    );
+    let (writes, polls) = writes_over(env(), &ns.name, AT_REST_WINDOW).await?;
     let listed: Vec<String> = writes.iter().map(ToString::to_string).collect();
     assert!(
         writes.is_empty(),
@@ -510,13 +505,7 @@ async fn a_paused_cluster_that_is_deleted_is_held_until_unpaused() -> Result<()>
         );
     }
     set_paused(&ns.name, false)?;
-    system
-        .wait_for(
-            "the Cluster to be gone",
-            Duration::from_secs(60),
-            || async { Ok(system.get(&[CLUSTER_V1BETA1, "demo"])?.is_none()) },
-        )
-        .await?;
+    wait_cluster_gone(&system).await?;
     let left = env().kubectl_ok(
         &[
             "get",
@@ -539,9 +528,9 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let (ns, system) = started("core-bad", 200, &[]).await?;
     let docs = [
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
                "metadata": {"name": "lost", "namespace": ns.name},
-               "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+               "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                                               "kind": "CAPTCluster", "name": "nowhere"}}}),
         json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
                "metadata": {"name": "orphan", "namespace": ns.name},
@@ -551,12 +540,8 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     env().kubectl_ok(&["apply", "-f", "-"], Some(&text.join("\n")))?;
     system
         .wait_for("both explained", Duration::from_secs(30), || async {
-            let cluster = system.get(&[CLUSTER_V1BETA1, "lost"])?.unwrap_or_default();
-            let infra = cluster["status"]["v1beta2"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "InfrastructureReady")
+            let cluster = system.get(&[CLUSTER_V1BETA2, "lost"])?.unwrap_or_default();
+            let infra = condition(&cluster, "InfrastructureReady")
                 .cloned()
                 .unwrap_or_default();
             let cp = system
@@ -598,14 +583,7 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
             },
         )
         .await?;
-    let versions = workspace_versions(&ns.name)?;
-    let log = AuditLog::from_now()?;
-    tokio::time::sleep(MISSING_REFERENCES_WINDOW).await;
-    let (writes, _) = without_noop_polls(
-        log.writes_in(&ns.name)?,
-        &versions,
-        &workspace_versions(&ns.name)?,
-    );
+    let (writes, _) = writes_over(env(), &ns.name, MISSING_REFERENCES_WINDOW).await?;
     let writes: Vec<String> = writes.iter().map(ToString::to_string).collect();
     assert!(
         writes.is_empty(),
@@ -921,13 +899,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         &["delete", "cluster", "demo", "-n", &ns.name, "--wait=false"],
         None,
     )?;
-    system
-        .wait_for(
-            "the Cluster to be gone",
-            Duration::from_secs(60),
-            || async { Ok(system.get(&[CLUSTER_V1BETA1, "demo"])?.is_none()) },
-        )
-        .await?;
+    wait_cluster_gone(&system).await?;
     let conflicts = system
         .applier
         .metric("status_applier_conflicts_total", &[])

@@ -34,7 +34,8 @@
 #[path = "scenarios/endpoint_race.rs"]
 mod endpoint_race;
 
-use endpoint_race::{ClusterWriter, foreign_writers_race_on_the_endpoint};
+use capt_tests::system::ClusterWriter;
+use endpoint_race::foreign_writers_race_on_the_endpoint;
 
 #[tokio::test]
 async fn foreign_update_and_forced_apply_on_the_endpoint_beside_core_are_reported_never_fought_nor_emptied()

@@ -27,7 +27,8 @@
 #[path = "scenarios/failover.rs"]
 mod failover;
 
-use failover::{ClusterWriter, the_standby_takes_over_a_leader_killed_mid_provisioning};
+use capt_tests::system::ClusterWriter;
+use failover::the_standby_takes_over_a_leader_killed_mid_provisioning;
 
 #[tokio::test]
 async fn the_standby_takes_over_a_leader_killed_mid_provisioning_beside_core_and_nothing_is_lost()

@@ -22,7 +22,7 @@ use capt_tests::pod::{Election, LEASE_NAMESPACE, Pod};
 use capt_tests::system::{apply_samples, set_endpoint_output, wait_until};
 use capt_tests::{TestNamespace, env, repo_root};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -314,10 +314,7 @@ impl Flips {
             ),
             ("cluster.x-k8s.io", "Cluster", "clusters"),
         ] {
-            let resource = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk(group, "v1beta1", kind),
-                plural,
-            );
+            let resource = capt_tests::system::resource(group, kind, plural);
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &resource);
             let seen = flips.seen.clone();

@@ -553,7 +553,7 @@ async fn each_bad_input_class_gets_its_4xx_and_changes_nothing() -> Result<()> {
             "kind not allowed",
             with(&|v| {
                 v["target"]["kind"] = json!("Cluster");
-                v["target"]["apiVersion"] = json!("cluster.x-k8s.io/v1beta1");
+                v["target"]["apiVersion"] = json!("cluster.x-k8s.io/v1beta2");
             }),
             403,
             "kind `Cluster.cluster.x-k8s.io` is not allowed",

@@ -302,10 +302,10 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
     let cluster = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
         "metadata": {"name": "demo", "namespace": ns.name, "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
         "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "t", "namespace": shared.name}}});
-    let capi = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+    let capi = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "demo", "namespace": ns.name},
-        "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
-                 "kind": "CAPTCluster", "name": "demo", "namespace": ns.name}}});
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                 "kind": "CAPTCluster", "name": "demo"}}});
     env().kubectl_ok(
         &["apply", "--server-side", "-f", "-"],
         Some(&format!("{capi}\n---\n{cluster}")),

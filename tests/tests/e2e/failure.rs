@@ -5,7 +5,7 @@
 
 use crate::common::{ONE_AT_A_TIME, annotate_workspace, provisioned, workspace_name};
 use anyhow::Result;
-use capt_tests::CLUSTER_V1BETA1;
+use capt_tests::CLUSTER_V1BETA2;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -17,6 +17,11 @@ fn failed_message(cp: &Value) -> Option<&str> {
         .iter()
         .find(|c| c["type"] == "Failed" && c["status"] == "True")?["message"]
         .as_str()
+}
+
+/// A v1beta2 Cluster's terminal failure message, kept in v1beta2 for the v1beta1 contract.
+fn terminal_failure(cluster: &Value) -> Option<&Value> {
+    cluster["status"]["deprecated"]["v1beta1"].get("failureMessage")
 }
 
 #[tokio::test]
@@ -73,14 +78,16 @@ async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_r
         "{}",
         cp["status"]
     );
-    let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+    let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
     assert!(
-        cluster["status"].get("failureMessage").is_none()
-            && cluster["status"]["phase"] == "Provisioned",
+        terminal_failure(&cluster).is_none() && cluster["status"]["phase"] == "Provisioned",
         "{}",
         cluster["status"]
     );
-    assert_eq!(cluster["status"]["controlPlaneReady"], json!(true));
+    assert_eq!(
+        cluster["status"]["initialization"]["controlPlaneInitialized"],
+        json!(true)
+    );
 
     annotate_workspace(
         &ws,
@@ -93,10 +100,10 @@ async fn a_terraform_failure_gives_failed_with_the_providers_message_and_a_fix_r
             Duration::from_secs(30),
             || async {
                 let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
-                let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+                let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
                 Ok(cp["status"]["phase"] == "Ready"
                     && failed_message(&cp).is_none()
-                    && cluster["status"].get("failureMessage").is_none()
+                    && terminal_failure(&cluster).is_none()
                     && cluster["status"]["phase"] == "Provisioned")
             },
         )

@@ -4,7 +4,7 @@
 use crate::common::{ENDPOINT_HOST, ONE_AT_A_TIME, provisioned};
 use anyhow::Result;
 use capt_tests::system::System;
-use capt_tests::{CLUSTER_V1BETA1, TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA2, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -39,13 +39,15 @@ async fn a_cluster_goes_from_nothing_to_provisioned_with_its_endpoint_set() -> R
         cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["cluster_endpoint"],
         format!("https://{ENDPOINT_HOST}")
     );
-    let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap();
+    let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"],
         json!({"host": ENDPOINT_HOST, "port": 443})
     );
-    assert_eq!(cluster["status"]["infrastructureReady"], true);
-    assert_eq!(cluster["status"]["controlPlaneReady"], true);
+    assert_eq!(
+        cluster["status"]["initialization"],
+        json!({"infrastructureProvisioned": true, "controlPlaneInitialized": true})
+    );
     let cc = system.get(&["captcluster", "demo"])?.unwrap();
     assert_eq!(cc["status"]["vpcId"], "vpc-demo");
     assert_eq!(cc["status"]["ready"], true);

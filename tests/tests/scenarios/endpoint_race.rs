@@ -3,12 +3,12 @@
 //! endpoint): one scenario, the Cluster's claims chosen by who writes the Cluster. Each
 //! binary's header says what holds.
 
-use anyhow::{Context, Result, ensure};
-use capt_tests::applier::binary;
-use capt_tests::system::System;
+use anyhow::{Context, Result};
+use capt_tests::applier::audit_clean;
+use capt_tests::system::{ClusterWriter, System, resource};
 use capt_tests::{TestNamespace, env};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,20 +23,6 @@ const ROUNDS: usize = 15;
 /// The claim's window: once the writers stopped and the applier has settled on the objects it
 /// writes, this long without an apply attempt or a write shows it does not fight.
 const NOT_FOUGHT_WINDOW: Duration = Duration::from_secs(3);
-
-/// Who writes the Cluster's endpoint in the environment the scenario runs in.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[allow(
-    dead_code,
-    reason = "each of the two binaries including this file runs one"
-)]
-pub enum ClusterWriter {
-    /// Cluster API core copies the control plane's endpoint once; `capt-cluster` writes
-    /// nothing to the Cluster.
-    Core,
-    /// `capt-cluster` writes it and protects it as the control plane's.
-    CaptCluster,
-}
 
 /// Counts the watched versions of one object, and those without a usable endpoint.
 #[derive(Default)]
@@ -94,17 +80,6 @@ async fn watch_caught_up(system: &System, api: &Api<DynamicObject>, counts: &Cou
             },
         )
         .await
-}
-
-fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    // The Cluster in v1beta2: core's storage version, and the only one served without core
-    // (`hack/testenv.sh`).
-    let version = if group == "cluster.x-k8s.io" {
-        "v1beta2"
-    } else {
-        "v1beta1"
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
 /// The sum of the applier's `name` samples for `managers`.
@@ -170,12 +145,8 @@ fn field_conflict_notes(ns: &str, kind: &str) -> Result<Vec<String>> {
 /// Workspace's `cluster_endpoint` output keeps changing; then they stop, and an operator
 /// releases them.
 pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Result<()> {
+    writer.expect_environment()?;
     let beside_core = writer == ClusterWriter::Core;
-    ensure!(
-        env().core == beside_core,
-        "this scenario for {writer:?} needs CAPT_TESTENV_CORE={}",
-        u8::from(beside_core)
-    );
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-endpoint").await?;
     let system = System::start(&ns.name, 20).await?;
@@ -537,25 +508,12 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
     // Beside core the Cluster's endpoint is left without an owner (the operator released
     // the writers core's copy lost it to), which the audit rightly reports: audit the
     // control plane there.
-    let audited = if beside_core {
-        "captcontrolplane/demo"
+    let audited: &[&str] = if beside_core {
+        &["captcontrolplane/demo"]
     } else {
-        ""
+        &[]
     };
-    let audit = std::process::Command::new(binary("status-applier"))
-        .arg("audit")
-        .args([audited].into_iter().filter(|a| !a.is_empty()))
-        .args(["-n", &ns.name])
-        .arg("--policy")
-        .arg(capt_tests::applier::capt_policy())
-        .env("KUBECONFIG", &env().kubeconfig)
-        .output()?;
-    assert!(
-        audit.status.success(),
-        "the ownership audit after the release:\n{}{}",
-        String::from_utf8_lossy(&audit.stdout),
-        String::from_utf8_lossy(&audit.stderr)
-    );
+    audit_clean(&ns.name, audited, "the ownership audit after the release")?;
 
     watch_caught_up(&system, &cps, &cp_counts).await?;
     watch_caught_up(&system, &clusters, &cluster_counts).await?;

@@ -3,12 +3,12 @@
 //! scenario, the Cluster's claims chosen by who writes the Cluster. Each binary's header says
 //! what holds.
 
-use anyhow::{Context, Result, ensure};
-use capt_tests::applier::{binary, metric_value};
-use capt_tests::system::System;
+use anyhow::{Context, Result};
+use capt_tests::applier::{audit_clean, binary, metric_value};
+use capt_tests::system::{ClusterWriter, System, resource};
 use capt_tests::{CLUSTER_V1BETA2, TestNamespace, env};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -26,20 +26,6 @@ const LEASE: &[&str] = &[
 /// The claim's window: once the applier has settled on every object it writes, this long
 /// without a write shows the new leader has settled.
 const SETTLED_WINDOW: Duration = Duration::from_secs(3);
-
-/// Who writes the Cluster in the environment the scenario runs in.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[allow(
-    dead_code,
-    reason = "each of the two binaries including this file runs one"
-)]
-pub enum ClusterWriter {
-    /// Cluster API core: its phase, its ready flags, and the endpoint copied once from the
-    /// control plane; `capt-cluster` writes nothing to the Cluster.
-    Core,
-    /// `capt-cluster`, as core would, following the control plane's endpoint.
-    CaptCluster,
-}
 
 /// A second controller replica, killed when dropped.
 struct Standby {
@@ -229,29 +215,14 @@ fn entry_name(e: &Value) -> String {
     )
 }
 
-fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    // The Cluster in v1beta2: core's storage version, and the only one served without core
-    // (`hack/testenv.sh`).
-    let version = if group == "cluster.x-k8s.io" {
-        "v1beta2"
-    } else {
-        "v1beta1"
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
 /// The controller leader killed (SIGKILL) in the middle of provisioning, with a standby
 /// replica on the same Lease and the same status-applier, and the Workspace's endpoint
 /// output changed while no replica leads.
 pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
     writer: ClusterWriter,
 ) -> Result<()> {
+    writer.expect_environment()?;
     let beside_core = writer == ClusterWriter::Core;
-    ensure!(
-        env().core == beside_core,
-        "this scenario for {writer:?} needs CAPT_TESTENV_CORE={}",
-        u8::from(beside_core)
-    );
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-leader").await?;
     let mut system = System::start_with(&ns.name, 300, LEASE).await?;
@@ -610,18 +581,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
             "a CAPT manager wrote with an Update: {names:?}"
         );
     }
-    let audit = Command::new(binary("status-applier"))
-        .args(["audit", "-n", &ns.name])
-        .arg("--policy")
-        .arg(capt_tests::applier::capt_policy())
-        .env("KUBECONFIG", &env().kubeconfig)
-        .output()?;
-    assert!(
-        audit.status.success(),
-        "the ownership audit found a violation:\n{}{}",
-        String::from_utf8_lossy(&audit.stdout),
-        String::from_utf8_lossy(&audit.stderr)
-    );
+    audit_clean(&ns.name, &[], "the ownership audit found a violation")?;
 
     // The new leader did the work, and settles: once the applier has settled on each object
     // it writes, nothing more is written.

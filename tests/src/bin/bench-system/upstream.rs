@@ -11,8 +11,10 @@
 //!   that did not change is a no-op write (the API server stores nothing new);
 //! - the Cluster fields upstream wrote, by merge patch, each reconcile: `infrastructureReady`
 //!   (CAPTCluster), `controlPlaneReady`, `phase: Provisioned` once both are true and
-//!   `spec.controlPlaneEndpoint` (CAPTControlPlane). Beside Cluster API core these agree with
-//!   core's own values, so the baseline provisions; it never writes `null`s.
+//!   `spec.controlPlaneEndpoint` (CAPTControlPlane), in the Cluster's v1beta2 (core's storage
+//!   version) where the first two are `status.initialization`'s `infrastructureProvisioned`
+//!   and `controlPlaneInitialized`. Beside Cluster API core these agree with core's own
+//!   values, so the baseline provisions; it never writes `null`s.
 //! - no server-side apply anywhere: creates, `Update`s and merge patches, under the field
 //!   managers our system uses (so that the audit log counts them alike).
 //!
@@ -88,7 +90,7 @@ fn workspace_resource() -> ApiResource {
 fn cluster_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
         "cluster.x-k8s.io",
-        "v1beta1",
+        "v1beta2",
         "Cluster",
     ))
 }
@@ -272,7 +274,7 @@ async fn reconcile_capt_cluster(cc: Arc<CAPTCluster>, ctx: Arc<Ctx>) -> Result<A
             &ctx,
             &ns,
             &cluster,
-            json!({"status": {"infrastructureReady": ready}}),
+            json!({"status": {"initialization": {"infrastructureProvisioned": ready}}}),
             true,
         )
         .await?;
@@ -337,7 +339,7 @@ async fn reconcile_control_plane(
                 && cluster_of(cc.as_ref()).as_deref() == Some(&cluster)
                 && cc.status.as_ref().and_then(|s| s.ready) == Some(true)
         });
-        let mut status = json!({"controlPlaneReady": ready});
+        let mut status = json!({"initialization": {"controlPlaneInitialized": ready}});
         if ready && infra {
             status["phase"] = json!("Provisioned");
         }
