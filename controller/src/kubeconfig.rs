@@ -187,7 +187,7 @@ pub fn desired_secret(
 
 /// What to do about the live Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum SecretAction {
     /// It already holds what we want: no write.
     UpToDate,
     /// It is missing, or our type, label, owner reference or value differ: apply.
@@ -210,12 +210,12 @@ fn controller_of(secret: &Secret) -> Option<&OwnerReference> {
 /// Compares the live Secret with the desired one. A Secret of our type is ours only when
 /// the desired owner is its controller. Only what we apply counts: labels, owner references
 /// and data keys others added do not make a write.
-pub fn verdict(live: Option<&Secret>, desired: &Secret) -> Verdict {
+pub fn verdict(live: Option<&Secret>, desired: &Secret) -> SecretAction {
     let Some(live) = live else {
-        return Verdict::Write;
+        return SecretAction::Write;
     };
     if live.type_ != desired.type_ {
-        return Verdict::UserProvided;
+        return SecretAction::UserProvided;
     }
     let ours = desired.metadata.owner_references.iter().flatten();
     let live_controller = controller_of(live);
@@ -224,7 +224,7 @@ pub fn verdict(live: Option<&Secret>, desired: &Secret) -> Verdict {
         .any(|o| live_controller.is_some_and(|l| l.uid == o.uid))
     {
         let shown = live_controller.map(|l| format!("{} {} (uid {})", l.kind, l.name, l.uid));
-        return Verdict::NotControlled(shown);
+        return SecretAction::NotControlled(shown);
     }
     let labels_present = desired.metadata.labels.iter().flatten().all(|(k, v)| {
         live.metadata
@@ -247,9 +247,9 @@ pub fn verdict(live: Option<&Secret>, desired: &Secret) -> Verdict {
             .is_some_and(|l| l == v)
     });
     if labels_present && owners_present && data_present {
-        Verdict::UpToDate
+        SecretAction::UpToDate
     } else {
-        Verdict::Write
+        SecretAction::Write
     }
 }
 
@@ -443,8 +443,8 @@ mod tests {
     #[test]
     fn only_a_difference_in_what_we_apply_makes_a_write() {
         let desired = desired_secret("demo-kubeconfig", "demo", "ns", owner(), b"kc".to_vec());
-        assert_eq!(verdict(None, &desired), Verdict::Write);
-        assert_eq!(verdict(Some(&desired), &desired), Verdict::UpToDate);
+        assert_eq!(verdict(None, &desired), SecretAction::Write);
+        assert_eq!(verdict(Some(&desired), &desired), SecretAction::UpToDate);
 
         // Others' labels, owners and keys, and server-set metadata, change nothing.
         let mut live = desired.clone();
@@ -469,38 +469,38 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert("extra".into(), ByteString(b"x".to_vec()));
-        assert_eq!(verdict(Some(&live), &desired), Verdict::UpToDate);
+        assert_eq!(verdict(Some(&live), &desired), SecretAction::UpToDate);
 
         let mut changed = desired.clone();
         changed.data = Some(BTreeMap::from([(
             "value".into(),
             ByteString(b"old".to_vec()),
         )]));
-        assert_eq!(verdict(Some(&changed), &desired), Verdict::Write);
+        assert_eq!(verdict(Some(&changed), &desired), SecretAction::Write);
         let mut unlabelled = desired.clone();
         unlabelled.metadata.labels = None;
-        assert_eq!(verdict(Some(&unlabelled), &desired), Verdict::Write);
+        assert_eq!(verdict(Some(&unlabelled), &desired), SecretAction::Write);
         let mut not_controller = desired.clone();
         not_controller.metadata.owner_references.as_mut().unwrap()[0].controller = None;
         assert_eq!(
             verdict(Some(&not_controller), &desired),
-            Verdict::NotControlled(None)
+            SecretAction::NotControlled(None)
         );
         let mut other_owner_uid = desired.clone();
         other_owner_uid.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-old".into();
         assert_eq!(
             verdict(Some(&other_owner_uid), &desired),
-            Verdict::NotControlled(Some("CAPTControlPlane demo (uid uid-old)".into()))
+            SecretAction::NotControlled(Some("CAPTControlPlane demo (uid uid-old)".into()))
         );
         let mut unowned = desired.clone();
         unowned.metadata.owner_references = None;
         assert_eq!(
             verdict(Some(&unowned), &desired),
-            Verdict::NotControlled(None)
+            SecretAction::NotControlled(None)
         );
 
         let mut opaque = desired.clone();
         opaque.type_ = Some("Opaque".into());
-        assert_eq!(verdict(Some(&opaque), &desired), Verdict::UserProvided);
+        assert_eq!(verdict(Some(&opaque), &desired), SecretAction::UserProvided);
     }
 }

@@ -38,7 +38,7 @@ pub struct CAPTClusterSpec {
     pub region: String,
     /// WorkspaceTemplate that creates the VPC. Exactly one of this and `existingVpcId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vpc_template_ref: Option<ObjectRef>,
+    pub vpc_template_ref: Option<NamespacedRef>,
     /// ID of a VPC that already exists. Exactly one of this and `vpcTemplateRef`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing_vpc_id: Option<String>,

@@ -39,7 +39,7 @@ pub struct CAPTControlPlaneSpec {
     #[schemars(regex(pattern = VERSION_PATTERN), length(max = 64))]
     pub version: String,
     /// WorkspaceTemplate that creates the EKS cluster.
-    pub workspace_template_ref: ObjectRef,
+    pub workspace_template_ref: NamespacedRef,
     /// EKS settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_config: Option<ControlPlaneConfig>,

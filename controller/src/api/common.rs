@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 /// A reference to a namespaced object; the namespace defaults to the referrer's.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectRef {
+pub struct NamespacedRef {
     /// Name of the referenced object.
     pub name: String,
     /// Namespace of the referenced object; the referrer's namespace when omitted.

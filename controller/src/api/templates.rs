@@ -65,7 +65,7 @@ pub struct CAPTClusterTemplateResourceSpec {
     pub region: String,
     /// WorkspaceTemplate that creates the VPC (or set `existingVpcId`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vpc_template_ref: Option<ObjectRef>,
+    pub vpc_template_ref: Option<NamespacedRef>,
     /// An existing VPC to use instead of creating one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing_vpc_id: Option<String>,
@@ -110,7 +110,7 @@ pub struct CAPTControlPlaneTemplateResource {
 #[serde(rename_all = "camelCase")]
 pub struct CAPTControlPlaneTemplateResourceSpec {
     /// WorkspaceTemplate that creates the EKS cluster.
-    pub workspace_template_ref: ObjectRef,
+    pub workspace_template_ref: NamespacedRef,
     /// EKS settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_config: Option<ControlPlaneConfig>,

@@ -84,7 +84,7 @@ pub struct WorkspaceTemplateStatusSummary {
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceTemplateApplySpec {
     /// The template to render.
-    pub template_ref: ObjectRef,
+    pub template_ref: NamespacedRef,
     /// Values substituted for `${key}` in the template: plain literals only (letters,
     /// digits, `.`, `_`, `-`; at most 253 characters), since they are pasted into Terraform.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,7 +98,7 @@ pub struct WorkspaceTemplateApplySpec {
     pub wait_for_secrets: Option<Vec<SecretRef>>,
     /// Workspaces that must be ready before the Workspace is rendered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_for_workspaces: Option<Vec<ObjectRef>>,
+    pub wait_for_workspaces: Option<Vec<NamespacedRef>>,
     /// Keep the Workspace when this apply is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retain_workspace_on_delete: Option<bool>,

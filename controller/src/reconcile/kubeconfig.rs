@@ -7,7 +7,7 @@ use super::{Result, kube_err};
 use crate::api::{CAPTControlPlane, Cluster, WorkspaceTemplateApply};
 use crate::context::{Context, Written};
 use crate::k8s::SPEC_MANAGER;
-use crate::kubeconfig::{self, Verdict};
+use crate::kubeconfig::{self, SecretAction};
 use crate::write_loops::Basis;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -107,8 +107,8 @@ async fn ensure_secret(
         .await
         .map_err(kube_err(cp, "reading a kubeconfig Secret"))?;
     match kubeconfig::verdict(live.as_ref(), &desired) {
-        Verdict::UpToDate => return Ok(false),
-        Verdict::UserProvided => {
+        SecretAction::UpToDate => return Ok(false),
+        SecretAction::UserProvided => {
             tracing::debug!(
                 subject = super::subject(cp),
                 secret = name,
@@ -116,7 +116,7 @@ async fn ensure_secret(
             );
             return Ok(false);
         }
-        Verdict::NotControlled(controller) => {
+        SecretAction::NotControlled(controller) => {
             let by = controller.unwrap_or_else(|| "no controller".into());
             let note = format!(
                 "Secret {ns}/{name} exists and this CAPTControlPlane is not its controller \
@@ -127,7 +127,7 @@ async fn ensure_secret(
                 .await;
             return Ok(false);
         }
-        Verdict::Write => {}
+        SecretAction::Write => {}
     }
     match live.and_then(|l| l.uid()) {
         // Absent: a create, which fails rather than take over a Secret made meanwhile.

@@ -101,7 +101,7 @@ pub struct CaptClusterDesired {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Outcome {
+enum Situation {
     Ready {
         reason: &'static str,
         message: String,
@@ -125,51 +125,51 @@ pub fn desired_capt_cluster(input: &CaptClusterInput) -> CaptClusterDesired {
         let ws = input.workspace.as_ref()?;
         ws.output_string("vpc_id").filter(|id| !id.is_empty())
     });
-    let (outcome, recheck) = match observed_outcome(input, vpc_id.as_deref()) {
-        Outcome::Waiting {
+    let (situation, recheck) = match observed_situation(input, vpc_id.as_deref()) {
+        Situation::Waiting {
             reason,
             message,
             timed: true,
         } => apply_timeout(input, start, now, reason, message),
         other => (other, None),
     };
-    let ready = matches!(outcome, Outcome::Ready { .. });
+    let ready = matches!(situation, Situation::Ready { .. });
     CaptClusterDesired {
-        status_fragment: status_fragment(input, &outcome, vpc_id.as_deref(), start, now),
+        status_fragment: status_fragment(input, &situation, vpc_id.as_deref(), start, now),
         ready,
         vpc_id,
         recheck_after: recheck,
     }
 }
 
-fn observed_outcome(input: &CaptClusterInput, vpc_id: Option<&str>) -> Outcome {
-    let waiting = |reason, message: String| Outcome::Waiting {
+fn observed_situation(input: &CaptClusterInput, vpc_id: Option<&str>) -> Situation {
+    let waiting = |reason, message: String| Situation::Waiting {
         reason,
         message,
         timed: true,
     };
     if let Some(id) = &input.existing_vpc_id {
         let message = format!("using the existing VPC {id}");
-        return Outcome::Ready {
+        return Situation::Ready {
             reason: reason::EXISTING_VPC,
             message,
         };
     }
     let state = input.workspace.as_ref().map(|ws| (ws.state(), &ws.name));
     match (state, vpc_id) {
-        (Some((WorkspaceState::Failed { message }, name)), _) => Outcome::Failed {
+        (Some((WorkspaceState::Failed { message }, name)), _) => Situation::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
             message: format!("Workspace {name}: {message}"),
         },
-        (Some((WorkspaceState::NeedsOperator { message }, name)), _) => Outcome::Failed {
+        (Some((WorkspaceState::NeedsOperator { message }, name)), _) => Situation::Failed {
             reason: reason::WORKSPACE_NEEDS_OPERATOR.into(),
             message: format!("Workspace {name}: {message}"),
         },
-        (Some((WorkspaceState::Ready, _)), Some(id)) => Outcome::Ready {
+        (Some((WorkspaceState::Ready, _)), Some(id)) => Situation::Ready {
             reason: reason::VPC_READY,
             message: format!("VPC {id} is ready"),
         },
-        _ if input.waiting_for_cluster => Outcome::Waiting {
+        _ if input.waiting_for_cluster => Situation::Waiting {
             reason: reason::WAITING_FOR_CLUSTER,
             message: "waiting for a Cluster to own this CAPTCluster".into(),
             timed: false,
@@ -178,25 +178,25 @@ fn observed_outcome(input: &CaptClusterInput, vpc_id: Option<&str>) -> Outcome {
             reason::WAITING_FOR_VPC_ID,
             format!("Workspace {name} is ready but has no vpc_id output"),
         ),
-        (Some((WorkspaceState::Degraded { message }, name)), Some(id)) => Outcome::Ready {
+        (Some((WorkspaceState::Degraded { message }, name)), Some(id)) => Situation::Ready {
             reason: reason::WORKSPACE_DEGRADED,
             message: format!(
                 "VPC {id} is ready, but its provider cannot check it: Workspace {name}: {message}"
             ),
         },
-        (Some((WorkspaceState::Degraded { message }, name)), None) => Outcome::Failed {
+        (Some((WorkspaceState::Degraded { message }, name)), None) => Situation::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
             message: format!("Workspace {name}: {message}"),
         },
         // Paused when ready: the VPC is as the provider last saw it.
-        (Some((WorkspaceState::Paused { ready: true }, name)), Some(id)) => Outcome::Ready {
+        (Some((WorkspaceState::Paused { ready: true }, name)), Some(id)) => Situation::Ready {
             reason: reason::WORKSPACE_PAUSED,
             message: format!(
                 "VPC {id} is ready, but Workspace {name} is paused (crossplane.io/paused): \
                  changes wait until the annotation is removed"
             ),
         },
-        (Some((WorkspaceState::Paused { .. }, name)), _) => Outcome::Waiting {
+        (Some((WorkspaceState::Paused { .. }, name)), _) => Situation::Waiting {
             reason: reason::WORKSPACE_PAUSED,
             message: format!(
                 "Workspace {name} is paused (crossplane.io/paused): provider-terraform does not \
@@ -225,7 +225,7 @@ fn apply_timeout(
     now: Timestamp,
     reason: &'static str,
     message: String,
-) -> (Outcome, Option<Duration>) {
+) -> (Situation, Option<Duration>) {
     if let Some(sticky) = sticky_timeout(input) {
         return (sticky, None);
     }
@@ -234,25 +234,25 @@ fn apply_timeout(
         let within = format_duration(input.vpc_ready_timeout);
         let message = format!("the VPC was not ready within {within}: {message}");
         let reason = reason::VPC_READY_TIMEOUT.into();
-        return (Outcome::Failed { reason, message }, None);
+        return (Situation::Failed { reason, message }, None);
     }
     let message = format!("{message} ({})", deadline.describe());
-    let outcome = Outcome::Waiting {
+    let situation = Situation::Waiting {
         reason,
         message,
         timed: true,
     };
-    (outcome, recheck_after([deadline.remaining(now)]))
+    (situation, recheck_after([deadline.remaining(now)]))
 }
 
 /// A timeout failure of the same generation: it stays until the VPC is ready.
-fn sticky_timeout(input: &CaptClusterInput) -> Option<Outcome> {
+fn sticky_timeout(input: &CaptClusterInput) -> Option<Situation> {
     let existing = input.existing.as_ref()?;
     let same_generation = existing.observed_generation == input.generation;
     let list = existing_conditions(input);
     let reasons = [reason::VPC_READY_TIMEOUT];
     let (reason, message) = wait::sticky_failure(list, "VPCFailed", &reasons, same_generation)?;
-    Some(Outcome::Failed {
+    Some(Situation::Failed {
         reason: reason.into(),
         message: message.into(),
     })
@@ -275,7 +275,7 @@ fn existing_conditions(input: &CaptClusterInput) -> &[Condition] {
 /// `{"status": {...}}` with every field this manager knows now.
 fn status_fragment(
     input: &CaptClusterInput,
-    outcome: &Outcome,
+    situation: &Situation,
     vpc_id: Option<&str>,
     start: Timestamp,
     now: Timestamp,
@@ -289,7 +289,7 @@ fn status_fragment(
             .and_then(|s| s.initialization.as_ref())
             .and_then(|i| i.provisioned)
             == Some(true);
-    let provisioned = was_provisioned || matches!(outcome, Outcome::Ready { .. });
+    let provisioned = was_provisioned || matches!(situation, Situation::Ready { .. });
     status.insert("ready".into(), json!(provisioned));
     status.insert(
         "initialization".into(),
@@ -311,7 +311,7 @@ fn status_fragment(
     status.insert("failureMessage".into(), Value::Null);
     insert_workspace_fields(&mut status, input);
     let builder = ConditionBuilder::new(existing_conditions(input), input.generation, now);
-    let mut list = capt_cluster_conditions(&builder, outcome, input.waiting_for_cluster, start);
+    let mut list = capt_cluster_conditions(&builder, situation, input.waiting_for_cluster, start);
     list.push(paused_condition(&builder, None));
     status.insert("conditions".into(), conditions::to_json(&list));
     if let Some(deprecated) = conditions::deprecated_v1beta1(&list) {
@@ -378,24 +378,24 @@ fn failure_domains(ws: &WorkspaceObservation) -> Option<Value> {
 /// are dated from the wait's start, so the next reconcile finds the same start.
 fn capt_cluster_conditions(
     b: &ConditionBuilder<'_>,
-    outcome: &Outcome,
+    situation: &Situation,
     waiting_for_cluster: bool,
     start: Timestamp,
 ) -> Vec<Condition> {
-    let (vpc_ready, vpc_failed, at) = match outcome {
-        Outcome::Ready { reason, message } => (
+    let (vpc_ready, vpc_failed, at) = match situation {
+        Situation::Ready { reason, message } => (
             (Status::True, *reason, message.as_str()),
             (Status::False, reason::NO_FAILURE, ""),
             None,
         ),
-        Outcome::Waiting {
+        Situation::Waiting {
             reason, message, ..
         } => (
             (Status::False, *reason, message.as_str()),
             (Status::False, reason::NO_FAILURE, ""),
             Some(start),
         ),
-        Outcome::Failed { reason, message } => (
+        Situation::Failed { reason, message } => (
             (Status::False, reason.as_str(), message.as_str()),
             (Status::True, reason.as_str(), message.as_str()),
             None,

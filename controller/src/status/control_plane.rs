@@ -117,7 +117,7 @@ pub struct ControlPlaneDesired {
 
 /// The state the control plane is in, with why.
 #[derive(Clone, Debug, PartialEq)]
-enum Outcome {
+enum Situation {
     Ready(ApiEndpoint),
     /// Ready, but the provider does not look at the Workspace (`observe failed`, or paused):
     /// shown, and the spec's version not taken as applied.
@@ -140,29 +140,29 @@ enum Outcome {
 pub fn desired_control_plane(input: &ControlPlaneInput) -> ControlPlaneDesired {
     let now = conditions::whole_seconds(input.now);
     let parsed = input.endpoint_source.as_deref().map(parse_endpoint);
-    let (outcome, recheck) = match observed_outcome(input, parsed.as_ref()) {
-        Outcome::Waiting { reason, message } => apply_timeouts(input, now, reason, message),
+    let (situation, recheck) = match observed_situation(input, parsed.as_ref()) {
+        Situation::Waiting { reason, message } => apply_timeouts(input, now, reason, message),
         other => (other, None),
     };
-    let phase = match outcome {
-        Outcome::Ready(_) | Outcome::Degraded { .. } => ControlPlanePhase::Ready,
-        Outcome::Waiting { .. } => ControlPlanePhase::Creating,
-        Outcome::Failed { .. } => ControlPlanePhase::Failed,
+    let phase = match situation {
+        Situation::Ready(_) | Situation::Degraded { .. } => ControlPlanePhase::Ready,
+        Situation::Waiting { .. } => ControlPlanePhase::Creating,
+        Situation::Failed { .. } => ControlPlanePhase::Failed,
     };
     ControlPlaneDesired {
-        status_fragment: status_fragment(input, now, &outcome, phase),
+        status_fragment: status_fragment(input, now, &situation, phase),
         endpoint: parsed.and_then(Result::ok),
         phase,
         recheck_after: recheck,
     }
 }
 
-/// The outcome from the Workspace, the VPC and the endpoint alone, before timeouts.
-fn observed_outcome(
+/// The situation from the Workspace, the VPC and the endpoint alone, before timeouts.
+fn observed_situation(
     input: &ControlPlaneInput,
     endpoint: Option<&Result<ApiEndpoint, EndpointError>>,
-) -> Outcome {
-    let waiting = |reason, message: String| Outcome::Waiting { reason, message };
+) -> Situation {
+    let waiting = |reason, message: String| Situation::Waiting { reason, message };
     if !input.cluster_found {
         return waiting(
             reason::WAITING_FOR_CLUSTER,
@@ -179,26 +179,26 @@ fn observed_outcome(
         };
     };
     match (ws.state(), endpoint) {
-        (WorkspaceState::Failed { message }, _) => Outcome::Failed {
+        (WorkspaceState::Failed { message }, _) => Situation::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
-        (WorkspaceState::NeedsOperator { message }, _) => Outcome::Failed {
+        (WorkspaceState::NeedsOperator { message }, _) => Situation::Failed {
             reason: reason::WORKSPACE_NEEDS_OPERATOR.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
         (WorkspaceState::Ready, Some(Ok(e))) => match ws.applied(input.apply_generation) {
-            Applied::Proven | Applied::Unproven => Outcome::Ready(e.clone()),
+            Applied::Proven | Applied::Unproven => Situation::Ready(e.clone()),
             // An update Terraform has not applied yet: the control plane serves as before,
             // and its version stays the one last proven.
-            Applied::Pending { message } if was_ready(input) => Outcome::Degraded {
+            Applied::Pending { message } if was_ready(input) => Situation::Degraded {
                 endpoint: e.clone(),
                 reason: reason::WORKSPACE_UPDATING,
                 message,
             },
             Applied::Pending { message } => waiting(reason::WORKSPACE_UPDATING, message),
         },
-        (WorkspaceState::Degraded { message }, Some(Ok(e))) => Outcome::Degraded {
+        (WorkspaceState::Degraded { message }, Some(Ok(e))) => Situation::Degraded {
             endpoint: e.clone(),
             reason: reason::WORKSPACE_DEGRADED,
             message: format!(
@@ -206,11 +206,11 @@ fn observed_outcome(
                 ws.name
             ),
         },
-        (WorkspaceState::Degraded { message }, _) => Outcome::Failed {
+        (WorkspaceState::Degraded { message }, _) => Situation::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
-        (WorkspaceState::Ready, Some(Err(e))) => Outcome::Failed {
+        (WorkspaceState::Ready, Some(Err(e))) => Situation::Failed {
             reason: reason::INVALID_ENDPOINT.into(),
             message: format!("Workspace {}: cluster_endpoint: {e}", ws.name),
         },
@@ -223,7 +223,7 @@ fn observed_outcome(
             format!("Workspace {} is being deleted", ws.name),
         ),
         // Paused when ready: the infrastructure is as the provider last saw it.
-        (WorkspaceState::Paused { ready: true }, Some(Ok(e))) => Outcome::Degraded {
+        (WorkspaceState::Paused { ready: true }, Some(Ok(e))) => Situation::Degraded {
             endpoint: e.clone(),
             reason: reason::WORKSPACE_PAUSED,
             message: format!(
@@ -265,7 +265,7 @@ fn apply_timeouts(
     now: Timestamp,
     reason: &'static str,
     message: String,
-) -> (Outcome, Option<Duration>) {
+) -> (Situation, Option<Duration>) {
     if let Some(sticky) = sticky_timeout(input) {
         return (sticky, None);
     }
@@ -273,7 +273,7 @@ fn apply_timeouts(
     // (the Cluster's arrival wakes the reconcile). Nor does a paused Workspace: it waits for
     // a person, and its unpausing wakes the reconcile.
     if reason == reason::WAITING_FOR_CLUSTER || reason == reason::WORKSPACE_PAUSED {
-        return (Outcome::Waiting { reason, message }, None);
+        return (Situation::Waiting { reason, message }, None);
     }
     let (cp_timeout, vpc_timeout) = match parse_timeouts(input.timeouts.as_ref()) {
         Ok(t) => t,
@@ -305,7 +305,7 @@ fn apply_timeouts(
         .into_iter()
         .chain(vpc_waiting.then(|| vpc.remaining(now)));
     (
-        Outcome::Waiting { reason, message },
+        Situation::Waiting { reason, message },
         recheck_after(remaining),
     )
 }
@@ -318,15 +318,15 @@ fn parse_timeouts(timeouts: Option<&Timeouts>) -> Result<(Duration, Duration), D
     Ok((control_plane, parse_duration(&t.vpc_ready_timeout)?))
 }
 
-fn failed(reason: &str, message: String) -> Outcome {
-    Outcome::Failed {
+fn failed(reason: &str, message: String) -> Situation {
+    Situation::Failed {
         reason: reason.into(),
         message,
     }
 }
 
 /// A timeout failure of the same generation that nothing has cleared yet.
-fn sticky_timeout(input: &ControlPlaneInput) -> Option<Outcome> {
+fn sticky_timeout(input: &ControlPlaneInput) -> Option<Situation> {
     let existing = input.existing.as_ref()?;
     // The VPC's timeout stays only while the VPC is still not ready.
     let reasons: &[&str] = match input.vpc_ready {
@@ -365,7 +365,7 @@ fn existing_conditions(existing: Option<&CAPTControlPlaneStatus>) -> &[Condition
 fn status_fragment(
     input: &ControlPlaneInput,
     now: Timestamp,
-    outcome: &Outcome,
+    situation: &Situation,
     phase: ControlPlanePhase,
 ) -> Value {
     let existing = input.existing.as_ref();
@@ -390,12 +390,12 @@ fn status_fragment(
     status.insert("phase".into(), json!(phase));
     // Omitted while not Ready, so the version last seen Ready stays (an upgrade in progress);
     // while degraded: the provider did not look, let alone apply; and until the Workspace
-    // proves the rendering of this spec applied (`Outcome::Ready` needs the proof).
-    if let Outcome::Ready(_) = outcome {
+    // proves the rendering of this spec applied (`Situation::Ready` needs the proof).
+    if let Situation::Ready(_) = situation {
         status.insert("version".into(), json!(input.version));
         status.insert("versions".into(), json!([{"version": input.version}]));
     }
-    if let Outcome::Ready(e) | Outcome::Degraded { endpoint: e, .. } = outcome {
+    if let Situation::Ready(e) | Situation::Degraded { endpoint: e, .. } = situation {
         status.insert("endpoint".into(), json!(endpoint::display(e)));
     }
     // In the Cluster API contract `failureReason`/`failureMessage` mean a *terminal* failure:
@@ -416,7 +416,7 @@ fn status_fragment(
     }
     let builder = ConditionBuilder::new(existing_conditions(existing), input.generation, now);
     let since = waiting_since(input, now);
-    let mut list = control_plane_conditions(&builder, outcome, initialized, since);
+    let mut list = control_plane_conditions(&builder, situation, initialized, since);
     list.push(paused_condition(&builder, None));
     status.insert("conditions".into(), conditions::to_json(&list));
     if let Some(deprecated) = conditions::deprecated_v1beta1(&list) {
@@ -433,12 +433,12 @@ fn status_fragment(
 /// condition is dated from `waiting_since`, so the next reconcile finds the same start.
 fn control_plane_conditions(
     b: &ConditionBuilder<'_>,
-    outcome: &Outcome,
+    situation: &Situation,
     initialized: bool,
     waiting_since: Timestamp,
 ) -> Vec<Condition> {
-    let (ready, creating, failed) = match outcome {
-        Outcome::Ready(e) => {
+    let (ready, creating, failed) = match situation {
+        Situation::Ready(e) => {
             let msg = format!("the control plane is ready at {}", endpoint::display(e));
             let ok = reason::CONTROL_PLANE_READY;
             (
@@ -447,7 +447,7 @@ fn control_plane_conditions(
                 b.build("Failed", Status::False, "NoFailure", ""),
             )
         }
-        Outcome::Degraded {
+        Situation::Degraded {
             endpoint: e,
             reason,
             message,
@@ -462,12 +462,12 @@ fn control_plane_conditions(
                 b.build("Failed", Status::False, "NoFailure", ""),
             )
         }
-        Outcome::Waiting { reason, message } => (
+        Situation::Waiting { reason, message } => (
             b.build("Ready", Status::False, reason, message),
             b.build_at("Creating", Status::True, reason, message, waiting_since),
             b.build("Failed", Status::False, "NoFailure", ""),
         ),
-        Outcome::Failed { reason, message } => (
+        Situation::Failed { reason, message } => (
             b.build("Ready", Status::False, reason, message),
             b.build("Creating", Status::False, reason, message),
             b.build("Failed", Status::True, reason, message),
