@@ -6,7 +6,8 @@
 use super::deletion;
 use super::owner::{self, ApplyOwner};
 use super::shared::{
-    cluster_name, locate_workspace, names_control_plane, names_infrastructure, owning_cluster,
+    cluster_name, created, locate_workspace, names_control_plane, names_infrastructure,
+    owning_cluster,
 };
 use super::{Result, after, kube_err};
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, Cluster};
@@ -108,12 +109,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let input = CaptClusterInput {
         generation,
         existing_vpc_id: cc.spec.existing_vpc_id.clone(),
-        created: cc
-            .meta()
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_else(Timestamp::now),
+        created: created(&*cc),
         now: Timestamp::now(),
         vpc_ready_timeout: DEFAULT_VPC_READY_TIMEOUT,
         existing: cc.status.clone(),

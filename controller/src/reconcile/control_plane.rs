@@ -6,7 +6,7 @@ use super::cluster::{endpoint_still_ours, managed_by_core};
 use super::deletion;
 use super::owner::{self, ApplyOwner};
 use super::shared::{
-    cluster_name, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
+    cluster_name, created, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
 };
 use super::{Result, after, kube_err};
 use crate::api::{
@@ -198,12 +198,7 @@ async fn observe_infrastructure(
             .control_plane_config
             .as_ref()
             .and_then(|c| c.timeouts.clone()),
-        created: cp
-            .meta()
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or_else(Timestamp::now),
+        created: created(cp),
         now: Timestamp::now(),
         existing: cp.status.clone(),
         cluster_found: cluster.is_some(),

@@ -344,3 +344,8 @@ pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
         .and_then(|d| d.get("cluster_endpoint").cloned())
         .and_then(|v| String::from_utf8(v.0).ok()))
 }
+
+/// When `obj` was created; now for an object not stored yet (a timeout then starts now).
+pub fn created<K: Resource>(obj: &K) -> jiff::Timestamp {
+    (obj.meta().creation_timestamp.as_ref()).map_or_else(jiff::Timestamp::now, |t| t.0)
+}

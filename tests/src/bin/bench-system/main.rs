@@ -205,25 +205,19 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let header = Header::now()?;
     eprintln!("{}", header.text());
-    if args.churn_waves > 0 {
+    // The churn and the shards replace the rounds: one run per `--clusters`.
+    if args.churn_waves > 0 || args.shards > 0 {
         for (i, &n) in args.clusters.iter().enumerate() {
             if i > 0 && args.restart_environment {
                 restart_environment()?;
             }
-            let churn =
-                churn::run_churn(&args, n, args.churn_waves, &deployed::Pod::read()?).await?;
-            print!("{}\n{}", header.text(), churn::table(&churn));
-        }
-        return Ok(());
-    }
-    if args.shards > 0 {
-        for (i, &n) in args.clusters.iter().enumerate() {
-            if i > 0 && args.restart_environment {
-                restart_environment()?;
-            }
-            let sharded =
-                shards::run_shards(&args, n, args.shards, &deployed::Pod::read()?).await?;
-            print!("{}\n{}", header.text(), shards::table(&sharded));
+            let pod = deployed::Pod::read()?;
+            let table = if args.churn_waves > 0 {
+                churn::table(&churn::run_churn(&args, n, args.churn_waves, &pod).await?)
+            } else {
+                shards::table(&shards::run_shards(&args, n, args.shards, &pod).await?)
+            };
+            print!("{}\n{table}", header.text());
         }
         return Ok(());
     }
