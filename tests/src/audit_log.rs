@@ -33,7 +33,6 @@ pub struct Write {
 }
 
 impl Write {
-    /// A status Update of a Workspace by the provider: what a poll sends.
     /// Refused for a stale `resourceVersion` precondition (409): nothing was written. The
     /// status-applier's applies carry one, and are refused when the object changed since the
     /// view they were planned on; it then reads the object and applies again.
@@ -41,6 +40,7 @@ impl Write {
         self.code == 409
     }
 
+    /// A status Update of a Workspace by the provider: what a poll sends.
     fn is_provider_poll(&self) -> bool {
         self.manager == crate::fake_provider::FIELD_MANAGER
             && self.verb == "update"
