@@ -217,6 +217,19 @@ fn answer(effects: &[Effect], ticket: Ticket) -> Option<&Outcome> {
         .map(|(_, o)| o)
 }
 
+/// Asserts that `ticket` was answered at once with `error`, naming the failed read.
+fn answered_read_failure(effects: &[Effect], ticket: Ticket) {
+    let outcome = answer(effects, ticket).expect("answered at once");
+    assert_eq!(outcome.action, Action::error);
+    assert!(
+        outcome
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("reading the object: ")),
+        "{outcome:?}"
+    );
+}
+
 fn wakes(effects: &[Effect]) -> Vec<Instant> {
     effects
         .iter()
@@ -828,15 +841,7 @@ fn an_intent_naming_a_uid_whose_read_fails_is_answered_with_an_error_and_merged_
         object: object(),
         error: ApplyError::Transient("503".into()),
     });
-    let outcome = answer(&effects, ticket).expect("answered");
-    assert_eq!(outcome.action, Action::error);
-    assert!(
-        outcome
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("reading the object: ")),
-        "{outcome:?}"
-    );
+    answered_read_failure(&effects, ticket);
     assert_eq!(
         h.machine.desired()[0].document,
         json!({"status": {"a": "1"}}),
@@ -942,15 +947,7 @@ fn an_intent_whose_object_the_driver_could_not_read_is_answered_with_an_error_an
         wait: true,
         view: Err(ApplyError::Transient("503".into())),
     });
-    let outcome = answer(&effects, 9).expect("answered at once");
-    assert_eq!(outcome.action, Action::error);
-    assert!(
-        outcome
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("reading the object: ")),
-        "{outcome:?}"
-    );
+    answered_read_failure(&effects, 9);
     assert!(effects.contains(&Effect::Counted(Count::Intent(
         status_key().field_manager,
         Action::error
