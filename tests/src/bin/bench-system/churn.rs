@@ -46,7 +46,7 @@ pub(crate) async fn run_churn(args: &Args, n: usize, waves: usize, pod: &Pod) ->
     std::fs::create_dir_all(&dir)?;
     let system = BenchSystem::start(args, Mode::Sidecar, pod, &dir).await?;
     eprintln!("[churn N={n}] processes' logs in {}", dir.display());
-    let timeout = Duration::from_secs(args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64));
+    let timeout = args.provision_timeout(n);
     let mut done = Vec::new();
     for wave in 0..waves {
         let ns = format!("churn-{n}-w{wave}");

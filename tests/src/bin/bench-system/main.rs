@@ -163,6 +163,15 @@ enum Mode {
     Baseline,
 }
 
+impl Args {
+    /// How long provisioning `n` stacks may take as deployed (`--provision-timeout-seconds`,
+    /// by default 120 s plus 2 s per stack).
+    fn provision_timeout(&self, n: usize) -> std::time::Duration {
+        let seconds = self.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64);
+        std::time::Duration::from_secs(seconds)
+    }
+}
+
 impl Mode {
     fn name(self) -> &'static str {
         match self {

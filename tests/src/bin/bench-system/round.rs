@@ -158,10 +158,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     );
 
     let own: Vec<String> = (0..args.output_changes.min(n)).map(stack_name).collect();
-    let provision_timeout = Duration::from_secs(match mode {
-        Mode::Baseline => args.baseline_provision_timeout_seconds,
-        Mode::Sidecar => args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64),
-    });
+    let provision_timeout = match mode {
+        Mode::Baseline => Duration::from_secs(args.baseline_provision_timeout_seconds),
+        Mode::Sidecar => args.provision_timeout(n),
+    };
     let (provisioned, provisioned_in, provisioning) = provision(
         &round,
         &system,

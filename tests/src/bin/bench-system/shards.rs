@@ -66,7 +66,7 @@ pub(crate) async fn run_shards(args: &Args, n: usize, k: usize, pod: &Pod) -> Re
     };
     let from = log.audit_end()?;
     let per_shard = n / k;
-    let timeout = Duration::from_secs(args.provision_timeout_seconds.unwrap_or(120 + 2 * n as u64));
+    let timeout = args.provision_timeout(n);
     let start = Instant::now();
     let provisioning = names.iter().zip(&namespaces).map(|(name, ns)| {
         let client = client.clone();
