@@ -27,8 +27,9 @@ pub enum ClusterWriter {
     /// Cluster API core, which copies the control plane's endpoint once; `capt-cluster`
     /// writes nothing to the Cluster.
     Core,
-    /// `capt-cluster`, as core would, following the control plane's endpoint and protecting
-    /// it as the control plane's.
+    /// `capt-cluster`, where core does not run (the controller started
+    /// `--without-cluster-api-core`): as core would, it follows the control plane's endpoint
+    /// and protects it as the control plane's.
     CaptCluster,
 }
 
