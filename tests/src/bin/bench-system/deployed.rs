@@ -381,15 +381,50 @@ impl Drop for Process {
 }
 
 fn spawn(launch: &Launch, log: &Path) -> Result<Child> {
-    Command::new(&launch.program)
+    let mut command = Command::new(&launch.program);
+    command
         .args(&launch.args)
         .env_clear()
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .envs(launch.env.iter().map(|(k, v)| (k, v)));
+    if std::env::var_os(HEAP_PROFILE).is_some() {
+        heap_profile(&mut command, log)?;
+    }
+    command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?)
         .spawn()
         .with_context(|| format!("starting {}", launch.program.display()))
+}
+
+/// Set (to anything) to record a heap profile of every process the benchmark starts.
+const HEAP_PROFILE: &str = "CAPT_BENCH_HEAP_PROFILE";
+
+/// Records `command`'s allocations with heaptrack's preload library (the same process, so the
+/// benchmark's pid, probes and RSS stay its own) into `<log>.heaptrack.zst`, read with
+/// `heaptrack_print`. The trace is interpreted as it is written: raw it would be gigabytes.
+fn heap_profile(command: &mut Command, log: &Path) -> Result<()> {
+    const LIB: &str = "/usr/lib/heaptrack";
+    let pipe = log.with_extension("heaptrack.pipe");
+    let _ = std::fs::remove_file(&pipe);
+    let made = Command::new("mkfifo").arg(&pipe).status()?;
+    if !made.success() {
+        bail!("mkfifo {}: {made}", pipe.display());
+    }
+    let out = log.with_extension("heaptrack.zst");
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{LIB}/libexec/heaptrack_interpret < '{}' | zstd -q > '{}'",
+            pipe.display(),
+            out.display()
+        ))
+        .spawn()
+        .context("starting heaptrack_interpret (is heaptrack installed?)")?;
+    command
+        .env("LD_PRELOAD", format!("{LIB}/libheaptrack_preload.so"))
+        .env("DUMP_HEAPTRACK_OUTPUT", &pipe);
+    Ok(())
 }
 
 /// The environment of every launch, for the record: `KEY=value` per variable.
