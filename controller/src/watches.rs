@@ -11,6 +11,7 @@ use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
     WorkspaceTemplateApply,
 };
+use compact_json::CompactJson;
 use futures::StreamExt;
 use futures::channel::mpsc;
 use kube::Resource;
@@ -61,15 +62,15 @@ impl Watched for WorkspaceTemplate {
 /// only compares it with what it renders. The cache keeps its digest ([`module_digest`]).
 impl Watched for TerraformWorkspace {
     fn trim(&mut self) {
-        let module = self
-            .spec
-            .fields
+        let mut spec = self.spec_value();
+        let module = spec
             .get_mut("forProvider")
             .and_then(|f| f.get_mut("module"));
         if let Some(module) = module
             && let Some(text) = module.as_str()
         {
             *module = serde_json::Value::String(module_digest(text));
+            self.spec.fields = CompactJson::new(&spec);
         }
     }
 }
@@ -471,9 +472,10 @@ mod tests {
         }))
         .expect("a Workspace");
         ws.trim();
-        let module = ws.spec.fields["forProvider"]["module"].as_str().unwrap();
+        let spec = ws.spec_value();
+        let module = spec["forProvider"]["module"].as_str().unwrap();
         assert_eq!(module, module_digest(&"x".repeat(100_000)));
         assert_ne!(module, module_digest("y"));
-        assert_eq!(ws.spec.fields["forProvider"]["source"], "Inline");
+        assert_eq!(spec["forProvider"]["source"], "Inline");
     }
 }

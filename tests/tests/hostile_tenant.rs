@@ -93,7 +93,7 @@ async fn refused_not_rendered(system: &System, ns: &str, name: &str, reason: &st
         })
         .await?;
     if let Some(ws) = workspaces.get_opt(&ws_name).await? {
-        let module = ws.spec.fields["forProvider"]["module"].to_string();
+        let module = ws.spec_value()["forProvider"]["module"].to_string();
         panic!("{ns}/{name} was rendered into Terraform: {module}");
     }
     assert!(refused().await?, "Applied=False, reason {reason}");
@@ -763,7 +763,10 @@ async fn hole1_a_template_chooses_neither_credentials_nor_state_nor_where_output
         match field {
             None => {
                 let ws = rendered.context("the namespace's own ProviderConfig renders")?;
-                assert_eq!(ws.spec.fields["providerConfigRef"]["name"], "tenant-config");
+                assert_eq!(
+                    ws.spec_value()["providerConfigRef"]["name"],
+                    "tenant-config"
+                );
             }
             Some(field) => {
                 assert!(rendered.is_none(), "apply {name}: a Workspace was rendered");

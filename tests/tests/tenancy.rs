@@ -73,13 +73,10 @@ where
 
 /// A Workspace's `spec.forProvider.module`.
 fn module(w: &TerraformWorkspace) -> String {
-    let forp = w
-        .spec
-        .fields
-        .get("forProvider")
-        .cloned()
-        .unwrap_or_default();
-    forp["module"].as_str().unwrap_or_default().to_owned()
+    w.spec_value()["forProvider"]["module"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 async fn workspaces() -> Result<Api<TerraformWorkspace>> {
@@ -576,7 +573,7 @@ async fn a_legacy_named_workspace_of_the_apply_is_kept_not_duplicated() -> Resul
     system
         .wait_for("the legacy Workspace Ready", WAIT, || async {
             let ws = api.get(&legacy).await?;
-            let status = ws.status.unwrap_or_default();
+            let status = ws.status_value();
             Ok(status["conditions"]
                 .as_array()
                 .into_iter()

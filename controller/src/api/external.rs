@@ -1,6 +1,7 @@
 //! Partial views of the upstream kinds CAPT reads and writes: the Cluster API `Cluster`
 //! and provider-terraform's `Workspace`. Their CRDs are upstream's; we never generate them.
 
+use compact_json::CompactJson;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -96,8 +97,10 @@ pub struct ClusterInitialization {
     pub control_plane_initialized: Option<bool>,
 }
 
-/// A provider-terraform `Workspace` (cluster-scoped), kept as JSON: CAPT renders its spec
-/// from templates and reads its status through [`crate::status`].
+/// A provider-terraform `Workspace` (cluster-scoped), its spec and status kept compact: CAPT
+/// renders the spec from templates and reads the status through [`crate::status`], never
+/// field by field, and the controller caches every Workspace. As `serde_json::Value`s a
+/// provisioned stack's two Workspaces were about 20 KB, the largest part of the cache.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "tf.upbound.io",
@@ -105,12 +108,27 @@ pub struct ClusterInitialization {
     kind = "Workspace",
     root = "TerraformWorkspace",
     schema = "disabled",
-    status = "Value"
+    status = "CompactJson"
 )]
+#[serde(transparent)]
 pub struct TerraformWorkspaceSpec {
     /// The whole spec.
-    #[serde(flatten)]
-    pub fields: Map<String, Value>,
+    pub fields: CompactJson,
+}
+
+impl TerraformWorkspace {
+    /// The spec, as a JSON value.
+    pub fn spec_value(&self) -> Value {
+        self.spec.fields.value()
+    }
+
+    /// The status, as a JSON value (`null` when there is none).
+    pub fn status_value(&self) -> Value {
+        self.status
+            .as_ref()
+            .map(CompactJson::value)
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

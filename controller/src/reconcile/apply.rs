@@ -398,7 +398,7 @@ async fn publish(
 
 /// The Workspace's `Synced` and `Ready` conditions, as `metav1.Condition`s.
 fn mirrored_conditions(workspace: &TerraformWorkspace) -> Vec<Value> {
-    let status = workspace.status.clone().unwrap_or_default();
+    let status = workspace.status_value();
     status["conditions"]
         .as_array()
         .into_iter()

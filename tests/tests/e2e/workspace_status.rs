@@ -156,7 +156,7 @@ async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_clus
     let api: Api<TerraformWorkspace> = Api::all(env().client().await?);
     let name = workspace_name(&ns.name, "demo-controlplane");
     let conditions = |ws: &TerraformWorkspace| -> Result<Value> {
-        let status = ws.status.clone().unwrap_or_default();
+        let status = ws.status_value();
         Ok(status["conditions"]
             .as_array()
             .into_iter()
@@ -165,9 +165,7 @@ async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_clus
             .collect())
     };
     let before = api.get(&name).await?;
-    let checksum = |ws: &TerraformWorkspace| {
-        ws.status.clone().unwrap_or_default()["atProvider"]["checksum"].clone()
-    };
+    let checksum = |ws: &TerraformWorkspace| ws.status_value()["atProvider"]["checksum"].clone();
     // Terraform's next run outputs another endpoint: the fake provider reports the outputs
     // the template's annotation names (rendered onto the Workspace by the controller).
     let host = "moved.example.com";
@@ -178,7 +176,7 @@ async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_clus
             Duration::from_secs(10),
             || async {
                 let ws = api.get(&name).await?;
-                let outputs = &ws.status.clone().unwrap_or_default()["atProvider"]["outputs"];
+                let outputs = &ws.status_value()["atProvider"]["outputs"];
                 Ok(outputs["cluster_endpoint"] == format!("https://{host}")
                     && checksum(&ws) != checksum(&before))
             },
