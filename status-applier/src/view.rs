@@ -21,6 +21,7 @@
 //! ([`crate::engine::events::Effect::Keep`]) and reads the object again.
 
 use crate::intent::ObjectRef;
+use compact_json::CompactJson;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::api::DynamicObject;
 use managed_fields::FieldSet;
@@ -51,14 +52,14 @@ impl Keep {
 
 /// An object as the applier holds it: cut down to a [`Keep`], or whole.
 ///
-/// Held as JSON text, and parsed when an apply is planned on it ([`View::object`]): a
-/// `serde_json::Value` costs about ten times its text (every map is a B-tree node), and the
-/// applier holds one view of every object it watches. Its identity is at hand (`Deref`).
+/// Held compact ([`CompactJson`]), and parsed when an apply is planned on it
+/// ([`View::object`]): the applier holds one view of every object it watches, and a
+/// `serde_json::Value` costs about ten times that. Its identity is at hand (`Deref`).
 #[derive(Debug, Clone)]
 pub struct View {
     identity: Identity,
-    /// The object (cut down) as JSON.
-    text: Box<str>,
+    /// The object (cut down).
+    object: CompactJson,
     /// What was kept; `None` for a whole object.
     kept: Option<Arc<Keep>>,
 }
@@ -94,19 +95,16 @@ impl View {
             generation: object.metadata.generation,
             ..ObjectMeta::default()
         };
-        let text = serde_json::to_string(&object)
-            .expect("an object read as JSON writes as JSON")
-            .into_boxed_str();
         Self {
             identity: Identity { metadata },
-            text,
+            object: CompactJson::new(&object),
             kept,
         }
     }
 
     /// The object, as kept.
     pub fn object(&self) -> DynamicObject {
-        serde_json::from_str(&self.text).expect("written by View::new")
+        self.object.parse()
     }
 
     /// Its `managedFields`, as kept.
