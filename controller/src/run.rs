@@ -96,6 +96,16 @@ impl Watches {
         }
     }
 
+    /// Starts every watch.
+    fn spawn(self) {
+        self.clusters.spawn();
+        self.capt_clusters.spawn();
+        self.control_planes.spawn();
+        self.applies.spawn();
+        self.templates.spawn();
+        self.workspaces.spawn();
+    }
+
     /// Their caches.
     pub fn caches(&self) -> Caches {
         Caches {
@@ -112,48 +122,96 @@ impl Watches {
 /// Runs every controller until a shutdown signal: wires what wakes each, starts the watches,
 /// and reconciles once every cache has listed its kind.
 pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
-    let apply_t = Trigger::<WorkspaceTemplateApply>::default();
-    let cp_t = Trigger::<CAPTControlPlane>::default();
-    let cc_t = Trigger::<CAPTCluster>::default();
-    let cluster_t = Trigger::<Cluster>::default();
+    let t = Triggers::default();
+    wire_wakes(&t, &mut w);
+    forget_on_deletion(&ctx, &mut w);
+    let caches = w.caches();
+    // Nothing else wakes an object whose publication waits for our own write to be seen.
+    ctx.rewake.register(caches.applies.clone(), &t.applies);
+    ctx.rewake
+        .register(caches.control_planes.clone(), &t.control_planes);
+    ctx.rewake
+        .register(caches.capt_clusters.clone(), &t.capt_clusters);
+    ctx.rewake.register(caches.clusters.clone(), &t.clusters);
+    w.spawn();
+    caches.ready().await;
+    tracing::info!("Caches synced; controllers started");
 
-    w.applies.subscribers.wakes_own(&apply_t, lifecycle);
-    w.workspaces.subscribers.wakes(&apply_t, |ws| {
+    let c = scope.concurrency;
+    let apply_loop = controller(caches.applies.clone(), t.applies, c)
+        .run(apply::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "WorkspaceTemplateApply"));
+    let cp_loop = controller(caches.control_planes.clone(), t.control_planes, c)
+        .run(control_plane::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "CAPTControlPlane"));
+    let cc_loop = controller(caches.capt_clusters.clone(), t.capt_clusters, c)
+        .run(capt_cluster::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "CAPTCluster"));
+    let cluster_loop = controller(caches.clusters.clone(), t.clusters, c)
+        .run(cluster::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "Cluster"));
+    futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
+}
+
+/// What wakes each controller: the references it is sent.
+#[derive(Default)]
+struct Triggers {
+    applies: Trigger<WorkspaceTemplateApply>,
+    control_planes: Trigger<CAPTControlPlane>,
+    capt_clusters: Trigger<CAPTCluster>,
+    clusters: Trigger<Cluster>,
+}
+
+/// Subscribes each controller's trigger to the changes that concern its objects: their own
+/// lifecycle, and the related objects of other kinds.
+fn wire_wakes(t: &Triggers, w: &mut Watches) {
+    w.applies.subscribers.wakes_own(&t.applies, lifecycle);
+    w.workspaces.subscribers.wakes(&t.applies, |ws| {
         labelled_ref(ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
     });
     // Pausing and unpausing a Cluster holds and releases its applies.
     let applies = w.applies.store();
     w.clusters
         .subscribers
-        .wakes(&apply_t, move |c| of_cluster(&applies, c));
+        .wakes(&t.applies, move |c| of_cluster(&applies, c));
     let applies = w.applies.store();
     w.templates
         .subscribers
-        .wakes(&apply_t, move |t| users_of(&applies, t));
+        .wakes(&t.applies, move |template| users_of(&applies, template));
 
-    w.control_planes.subscribers.wakes_own(&cp_t, lifecycle);
+    w.control_planes
+        .subscribers
+        .wakes_own(&t.control_planes, lifecycle);
     let control_planes = w.control_planes.store();
     w.capt_clusters
         .subscribers
-        .wakes(&cp_t, move |peer| same_cluster(&control_planes, peer));
-    owner_wakes(&cp_t, &mut w, |c| &c.spec.control_plane_ref);
+        .wakes(&t.control_planes, move |peer| {
+            same_cluster(&control_planes, peer)
+        });
+    owner_wakes(&t.control_planes, w, |c| &c.spec.control_plane_ref);
 
-    w.capt_clusters.subscribers.wakes_own(&cc_t, lifecycle);
+    w.capt_clusters
+        .subscribers
+        .wakes_own(&t.capt_clusters, lifecycle);
     let capt_clusters = w.capt_clusters.store();
     w.control_planes
         .subscribers
-        .wakes(&cc_t, move |peer| same_cluster(&capt_clusters, peer));
-    owner_wakes(&cc_t, &mut w, |c| &c.spec.infrastructure_ref);
+        .wakes(&t.capt_clusters, move |peer| {
+            same_cluster(&capt_clusters, peer)
+        });
+    owner_wakes(&t.capt_clusters, w, |c| &c.spec.infrastructure_ref);
 
-    w.clusters.subscribers.wakes_own(&cluster_t, lifecycle);
+    w.clusters.subscribers.wakes_own(&t.clusters, lifecycle);
     w.capt_clusters
         .subscribers
-        .wakes(&cluster_t, owning_cluster_ref);
+        .wakes(&t.clusters, owning_cluster_ref);
     w.control_planes
         .subscribers
-        .wakes(&cluster_t, owning_cluster_ref);
+        .wakes(&t.clusters, owning_cluster_ref);
+}
 
-    // What is kept per object goes when it is deleted (memory stays flat under churn).
+/// Forgets what is kept per object once it is deleted (memory stays flat under churn).
+fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
     let c = ctx.clone();
     w.applies.subscribers.on_deleted(move |o| c.forget(o));
     let c = ctx.clone();
@@ -164,36 +222,6 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
     w.capt_clusters.subscribers.on_deleted(move |o| c.forget(o));
     let c = ctx.clone();
     w.clusters.subscribers.on_deleted(move |o| c.forget(o));
-
-    let caches = w.caches();
-    // Nothing else wakes an object whose publication waits for our own write to be seen.
-    ctx.rewake.register(caches.applies.clone(), &apply_t);
-    ctx.rewake.register(caches.control_planes.clone(), &cp_t);
-    ctx.rewake.register(caches.capt_clusters.clone(), &cc_t);
-    ctx.rewake.register(caches.clusters.clone(), &cluster_t);
-    w.clusters.spawn();
-    w.capt_clusters.spawn();
-    w.control_planes.spawn();
-    w.applies.spawn();
-    w.templates.spawn();
-    w.workspaces.spawn();
-    caches.ready().await;
-    tracing::info!("Caches synced; controllers started");
-
-    let c = scope.concurrency;
-    let apply_loop = controller(caches.applies.clone(), apply_t, c)
-        .run(apply::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "WorkspaceTemplateApply"));
-    let cp_loop = controller(caches.control_planes.clone(), cp_t, c)
-        .run(control_plane::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "CAPTControlPlane"));
-    let cc_loop = controller(caches.capt_clusters.clone(), cc_t, c)
-        .run(capt_cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "CAPTCluster"));
-    let cluster_loop = controller(caches.clusters.clone(), cluster_t, c)
-        .run(cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "Cluster"));
-    futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
 }
 
 /// Counts each reconcile of `kind` once it has finished (with or without an error), so that a
