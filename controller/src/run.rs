@@ -27,9 +27,10 @@ use std::sync::Arc;
 /// The label Cluster API providers shard by (`--watch-filter`).
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 
-/// Which objects the controllers manage.
+/// What this process's controllers are assigned: which objects they manage, and how many
+/// reconciles each runs at once.
 #[derive(Clone, Debug, Default)]
-pub struct Scope {
+pub struct Assignment {
     /// One namespace, or every namespace when `None`. Workspaces are cluster-scoped and all
     /// of them are watched either way: whether a name is taken by another's Workspace must be
     /// answered from the cache, and another's carries no label of ours to select it by.
@@ -46,7 +47,7 @@ pub struct Scope {
     pub concurrency: u16,
 }
 
-impl Scope {
+impl Assignment {
     fn api<K>(&self, client: &kube::Client) -> Api<K>
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
@@ -71,26 +72,26 @@ pub struct Watches {
 }
 
 impl Watches {
-    /// The watches of `scope`. WorkspaceTemplates are watched in every namespace when some
+    /// The watches of `assignment`. WorkspaceTemplates are watched in every namespace when some
     /// may be used from other namespaces (`--allow-template-namespace`).
-    pub fn new(client: &kube::Client, scope: &Scope, templates_elsewhere: bool) -> Self {
+    pub fn new(client: &kube::Client, assignment: &Assignment, templates_elsewhere: bool) -> Self {
         // Lists in pages of 50, not kube-rs's 500: a page is parsed whole, managedFields and
         // all, before the cache strips it, and six kinds list at once after a restart, which
         // is where the peak at 1,000 clusters was (docs/performance.md, "Memory").
         let wc = || watcher::Config::default().page_size(50);
-        let shard = || match &scope.watch_filter {
+        let shard = || match &assignment.watch_filter {
             Some(value) => wc().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
             None => wc(),
         };
         let templates = match templates_elsewhere {
             true => Api::all(client.clone()),
-            false => scope.api(client),
+            false => assignment.api(client),
         };
         Self {
-            clusters: Watch::new(scope.api(client), shard()),
-            capt_clusters: Watch::new(scope.api(client), shard()),
-            control_planes: Watch::new(scope.api(client), shard()),
-            applies: Watch::new(scope.api(client), shard()),
+            clusters: Watch::new(assignment.api(client), shard()),
+            capt_clusters: Watch::new(assignment.api(client), shard()),
+            control_planes: Watch::new(assignment.api(client), shard()),
+            applies: Watch::new(assignment.api(client), shard()),
             templates: Watch::new(templates, wc()),
             workspaces: Watch::new(Api::all(client.clone()), wc()),
         }
@@ -121,7 +122,7 @@ impl Watches {
 
 /// Runs every controller until a shutdown signal: wires what wakes each, starts the watches,
 /// and reconciles once every cache has listed its kind.
-pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
+pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
     let t = Triggers::default();
     wire_wakes(&t, &mut w);
     forget_on_deletion(&ctx, &mut w);
@@ -137,7 +138,7 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
     caches.ready().await;
     tracing::info!("Caches synced; controllers started");
 
-    let c = scope.concurrency;
+    let c = assignment.concurrency;
     let apply_loop = controller(caches.applies.clone(), t.applies, c)
         .run(apply::reconcile, error_policy, ctx.clone())
         .for_each(finished(&ctx, "WorkspaceTemplateApply"));
