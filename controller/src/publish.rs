@@ -334,7 +334,7 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::api::CAPTCluster;
-    use crate::watches::{Change, Subscribers};
+    use crate::watches::{ChangeKind, Subscribers};
 
     fn capt_cluster(name: &str) -> CAPTCluster {
         serde_json::from_value(serde_json::json!({
@@ -367,9 +367,9 @@ mod tests {
         let mut subscribers = Subscribers::<CAPTCluster>::default();
         let p = publisher.clone();
         subscribers.on_deleted(move |o| p.forget_object(o));
-        subscribers.deliver(&a, Change::Applied);
+        subscribers.deliver(&a, ChangeKind::Applied);
         assert_eq!(publisher.remembered(), 3, "a change forgets nothing");
-        subscribers.deliver(&a, Change::Deleted);
+        subscribers.deliver(&a, ChangeKind::Deleted);
         assert_eq!(publisher.remembered(), 1, "only b's delivery is left");
     }
 }
