@@ -1,7 +1,7 @@
 //! The engine's driver: feeds events to the [`Machine`] and carries out its effects (reads,
 //! applies, answers, timers, reports). It decides nothing itself.
 
-use super::Settings;
+use super::Tuning;
 use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
 use super::machine::Machine;
 use crate::config::Policy;
@@ -40,7 +40,7 @@ pub struct ConflictRecord {
 /// The engine. Cheap to share behind an `Arc`.
 pub struct Engine {
     policy: Arc<Policy>,
-    settings: Settings,
+    tuning: Tuning,
     live: Live,
     metrics: Metrics,
     machine: Mutex<Machine>,
@@ -55,7 +55,7 @@ impl Engine {
     pub fn start(
         client: kube::Client,
         policy: Policy,
-        settings: Settings,
+        tuning: Tuning,
         metrics: Metrics,
         events: bool,
         scope: crate::live::WatchScope,
@@ -73,11 +73,11 @@ impl Engine {
         let engine = Arc::new(Self {
             machine: Mutex::new(Machine::new(
                 policy.clone(),
-                settings.clone(),
+                tuning.clone(),
                 fastrand::u64(..),
             )),
             policy,
-            settings,
+            tuning,
             live,
             metrics,
             tickets: Mutex::default(),
@@ -167,7 +167,7 @@ impl Engine {
             wait,
             view,
         });
-        match tokio::time::timeout(self.settings.wait_timeout, rx).await {
+        match tokio::time::timeout(self.tuning.wait_timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
             _ => {
                 self.tickets.lock().expect("lock").remove(&ticket);
@@ -372,7 +372,7 @@ impl Engine {
                     conflict: c.clone(),
                 });
             }
-            while history.len() > self.settings.conflict_history {
+            while history.len() > self.tuning.conflict_history {
                 history.pop_front();
             }
         }
