@@ -154,7 +154,9 @@ impl Engine {
     }
 
     /// Merges an intent and, unless nothing changed, queues its apply. With `wait`, answers
-    /// the outcome of the apply that carries it.
+    /// the outcome of the apply that carries it; when none comes within the wait timeout,
+    /// `queued`, which says no more than that: the intent is kept and not applied yet (the
+    /// apply goes on, its outcome unknown to this submitter).
     pub async fn submit(self: &Arc<Self>, intent: ValidIntent, wait: bool) -> Outcome {
         let key = intent.key.clone();
         let view = self.view_for(&intent).await;
