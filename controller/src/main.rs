@@ -158,7 +158,7 @@ async fn main() -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let applier = status_applier_api::Client::new(&args.applier_socket);
-    let scope = capt_controller::run::Scope {
+    let assignment = capt_controller::run::Assignment {
         namespace: args.namespace,
         watch_filter: args.watch_filter,
         concurrency: args.max_concurrent_reconciles.max(1),
@@ -167,7 +167,7 @@ async fn main() -> anyhow::Result<()> {
         capt_controller::workspace_policy::WorkspacePolicy::parse(&args.allow_provider_configs)
             .map_err(anyhow::Error::msg)?;
     let templates_elsewhere = !args.allow_template_namespaces.is_empty();
-    let watches = capt_controller::run::Watches::new(&client, &scope, templates_elsewhere);
+    let watches = capt_controller::run::Watches::new(&client, &assignment, templates_elsewhere);
     let ctx = Arc::new(Context {
         caches: watches.caches(),
         rewake: capt_controller::rewake::Rewake::new(metrics.rewake_gave_up.clone()),
@@ -207,12 +207,12 @@ async fn main() -> anyhow::Result<()> {
     });
     diagnostics::serve_metrics(&options, client.clone(), metrics).await?;
     if args.leader.no_leader_election {
-        capt_controller::run::run(ctx, scope, watches).await;
+        capt_controller::run::run(ctx, assignment, watches).await;
         return Ok(());
     }
     let mut leading = lead(&ctx.client, &args.leader).await?;
     tokio::select! {
-        _ = capt_controller::run::run(ctx, scope, watches) => Ok(()),
+        _ = capt_controller::run::run(ctx, assignment, watches) => Ok(()),
         _ = leading.wait_for(|leader| !leader) => {
             // Another replica may already be reconciling: stop at once, and let the
             // kubelet restart this one as a candidate.

@@ -2,9 +2,10 @@
 //!
 //! A reconcile that computes what it computed last time publishes nothing: the publisher
 //! remembers the last fragment it delivered per (object, subresource, manager), so steady
-//! state costs no request at all. Delivered means the applier acted on it (the publisher
-//! waits for the outcome); a failed delivery is forgotten, so the next reconcile sends it
-//! again.
+//! state costs no request at all. Delivered means the applier kept it: the publisher waits
+//! for the outcome, which is what the apply did or, when the applier's wait timeout runs
+//! out first, `queued` (kept, not applied yet); a failed delivery is forgotten, so the next
+//! reconcile sends it again.
 
 use crate::write_loops::Basis;
 use serde_json::Value;
@@ -283,7 +284,10 @@ impl Publisher {
         self.delivered.lock().expect("lock").remove(&key);
         // Waiting for the apply's outcome means an intent is remembered only once the
         // applier acted on it: an applier that dies with intents queued makes the next
-        // reconcile send them again, so nothing is lost.
+        // reconcile send them again, so nothing is lost. The one exception: an answer of
+        // `queued` after the applier's wait timeout (30 s by default) is remembered, though
+        // not applied yet; an applier that dies after it loses that intent until the
+        // fragment changes or the controller restarts.
         // Any outcome is delivered, a conflict or a rejection too: the applier keeps the
         // document and retries when the object changes. A refusal (a bad intent, an applier
         // failure) is not; the client reads which is which.
@@ -334,7 +338,7 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::api::CAPTCluster;
-    use crate::watches::{Change, Subscribers};
+    use crate::watches::{ChangeKind, Subscribers};
 
     fn capt_cluster(name: &str) -> CAPTCluster {
         serde_json::from_value(serde_json::json!({
@@ -367,9 +371,9 @@ mod tests {
         let mut subscribers = Subscribers::<CAPTCluster>::default();
         let p = publisher.clone();
         subscribers.on_deleted(move |o| p.forget_object(o));
-        subscribers.deliver(&a, Change::Applied);
+        subscribers.deliver(&a, ChangeKind::Applied);
         assert_eq!(publisher.remembered(), 3, "a change forgets nothing");
-        subscribers.deliver(&a, Change::Deleted);
+        subscribers.deliver(&a, ChangeKind::Deleted);
         assert_eq!(publisher.remembered(), 1, "only b's delivery is left");
     }
 }

@@ -27,9 +27,10 @@ use std::sync::Arc;
 /// The label Cluster API providers shard by (`--watch-filter`).
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 
-/// Which objects the controllers manage.
+/// What this process's controllers are assigned: which objects they manage, and how many
+/// reconciles each runs at once.
 #[derive(Clone, Debug, Default)]
-pub struct Scope {
+pub struct Assignment {
     /// One namespace, or every namespace when `None`. Workspaces are cluster-scoped and all
     /// of them are watched either way: whether a name is taken by another's Workspace must be
     /// answered from the cache, and another's carries no label of ours to select it by.
@@ -46,7 +47,7 @@ pub struct Scope {
     pub concurrency: u16,
 }
 
-impl Scope {
+impl Assignment {
     fn api<K>(&self, client: &kube::Client) -> Api<K>
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
@@ -71,29 +72,39 @@ pub struct Watches {
 }
 
 impl Watches {
-    /// The watches of `scope`. WorkspaceTemplates are watched in every namespace when some
+    /// The watches of `assignment`. WorkspaceTemplates are watched in every namespace when some
     /// may be used from other namespaces (`--allow-template-namespace`).
-    pub fn new(client: &kube::Client, scope: &Scope, templates_elsewhere: bool) -> Self {
+    pub fn new(client: &kube::Client, assignment: &Assignment, templates_elsewhere: bool) -> Self {
         // Lists in pages of 50, not kube-rs's 500: a page is parsed whole, managedFields and
         // all, before the cache strips it, and six kinds list at once after a restart, which
         // is where the peak at 1,000 clusters was (docs/performance.md, "Memory").
         let wc = || watcher::Config::default().page_size(50);
-        let shard = || match &scope.watch_filter {
+        let shard = || match &assignment.watch_filter {
             Some(value) => wc().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
             None => wc(),
         };
         let templates = match templates_elsewhere {
             true => Api::all(client.clone()),
-            false => scope.api(client),
+            false => assignment.api(client),
         };
         Self {
-            clusters: Watch::new(scope.api(client), shard()),
-            capt_clusters: Watch::new(scope.api(client), shard()),
-            control_planes: Watch::new(scope.api(client), shard()),
-            applies: Watch::new(scope.api(client), shard()),
+            clusters: Watch::new(assignment.api(client), shard()),
+            capt_clusters: Watch::new(assignment.api(client), shard()),
+            control_planes: Watch::new(assignment.api(client), shard()),
+            applies: Watch::new(assignment.api(client), shard()),
             templates: Watch::new(templates, wc()),
             workspaces: Watch::new(Api::all(client.clone()), wc()),
         }
+    }
+
+    /// Starts every watch.
+    fn spawn(self) {
+        self.clusters.spawn();
+        self.capt_clusters.spawn();
+        self.control_planes.spawn();
+        self.applies.spawn();
+        self.templates.spawn();
+        self.workspaces.spawn();
     }
 
     /// Their caches.
@@ -111,49 +122,97 @@ impl Watches {
 
 /// Runs every controller until a shutdown signal: wires what wakes each, starts the watches,
 /// and reconciles once every cache has listed its kind.
-pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
-    let apply_t = Trigger::<WorkspaceTemplateApply>::default();
-    let cp_t = Trigger::<CAPTControlPlane>::default();
-    let cc_t = Trigger::<CAPTCluster>::default();
-    let cluster_t = Trigger::<Cluster>::default();
+pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
+    let t = Triggers::default();
+    wire_wakes(&t, &mut w);
+    forget_on_deletion(&ctx, &mut w);
+    let caches = w.caches();
+    // Nothing else wakes an object whose publication waits for our own write to be seen.
+    ctx.rewake.register(caches.applies.clone(), &t.applies);
+    ctx.rewake
+        .register(caches.control_planes.clone(), &t.control_planes);
+    ctx.rewake
+        .register(caches.capt_clusters.clone(), &t.capt_clusters);
+    ctx.rewake.register(caches.clusters.clone(), &t.clusters);
+    w.spawn();
+    caches.ready().await;
+    tracing::info!("Caches synced; controllers started");
 
-    w.applies.subscribers.wakes_own(&apply_t, lifecycle);
-    w.workspaces.subscribers.wakes(&apply_t, |ws| {
+    let c = assignment.concurrency;
+    let apply_loop = controller(caches.applies.clone(), t.applies, c)
+        .run(apply::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "WorkspaceTemplateApply"));
+    let cp_loop = controller(caches.control_planes.clone(), t.control_planes, c)
+        .run(control_plane::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "CAPTControlPlane"));
+    let cc_loop = controller(caches.capt_clusters.clone(), t.capt_clusters, c)
+        .run(capt_cluster::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "CAPTCluster"));
+    let cluster_loop = controller(caches.clusters.clone(), t.clusters, c)
+        .run(cluster::reconcile, error_policy, ctx.clone())
+        .for_each(finished(&ctx, "Cluster"));
+    futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
+}
+
+/// What wakes each controller: the references it is sent.
+#[derive(Default)]
+struct Triggers {
+    applies: Trigger<WorkspaceTemplateApply>,
+    control_planes: Trigger<CAPTControlPlane>,
+    capt_clusters: Trigger<CAPTCluster>,
+    clusters: Trigger<Cluster>,
+}
+
+/// Subscribes each controller's trigger to the changes that concern its objects: their own
+/// lifecycle, and the related objects of other kinds.
+fn wire_wakes(t: &Triggers, w: &mut Watches) {
+    w.applies.subscribers.wakes_own(&t.applies, lifecycle);
+    w.workspaces.subscribers.wakes(&t.applies, |ws| {
         labelled_ref(ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
     });
     // Pausing and unpausing a Cluster holds and releases its applies.
     let applies = w.applies.store();
     w.clusters
         .subscribers
-        .wakes(&apply_t, move |c| of_cluster(&applies, c));
+        .wakes(&t.applies, move |c| of_cluster(&applies, c));
     let applies = w.applies.store();
     w.templates
         .subscribers
-        .wakes(&apply_t, move |t| users_of(&applies, t));
+        .wakes(&t.applies, move |template| users_of(&applies, template));
 
-    w.control_planes.subscribers.wakes_own(&cp_t, lifecycle);
+    w.control_planes
+        .subscribers
+        .wakes_own(&t.control_planes, lifecycle);
     let control_planes = w.control_planes.store();
     w.capt_clusters
         .subscribers
-        .wakes(&cp_t, move |peer| same_cluster(&control_planes, peer));
-    owner_wakes(&cp_t, &mut w, |c| &c.spec.control_plane_ref);
+        .wakes(&t.control_planes, move |peer| {
+            same_cluster(&control_planes, peer)
+        });
+    owner_wakes(&t.control_planes, w, |c| &c.spec.control_plane_ref);
 
-    w.capt_clusters.subscribers.wakes_own(&cc_t, lifecycle);
+    w.capt_clusters
+        .subscribers
+        .wakes_own(&t.capt_clusters, lifecycle);
     let capt_clusters = w.capt_clusters.store();
     w.control_planes
         .subscribers
-        .wakes(&cc_t, move |peer| same_cluster(&capt_clusters, peer));
-    owner_wakes(&cc_t, &mut w, |c| &c.spec.infrastructure_ref);
+        .wakes(&t.capt_clusters, move |peer| {
+            same_cluster(&capt_clusters, peer)
+        });
+    owner_wakes(&t.capt_clusters, w, |c| &c.spec.infrastructure_ref);
 
-    w.clusters.subscribers.wakes_own(&cluster_t, lifecycle);
+    w.clusters.subscribers.wakes_own(&t.clusters, lifecycle);
     w.capt_clusters
         .subscribers
-        .wakes(&cluster_t, owning_cluster_ref);
+        .wakes(&t.clusters, owning_cluster_ref);
     w.control_planes
         .subscribers
-        .wakes(&cluster_t, owning_cluster_ref);
+        .wakes(&t.clusters, owning_cluster_ref);
+}
 
-    // What is kept per object goes when it is deleted (memory stays flat under churn).
+/// Forgets what is kept per object once it is deleted (memory stays flat under churn).
+fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
     let c = ctx.clone();
     w.applies.subscribers.on_deleted(move |o| c.forget(o));
     let c = ctx.clone();
@@ -164,36 +223,6 @@ pub async fn run(ctx: Arc<Context>, scope: Scope, mut w: Watches) {
     w.capt_clusters.subscribers.on_deleted(move |o| c.forget(o));
     let c = ctx.clone();
     w.clusters.subscribers.on_deleted(move |o| c.forget(o));
-
-    let caches = w.caches();
-    // Nothing else wakes an object whose publication waits for our own write to be seen.
-    ctx.rewake.register(caches.applies.clone(), &apply_t);
-    ctx.rewake.register(caches.control_planes.clone(), &cp_t);
-    ctx.rewake.register(caches.capt_clusters.clone(), &cc_t);
-    ctx.rewake.register(caches.clusters.clone(), &cluster_t);
-    w.clusters.spawn();
-    w.capt_clusters.spawn();
-    w.control_planes.spawn();
-    w.applies.spawn();
-    w.templates.spawn();
-    w.workspaces.spawn();
-    caches.ready().await;
-    tracing::info!("Caches synced; controllers started");
-
-    let c = scope.concurrency;
-    let apply_loop = controller(caches.applies.clone(), apply_t, c)
-        .run(apply::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "WorkspaceTemplateApply"));
-    let cp_loop = controller(caches.control_planes.clone(), cp_t, c)
-        .run(control_plane::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "CAPTControlPlane"));
-    let cc_loop = controller(caches.capt_clusters.clone(), cc_t, c)
-        .run(capt_cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "CAPTCluster"));
-    let cluster_loop = controller(caches.clusters.clone(), cluster_t, c)
-        .run(cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "Cluster"));
-    futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
 }
 
 /// Counts each reconcile of `kind` once it has finished (with or without an error), so that a

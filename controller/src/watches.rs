@@ -137,7 +137,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Trigger<K> {
 
 /// Whether a watch event created or changed an object, or deleted it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Change {
+pub enum ChangeKind {
     /// Created or changed.
     Applied,
     /// Deleted.
@@ -150,7 +150,7 @@ pub struct Subscribers<K> {
 }
 
 /// One subscriber: told of every change.
-type Subscriber<K> = Box<dyn Fn(&K, Change) + Send + Sync>;
+type Subscriber<K> = Box<dyn Fn(&K, ChangeKind) + Send + Sync>;
 
 impl<K> Default for Subscribers<K> {
     fn default() -> Self {
@@ -169,10 +169,10 @@ impl<K: Watched> Subscribers<K> {
             let key = ObjectRef::from_obj(obj);
             let mut seen = seen.lock().expect("lock");
             match change {
-                Change::Deleted => {
+                ChangeKind::Deleted => {
                     seen.remove(&key);
                 }
-                Change::Applied => {
+                ChangeKind::Applied => {
                     let hash = lifecycle(obj);
                     if seen.get(&key) != Some(&hash) {
                         seen.insert(key.clone(), hash);
@@ -187,7 +187,7 @@ impl<K: Watched> Subscribers<K> {
     /// goes with it.
     pub fn on_deleted(&mut self, forget: impl Fn(&K) + Send + Sync + 'static) {
         self.each.push(Box::new(move |obj, change| {
-            if change == Change::Deleted {
+            if change == ChangeKind::Deleted {
                 forget(obj);
             }
         }));
@@ -212,7 +212,7 @@ impl<K: Watched> Subscribers<K> {
     }
 
     /// Hands one change to every subscriber.
-    pub fn deliver(&self, obj: &K, change: Change) {
+    pub fn deliver(&self, obj: &K, change: ChangeKind) {
         for subscriber in &self.each {
             subscriber(obj, change);
         }
@@ -270,9 +270,9 @@ impl<K: Watched> Watch<K> {
             while let Some(event) = events.next().await {
                 match &event {
                     Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                        subscribers.deliver(o, Change::Applied)
+                        subscribers.deliver(o, ChangeKind::Applied)
                     }
-                    Ok(watcher::Event::Delete(o)) => subscribers.deliver(o, Change::Deleted),
+                    Ok(watcher::Event::Delete(o)) => subscribers.deliver(o, ChangeKind::Deleted),
                     Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
                     Err(error) => {
                         tracing::warn!(kind, %error, "Watch failed; retrying with backoff")
@@ -366,15 +366,15 @@ mod tests {
         let mut trigger = Trigger::default();
         let mut subs = Subscribers::default();
         subs.wakes_own(&trigger, lifecycle);
-        subs.deliver(&apply("a", 1, ""), Change::Applied);
-        subs.deliver(&apply("a", 1, "ws-1"), Change::Applied); // status: ours, no wake
-        subs.deliver(&apply("b", 1, ""), Change::Applied);
-        subs.deliver(&apply("a", 2, "ws-1"), Change::Applied); // spec: wakes
+        subs.deliver(&apply("a", 1, ""), ChangeKind::Applied);
+        subs.deliver(&apply("a", 1, "ws-1"), ChangeKind::Applied); // status: ours, no wake
+        subs.deliver(&apply("b", 1, ""), ChangeKind::Applied);
+        subs.deliver(&apply("a", 2, "ws-1"), ChangeKind::Applied); // spec: wakes
         assert_eq!(drain(&mut trigger), ["a", "b", "a"]);
         // Deleted, then created again under the same name: a new object wakes it.
-        subs.deliver(&apply("b", 1, ""), Change::Deleted);
+        subs.deliver(&apply("b", 1, ""), ChangeKind::Deleted);
         assert!(drain(&mut trigger).is_empty());
-        subs.deliver(&apply("b", 1, ""), Change::Applied);
+        subs.deliver(&apply("b", 1, ""), ChangeKind::Applied);
         assert_eq!(drain(&mut trigger), ["b"]);
     }
 
@@ -385,9 +385,9 @@ mod tests {
         subs.wakes(&trigger, |a: &WorkspaceTemplateApply| {
             Some(ObjectRef::new(&format!("owner-of-{}", a.metadata.name.clone()?)).within("ns"))
         });
-        subs.deliver(&apply("a", 1, ""), Change::Applied);
-        subs.deliver(&apply("a", 1, "ws-1"), Change::Applied);
-        subs.deliver(&apply("a", 1, "ws-1"), Change::Deleted);
+        subs.deliver(&apply("a", 1, ""), ChangeKind::Applied);
+        subs.deliver(&apply("a", 1, "ws-1"), ChangeKind::Applied);
+        subs.deliver(&apply("a", 1, "ws-1"), ChangeKind::Deleted);
         assert_eq!(drain(&mut trigger), ["owner-of-a"; 3]);
     }
 

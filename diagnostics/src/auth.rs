@@ -30,9 +30,9 @@ pub const MAX_CACHED: usize = 1024;
 /// API server. A scrape beyond it is answered 503 at once, without a review.
 pub const MAX_REVIEWS_IN_FLIGHT: usize = 4;
 
-/// What the API server says about a token.
+/// What the API server says about a token: who it is, and whether they may read the metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum Access {
     /// The TokenReview did not authenticate it: 401.
     Unauthenticated,
     /// Authenticated as `user`, who may not get `/metrics`: 403.
@@ -50,7 +50,7 @@ pub enum Decision {
 /// Asks whether a token may read the metrics.
 pub trait Reviewer: Send + Sync + 'static {
     /// The decision for `token`; an error when it could not be asked (nothing is cached).
-    fn review(&self, token: &str) -> impl Future<Output = anyhow::Result<Decision>> + Send;
+    fn review(&self, token: &str) -> impl Future<Output = anyhow::Result<Access>> + Send;
 }
 
 /// Asks the API server: a TokenReview, then a SubjectAccessReview.
@@ -67,7 +67,7 @@ impl KubeReviewer {
 }
 
 impl Reviewer for KubeReviewer {
-    async fn review(&self, token: &str) -> anyhow::Result<Decision> {
+    async fn review(&self, token: &str) -> anyhow::Result<Access> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),
@@ -81,7 +81,7 @@ impl Reviewer for KubeReviewer {
             .map_err(|e| anyhow::anyhow!("TokenReview: {e}"))?;
         let status = review.status.unwrap_or_default();
         let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else {
-            return Ok(Decision::Unauthenticated);
+            return Ok(Access::Unauthenticated);
         };
         let name = user.username.clone().unwrap_or_default();
         let access = SubjectAccessReview {
@@ -103,9 +103,9 @@ impl Reviewer for KubeReviewer {
             .await
             .map_err(|e| anyhow::anyhow!("SubjectAccessReview: {e}"))?;
         Ok(if access.status.is_some_and(|s| s.allowed) {
-            Decision::Allowed { user: name }
+            Access::Allowed { user: name }
         } else {
-            Decision::Forbidden { user: name }
+            Access::Forbidden { user: name }
         })
     }
 }
@@ -114,11 +114,11 @@ impl Reviewer for KubeReviewer {
 /// the instant it expires.
 #[derive(Default)]
 struct Cache {
-    entries: HashMap<[u8; 32], (Decision, Instant)>,
+    entries: HashMap<[u8; 32], (Access, Instant)>,
 }
 
 impl Cache {
-    fn get(&mut self, key: &[u8; 32], now: Instant) -> Option<Decision> {
+    fn get(&mut self, key: &[u8; 32], now: Instant) -> Option<Access> {
         match self.entries.get(key) {
             Some((decision, expires)) if *expires > now => Some(decision.clone()),
             Some(_) => {
@@ -129,7 +129,7 @@ impl Cache {
         }
     }
 
-    fn put(&mut self, key: [u8; 32], decision: Decision, now: Instant) {
+    fn put(&mut self, key: [u8; 32], decision: Access, now: Instant) {
         if self.entries.len() >= MAX_CACHED && !self.entries.contains_key(&key) {
             self.entries.retain(|_, (_, expires)| *expires > now);
             if self.entries.len() >= MAX_CACHED {
@@ -145,7 +145,7 @@ impl Cache {
             }
         }
         let ttl = match decision {
-            Decision::Allowed { .. } => ALLOW_TTL,
+            Access::Allowed { .. } => ALLOW_TTL,
             _ => DENY_TTL,
         };
         self.entries.insert(key, (decision, now + ttl));
@@ -177,7 +177,7 @@ impl<R: Reviewer> Gate<R> {
         }
     }
 
-    async fn decide(&self, token: &str) -> Result<Decision, Undecided> {
+    async fn decide(&self, token: &str) -> Result<Access, Undecided> {
         let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
             .as_ref()
             .try_into()
@@ -222,9 +222,9 @@ async fn authorize<R: Reviewer>(
         return unauthorized();
     };
     match gate.decide(&token).await {
-        Ok(Decision::Allowed { .. }) => next.run(request).await,
-        Ok(Decision::Unauthenticated) => unauthorized(),
-        Ok(Decision::Forbidden { user }) => {
+        Ok(Access::Allowed { .. }) => next.run(request).await,
+        Ok(Access::Unauthenticated) => unauthorized(),
+        Ok(Access::Forbidden { user }) => {
             tracing::info!(
                 user,
                 "Refused a metrics scrape: not allowed to get /metrics"
@@ -285,13 +285,13 @@ mod tests {
     }
 
     impl Reviewer for Arc<Fake> {
-        async fn review(&self, token: &str) -> anyhow::Result<Decision> {
+        async fn review(&self, token: &str) -> anyhow::Result<Access> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             match token {
-                "good" => Ok(Decision::Allowed { user: "g".into() }),
-                "other" => Ok(Decision::Forbidden { user: "o".into() }),
+                "good" => Ok(Access::Allowed { user: "g".into() }),
+                "other" => Ok(Access::Forbidden { user: "o".into() }),
                 "broken" => anyhow::bail!("unreachable"),
-                _ => Ok(Decision::Unauthenticated),
+                _ => Ok(Access::Unauthenticated),
             }
         }
     }
@@ -372,9 +372,9 @@ mod tests {
     fn the_cache_expires_and_stays_bounded() {
         let mut cache = Cache::default();
         let now = Instant::now();
-        let allowed = Decision::Allowed { user: "u".into() };
+        let allowed = Access::Allowed { user: "u".into() };
         cache.put([0; 32], allowed.clone(), now);
-        cache.put([1; 32], Decision::Unauthenticated, now);
+        cache.put([1; 32], Access::Unauthenticated, now);
         assert_eq!(cache.get(&[0; 32], now + ALLOW_TTL / 2), Some(allowed));
         assert_eq!(
             cache.get(&[1; 32], now + DENY_TTL + Duration::from_millis(1)),
@@ -389,7 +389,7 @@ mod tests {
             key[..8].copy_from_slice(&(i as u64).to_le_bytes());
             cache.put(
                 key,
-                Decision::Unauthenticated,
+                Access::Unauthenticated,
                 now + Duration::from_millis(i as u64),
             );
         }
@@ -407,12 +407,12 @@ mod tests {
     }
 
     impl Reviewer for Arc<Slow> {
-        async fn review(&self, _token: &str) -> anyhow::Result<Decision> {
+        async fn review(&self, _token: &str) -> anyhow::Result<Access> {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
             let _released = self.release.acquire().await?;
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            Ok(Decision::Unauthenticated)
+            Ok(Access::Unauthenticated)
         }
     }
 

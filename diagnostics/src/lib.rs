@@ -28,7 +28,7 @@ mod client;
 pub mod telemetry;
 mod tls;
 
-pub use auth::{ALLOW_TTL, DENY_TTL, Decision, KubeReviewer, MAX_CACHED, Reviewer};
+pub use auth::{ALLOW_TTL, Access, DENY_TTL, KubeReviewer, MAX_CACHED, Reviewer};
 pub use client::kube_client;
 
 use anyhow::Context as _;

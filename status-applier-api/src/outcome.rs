@@ -16,7 +16,10 @@ pub enum Action {
     unchanged,
     /// Merged into an apply already pending.
     coalesced,
-    /// Accepted, applied shortly (an answer that did not wait).
+    /// Accepted and kept, not applied when answered: the submitter did not wait, or no
+    /// outcome came within the applier's wait timeout (the message says so). The applier
+    /// carries on with it; what its apply ends in (applied, a conflict, a rejection) this
+    /// answer cannot tell.
     queued,
     /// Another owner disagrees; reported, not forced.
     conflict,

@@ -64,13 +64,22 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
     let ns = TestNamespace::create(&client, "clusterclass").await?;
     let system = System::start(&ns.name, 200).await?;
     apply_workload_samples_with(system.env(), &ns.name, "clusterclass.yaml")?;
+    let cp_name = assert_the_topology_provisions(&system).await?;
+    assert_the_topology_upgrades(&system, &ns.name, &cp_name).await?;
+    assert_the_deletion_takes_everything(&system, &ns.name).await
+}
 
-    // Core's topology controller makes the CAPT objects from the templates; CAPT provisions
-    // them and core connects: Available, as for a Cluster written by hand.
-    let timeout = Duration::from_secs(120);
+/// How long each step of the topology may take.
+const TOPOLOGY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Core's topology controller makes the CAPT objects from the templates; CAPT provisions
+/// them and core connects: Available, as for a Cluster written by hand, at the topology's
+/// version. Returns the control plane's name.
+async fn assert_the_topology_provisions(system: &System) -> Result<String> {
+    let timeout = TOPOLOGY_TIMEOUT;
     system
         .wait_for("the topology Cluster Available", timeout, || async {
-            let Some((cluster, _)) = cluster_and_control_plane(&system)? else {
+            let Some((cluster, _)) = cluster_and_control_plane(system)? else {
                 return Ok(false);
             };
             Ok(
@@ -84,7 +93,7 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
             let conditions = conditions.map(|c| c["status"]["conditions"].to_string());
             e.context(format!("the Cluster's conditions: {conditions:?}"))
         })?;
-    let (cluster, cp_name) = cluster_and_control_plane(&system)?.context("the Cluster")?;
+    let (cluster, cp_name) = cluster_and_control_plane(system)?.context("the Cluster")?;
     assert_eq!(
         condition_status(&cluster, "TopologyReconciled").as_deref(),
         Some("True")
@@ -99,7 +108,7 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
     assert_eq!(cp["status"]["version"], "v1.31.0");
     assert_eq!(cp["status"]["versions"], json!([{"version": "v1.31.0"}]));
     assert_eq!(
-        workspace_kubernetes_version(&system, &cp)?.as_deref(),
+        workspace_kubernetes_version(system, &cp)?.as_deref(),
         Some("1.31"),
         "the module gets EKS's major.minor"
     );
@@ -111,16 +120,20 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
         system.get(&["captcluster", &infra])?.is_some(),
         "the CAPTCluster core made"
     );
+    Ok(cp_name)
+}
 
-    // The upgrade: spec.topology.version → the control plane's spec → the Workspace → back
-    // to the control plane's status.
+/// The upgrade: spec.topology.version → the control plane's spec → the Workspace → back
+/// to the control plane's status; the topology reconciled at the new version.
+async fn assert_the_topology_upgrades(system: &System, ns: &str, cp_name: &str) -> Result<()> {
+    let timeout = TOPOLOGY_TIMEOUT;
     system.env().kubectl_ok(
         &[
             "patch",
             CLUSTER_V1BETA2,
             CLUSTER,
             "-n",
-            &ns.name,
+            ns,
             "--type=merge",
             "-p",
             r#"{"spec":{"topology":{"version":"v1.32.0"}}}"#,
@@ -129,18 +142,18 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
     )?;
     system
         .wait_for("the upgrade back in the status", timeout, || async {
-            let Some(cp) = system.get(&["captcontrolplane", &cp_name])? else {
+            let Some(cp) = system.get(&["captcontrolplane", cp_name])? else {
                 return Ok(false);
             };
             Ok(cp["spec"]["version"] == "v1.32.0"
                 && cp["status"]["version"] == "v1.32.0"
                 && cp["status"]["versions"] == json!([{"version": "v1.32.0"}])
-                && workspace_kubernetes_version(&system, &cp)?.as_deref() == Some("1.32"))
+                && workspace_kubernetes_version(system, &cp)?.as_deref() == Some("1.32"))
         })
         .await?;
     system
         .wait_for("the topology reconciled at v1.32.0", timeout, || async {
-            let Some((cluster, _)) = cluster_and_control_plane(&system)? else {
+            let Some((cluster, _)) = cluster_and_control_plane(system)? else {
                 return Ok(false);
             };
             Ok(
@@ -148,18 +161,14 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
                     && condition_status(&cluster, "Available").as_deref() == Some("True"),
             )
         })
-        .await?;
+        .await
+}
 
-    // Deletion: the Cluster, then everything core made and CAPT rendered, Workspaces included.
+/// Deletion: the Cluster, then everything core made and CAPT rendered, Workspaces included.
+async fn assert_the_deletion_takes_everything(system: &System, ns: &str) -> Result<()> {
+    let timeout = TOPOLOGY_TIMEOUT;
     system.env().kubectl_ok(
-        &[
-            "delete",
-            CLUSTER_V1BETA2,
-            CLUSTER,
-            "-n",
-            &ns.name,
-            "--wait=false",
-        ],
+        &["delete", CLUSTER_V1BETA2, CLUSTER, "-n", ns, "--wait=false"],
         None,
     )?;
     let workspaces_before = system.env().kubectl_ok(
@@ -169,7 +178,7 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
             "-l",
             &format!(
                 "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace={}",
-                ns.name
+                ns
             ),
             "-o",
             "name",
@@ -186,13 +195,13 @@ async fn a_cluster_from_the_clusterclass_provisions_upgrades_and_deletes() -> Re
             let left = |kind: &str| -> Result<bool> {
                 let out = system
                     .env()
-                    .kubectl_ok(&["get", kind, "-n", &ns.name, "-o", "name"], None)?;
+                    .kubectl_ok(&["get", kind, "-n", ns, "-o", "name"], None)?;
                 Ok(!out.trim().is_empty())
             };
             // The Workspaces are cluster-scoped; the label names their apply's namespace.
             let selector = format!(
                 "infrastructure.cluster.x-k8s.io/workspacetemplateapply-namespace={}",
-                ns.name
+                ns
             );
             let workspaces = system
                 .env()

@@ -468,9 +468,70 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         install_inventory(env)?;
     }
     let ns = unique_name("move");
-    envs.source
-        .kubectl_ok(&["create", "namespace", &ns], None)?;
-    let source = System::start_on(&envs.source, &ns, 50).await?;
+    let source = provision_on_source(&envs, &ns).await?;
+    let target = carry_workspaces_and_start_target(&envs, &ns).await?;
+    let source_audit = move_with_clusterctl(&envs, &ns).await?;
+    assert_everything_arrived(&envs, &ns, &source.moved)?;
+    assert_target_provisioned(&envs, &ns, &target, &source.managers).await?;
+    assert_source_emptied(&envs, &ns)?;
+    assert_target_quiet(&envs, &ns, &target).await?;
+    assert_no_terraform_ran(&envs, &ns, &source, &target, &source_audit)?;
+    drop(target);
+    drop(source);
+    Ok(())
+}
+
+/// The source side: its system, and what it held once provisioned.
+struct Source {
+    system: System,
+    /// Its fake provider's `applied` lines.
+    applied: usize,
+    /// The objects clusterctl moves ([`moved_objects`]).
+    moved: Vec<String>,
+    /// Its Workspaces' generations.
+    generations: BTreeMap<String, Value>,
+    /// The control plane's managers.
+    managers: Vec<String>,
+}
+
+/// The target side: its system, and the Workspaces carried to it before it started.
+struct Target {
+    system: System,
+    carried: Vec<String>,
+    audit: Audited,
+}
+
+/// An environment's audit log from some point on, with its Workspaces' versions then.
+struct Audited {
+    log: AuditLog,
+    versions_before: BTreeMap<String, String>,
+}
+
+impl Audited {
+    fn from_now(env: &Env, ns: &str) -> Result<Self> {
+        Ok(Self {
+            log: AuditLog::from_now_in(env)?,
+            versions_before: workspace_versions_in(env, ns)?,
+        })
+    }
+
+    /// The writes in `ns` since then, no-op status polls of a Workspace left out.
+    fn writes(&self, env: &Env, ns: &str) -> Result<Vec<capt_tests::audit_log::Write>> {
+        let versions_after = workspace_versions_in(env, ns)?;
+        let (writes, _) = without_noop_polls(
+            self.log.writes_in(ns)?,
+            &self.versions_before,
+            &versions_after,
+        );
+        Ok(writes)
+    }
+}
+
+/// The whole system on the source, the samples provisioned and at rest: Terraform ran once
+/// per Workspace.
+async fn provision_on_source(envs: &Envs, ns: &str) -> Result<Source> {
+    envs.source.kubectl_ok(&["create", "namespace", ns], None)?;
+    let source = System::start_on(&envs.source, ns, 50).await?;
     source.apply_samples(false).await?;
     source.wait_provisioned().await?;
     // Settled: each object mirrors its Workspace's last report, and core has processed ours.
@@ -480,27 +541,40 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         source_applied, 2,
         "the source ran Terraform once per Workspace"
     );
-    let before_moved = moved_objects(&envs.source, &ns)?;
-    let source_generations = generations(&envs.source, &ns)?;
+    let source_generations = generations(&envs.source, ns)?;
     assert_eq!(source_generations.len(), 2, "{source_generations:?}");
-    let source_managers = managers(&envs.source, &ns, &["captcontrolplane", "demo"])?;
+    Ok(Source {
+        applied: source_applied,
+        moved: moved_objects(&envs.source, ns)?,
+        generations: source_generations,
+        managers: managers(&envs.source, ns, &["captcontrolplane", "demo"])?,
+        system: source,
+    })
+}
 
-    // The Workspaces go first, then the target's system starts.
-    let carried = carry_workspaces(&envs.source, &envs.target, &ns)?;
+/// The Workspaces go first, then the target's system starts.
+async fn carry_workspaces_and_start_target(envs: &Envs, ns: &str) -> Result<Target> {
+    let carried = carry_workspaces(&envs.source, &envs.target, ns)?;
     assert_eq!(carried.len(), 2);
-    let target_audit = AuditLog::from_now_in(&envs.target)?;
-    let target_versions_before = workspace_versions_in(&envs.target, &ns)?;
-    let target = System::start_on(&envs.target, &ns, 50).await?;
+    let audit = Audited::from_now(&envs.target, ns)?;
+    let system = System::start_on(&envs.target, ns, 50).await?;
+    Ok(Target {
+        system,
+        carried,
+        audit,
+    })
+}
 
-    let source_audit = AuditLog::from_now_in(&envs.source)?;
-    let source_versions_before = workspace_versions_in(&envs.source, &ns)?;
-    let source_cluster = watch_source_cluster(&envs.source, &ns).await?;
+/// Runs `clusterctl move`, which pauses the source Cluster before it copies anything and
+/// deletes it at the end. Returns the source's audit from before the move.
+async fn move_with_clusterctl(envs: &Envs, ns: &str) -> Result<Audited> {
+    let source_audit = Audited::from_now(&envs.source, ns)?;
+    let source_cluster = watch_source_cluster(&envs.source, ns).await?;
     let home = std::env::temp_dir().join(unique_name("clusterctl-move-home"));
-    let log = clusterctl(&envs, &ns, &home)?;
+    let log = clusterctl(envs, ns, &home)?;
     eprintln!("--- clusterctl move:\n{log}");
     std::fs::remove_dir_all(&home)?;
-    // clusterctl pauses the source Cluster before it copies anything and deletes it at the
-    // end: once the watch has seen the deletion, it has seen every version before it.
+    // Once the watch has seen the deletion, it has seen every version before it.
     tokio::time::timeout(Duration::from_secs(30), source_cluster.deleted.notified())
         .await
         .context("the watch of the source Cluster saw its deletion")?;
@@ -508,10 +582,13 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         source_cluster.paused.load(Ordering::SeqCst),
         "clusterctl paused the source Cluster"
     );
+    Ok(source_audit)
+}
 
-    // Everything arrived, with the source's managedFields.
-    let after_moved = moved_objects(&envs.target, &ns)?;
-    for o in &before_moved {
+/// Everything arrived on the target: what the source held, and each kind of the stack.
+fn assert_everything_arrived(envs: &Envs, ns: &str, before_moved: &[String]) -> Result<()> {
+    let after_moved = moved_objects(&envs.target, ns)?;
+    for o in before_moved {
         if o.starts_with("Secret/") && !o.ends_with("-kubeconfig") {
             continue; // the target's own Secrets (none of the Cluster's but the kubeconfig)
         }
@@ -540,7 +617,18 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         .filter(|o| o.starts_with("WorkspaceTemplate/"))
         .count();
     assert_eq!((applies, templates), (2, 2), "{after_moved:?}");
+    Ok(())
+}
 
+/// The target Cluster is Provisioned and unpaused, its control plane ready, with the
+/// source's managedFields.
+async fn assert_target_provisioned(
+    envs: &Envs,
+    ns: &str,
+    target: &Target,
+    source_managers: &[String],
+) -> Result<()> {
+    let target = &target.system;
     target.wait_provisioned().await?;
     target
         .wait_for(
@@ -564,9 +652,9 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
             },
         )
         .await?;
-    let target_managers = managers(&envs.target, &ns, &["captcontrolplane", "demo"])?;
+    let target_managers = managers(&envs.target, ns, &["captcontrolplane", "demo"])?;
     eprintln!("managers on the source: {source_managers:#?}\non the target: {target_managers:#?}");
-    for m in &source_managers {
+    for m in source_managers {
         assert!(
             target_managers.contains(m),
             "{m} survived the move: {target_managers:?}"
@@ -581,18 +669,24 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         .matches("Rebuilt desired document")
         .count();
     eprintln!("target applier: {rebuilt} documents rebuilt from managedFields");
+    Ok(())
+}
 
-    // The source namespace is empty of the moved objects.
-    let left = moved_objects(&envs.source, &ns)?;
+/// The source namespace is empty of the moved objects.
+fn assert_source_emptied(envs: &Envs, ns: &str) -> Result<()> {
+    let left = moved_objects(&envs.source, ns)?;
     let left: Vec<&String> = left
         .iter()
         .filter(|o| !o.starts_with("Secret/") || o.ends_with("-kubeconfig"))
         .collect();
     assert!(left.is_empty(), "left on the source: {left:?}");
+    Ok(())
+}
 
-    // Settled (as on the source before the move), then the quiet window on the target.
-    target.wait_samples_rest().await?;
-    let (writes, polls) = writes_over(&envs.target, &ns, QUIET_WINDOW).await?;
+/// Settled (as on the source before the move), the target stays quiet for the window.
+async fn assert_target_quiet(envs: &Envs, ns: &str, target: &Target) -> Result<()> {
+    target.system.wait_samples_rest().await?;
+    let (writes, polls) = writes_over(&envs.target, ns, QUIET_WINDOW).await?;
     // Left out, and reported: the fake provider re-publishes the control plane's connection
     // Secret at every poll on the target (its Terraform state there is seeded from the
     // Workspace's status, which holds no sensitive output). Not CAPT's, not core's.
@@ -611,25 +705,36 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         writes.is_empty(),
         "writes on the target at rest ({polls} no-op polls left out): {shown:#?}"
     );
+    Ok(())
+}
 
-    // Nothing ran Terraform, on either side.
+/// Nothing ran Terraform, on either side: no new `applied` line, the Workspaces'
+/// generations as they were, no Workspace write on the source, and on the target none but
+/// the uid label's and the provider's status polls, which stored nothing.
+fn assert_no_terraform_ran(
+    envs: &Envs,
+    ns: &str,
+    source: &Source,
+    target: &Target,
+    source_audit: &Audited,
+) -> Result<()> {
     assert_eq!(
-        applied_lines(&source),
-        source_applied,
+        applied_lines(&source.system),
+        source.applied,
         "{}",
-        source.provider().log_text()
+        source.system.provider().log_text()
     );
     assert_eq!(
-        applied_lines(&target),
+        applied_lines(&target.system),
         0,
         "{}",
-        target.provider().log_text()
+        target.system.provider().log_text()
     );
-    assert_eq!(generations(&envs.source, &ns)?, source_generations);
-    let target_generations = generations(&envs.target, &ns)?;
+    assert_eq!(generations(&envs.source, ns)?, source.generations);
+    let target_generations = generations(&envs.target, ns)?;
     assert_eq!(
         target_generations.keys().collect::<Vec<_>>(),
-        source_generations.keys().collect::<Vec<_>>()
+        source.generations.keys().collect::<Vec<_>>()
     );
     assert!(
         target_generations.values().all(|g| *g == json!(1)),
@@ -644,24 +749,12 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
             .map(ToString::to_string)
             .collect()
     };
-    let source_versions_after = workspace_versions_in(&envs.source, &ns)?;
-    let (source_writes, _) = without_noop_polls(
-        source_audit.writes_in(&ns)?,
-        &source_versions_before,
-        &source_versions_after,
-    );
     assert_eq!(
-        workspace_writes(source_writes),
+        workspace_writes(source_audit.writes(&envs.source, ns)?),
         Vec::<String>::new(),
         "no Workspace write on the source"
     );
-    let target_versions_after = workspace_versions_in(&envs.target, &ns)?;
-    let (target_writes, _) = without_noop_polls(
-        target_audit.writes_in(&ns)?,
-        &target_versions_before,
-        &target_versions_after,
-    );
-    let target_ws_writes = workspace_writes(target_writes);
+    let target_ws_writes = workspace_writes(target.audit.writes(&envs.target, ns)?);
     eprintln!("Workspace writes on the target: {target_ws_writes:#?}");
     // No write to a Workspace but the uid label's: one patch of each carried Workspace by
     // the controller (metadata only: the generations above are 1), and else only the fake
@@ -673,7 +766,8 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
             w.starts_with("update workspaces/status ")
                 && w.ends_with(&format!(" by {}", capt_tests::fake_provider::FIELD_MANAGER))
         });
-    let mut uid_label_patches: Vec<String> = carried
+    let mut uid_label_patches: Vec<String> = target
+        .carried
         .iter()
         .map(|ws| format!("patch workspaces /{ws} by {SPEC_MANAGER}"))
         .collect();
@@ -683,7 +777,7 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
         others, uid_label_patches,
         "the target's Workspace writes but the provider's status polls: one uid label patch each"
     );
-    for ws in &carried {
+    for ws in &target.carried {
         let on_target = &get_json(&envs.target, &["workspace", ws])?["status"];
         let on_source = &get_json(&envs.source, &["workspace", ws])?["status"];
         assert_eq!(
@@ -694,14 +788,12 @@ async fn clusterctl_move_carries_a_provisioned_cluster_without_running_terraform
             capt_tests::differences(on_source, on_target)
         );
     }
-    for ws in carried {
-        let labels = &get_json(&envs.target, &["workspace", &ws])?["metadata"]["labels"];
+    for ws in &target.carried {
+        let labels = &get_json(&envs.target, &["workspace", ws])?["metadata"]["labels"];
         assert!(
             labels[APPLY_UID_LABEL].is_string(),
             "{ws} got the new apply's uid: {labels}"
         );
     }
-    drop(target);
-    drop(source);
     Ok(())
 }

@@ -274,10 +274,28 @@ async fn applies_outputs_to_status_and_secret_with_full_status_updates() -> Resu
         )
         .await?;
 
-    // Nothing is written while the first apply runs; then Creating (the Create path), with
-    // the outputs and no checksum (Update fills only the outputs).
+    let (ws, checksum) = assert_created_then_available(&f, &name, started).await?;
+    assert_the_secret_holds_every_output(&f, &name).await?;
+    assert_steady_state_writes_nothing(&f, &name, &ws).await?;
+    let ws = assert_an_update_keeps_ready(&f, &name, &checksum).await?;
+    assert_a_new_revision_is_a_new_apply(&f, &name, &ws).await?;
+    assert_a_foreign_output_is_removed(&f, &name).await?;
+    assert_no_outputs_keep_the_checksum(&f, &name).await?;
+    f.delete_and_wait(&name).await?;
+    Ok(())
+}
+
+/// Nothing is written while the first apply runs; then Creating (the Create path), with
+/// the outputs and no checksum (Update fills only the outputs); the next pass observes:
+/// Available, with the checksum. Status and finalizer are written by Updates (PUT), never
+/// by server-side apply. Returns the Workspace and its checksum.
+async fn assert_created_then_available(
+    f: &Fixture,
+    name: &str,
+    started: Instant,
+) -> Result<(Value, String)> {
     let creating = f
-        .wait_workspace(&name, "a status", |ws| ws.get("status").is_some())
+        .wait_workspace(name, "a status", |ws| ws.get("status").is_some())
         .await?;
     assert!(
         started.elapsed() >= Duration::from_millis(400),
@@ -295,7 +313,7 @@ async fn applies_outputs_to_status_and_secret_with_full_status_updates() -> Resu
     );
     // The next pass observes: Available, with the checksum.
     let ws = f
-        .wait_workspace(&name, "Synced=True, Ready=True", available)
+        .wait_workspace(name, "Synced=True, Ready=True", available)
         .await?;
     assert_eq!(ws["metadata"]["finalizers"], json!([FINALIZER]));
     let first = at_provider(&ws);
@@ -327,14 +345,18 @@ async fn applies_outputs_to_status_and_secret_with_full_status_updates() -> Resu
             .any(|m| m["manager"] == FIELD_MANAGER && m["operation"] == "Apply"),
         "{managers:#?}"
     );
+    Ok((ws, checksum))
+}
 
-    // The connection Secret holds every output, sensitive ones too.
+/// The connection Secret holds every output, sensitive ones too, and no sensitive value
+/// reaches the log.
+async fn assert_the_secret_holds_every_output(f: &Fixture, name: &str) -> Result<()> {
     let secret = f.secrets.get("vpc-conn").await?;
     assert_eq!(secret.type_.as_deref(), Some(SECRET_TYPE));
     let owner = &secret.metadata.owner_references.clone().unwrap_or_default()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str(), owner.controller),
-        (KIND, name.as_str(), Some(true))
+        (KIND, name, Some(true))
     );
     let data = f.secret_data("vpc-conn").await?.unwrap();
     assert_eq!(
@@ -352,27 +374,34 @@ async fn applies_outputs_to_status_and_secret_with_full_status_updates() -> Resu
         !f.provider.log_text().contains("apiVersion: v1 # secret"),
         "a sensitive value reached the log"
     );
+    Ok(())
+}
 
-    // Periodic re-observation: passes run every poll interval, their PUTs change nothing,
-    // so the API server keeps the resourceVersion.
-    let version = resource_version(&ws);
-    let passes = f.log_count(&name, "observed: up to date");
+/// Periodic re-observation: passes run every poll interval, their PUTs change nothing, so
+/// the API server keeps the resourceVersion.
+async fn assert_steady_state_writes_nothing(f: &Fixture, name: &str, ws: &Value) -> Result<()> {
+    let version = resource_version(ws);
+    let passes = f.log_count(name, "observed: up to date");
     tokio::time::sleep(POLL * 4).await;
-    let still = f.get(&name).await?.unwrap();
+    let still = f.get(name).await?.unwrap();
     assert_eq!(resource_version(&still), version, "a write at steady state");
-    let more = f.log_count(&name, "observed: up to date") - passes;
+    let more = f.log_count(name, "observed: up to date") - passes;
     assert!(more >= 2, "{more} re-observations in {:?}", POLL * 4);
+    Ok(())
+}
 
-    // An update: Ready stays True/Available all through it; the new outputs replace
-    // atProvider whole; the checksum is back at the next observation.
+/// An update: Ready stays True/Available all through it; the new outputs replace
+/// atProvider whole; the checksum is back at the next observation; the Secret follows, and
+/// keeps the old key. Returns the Workspace.
+async fn assert_an_update_keeps_ready(f: &Fixture, name: &str, checksum: &str) -> Result<Value> {
     f.annotate(
-        &name,
+        name,
         &[(OUTPUTS_ANNOTATION, Some(r#"{"vpc_id":"vpc-456"}"#))],
     )
     .await?;
     let (ws, samples) = f
         .watch_until(
-            &name,
+            name,
             "the new outputs and checksum",
             |ws| is(ws, "Ready", "True", "Available"),
             |ws| {
@@ -398,24 +427,30 @@ async fn applies_outputs_to_status_and_secret_with_full_status_updates() -> Resu
         data.keys().collect::<Vec<_>>(),
         ["kubeconfig", "subnet_ids", "vpc_id"],
     );
+    Ok(ws)
+}
 
-    // A new revision is a new apply: a new checksum, same outputs.
-    let before = at_provider(&ws)["checksum"].clone();
-    f.annotate(&name, &[(REVISION_ANNOTATION, Some("2"))])
+/// A new revision is a new apply: a new checksum, same outputs.
+async fn assert_a_new_revision_is_a_new_apply(f: &Fixture, name: &str, ws: &Value) -> Result<()> {
+    let before = at_provider(ws)["checksum"].clone();
+    f.annotate(name, &[(REVISION_ANNOTATION, Some("2"))])
         .await?;
     let ws = f
-        .wait_workspace(&name, "a new checksum", |ws| {
+        .wait_workspace(name, "a new checksum", |ws| {
             available(ws)
                 && at_provider(ws)["checksum"].is_string()
                 && at_provider(ws)["checksum"] != before
         })
         .await?;
     assert_eq!(at_provider(&ws)["outputs"], json!({"vpc_id": "vpc-456"}));
+    Ok(())
+}
 
-    // A key another writer slips into atProvider is gone after the next full Update.
+/// A key another writer slips into atProvider is gone after the next full Update.
+async fn assert_a_foreign_output_is_removed(f: &Fixture, name: &str) -> Result<()> {
     f.api
         .patch_status(
-            &name,
+            name,
             &PatchParams::apply("intruder").force(),
             &Patch::Apply(json!({
                 "apiVersion": "tf.upbound.io/v1beta1", "kind": KIND,
@@ -423,21 +458,22 @@ async fn applies_outputs_to_status_and_secret_with_full_status_updates() -> Resu
             })),
         )
         .await?;
-    f.wait_workspace(&name, "the foreign output removed", |ws| {
+    f.wait_workspace(name, "the foreign output removed", |ws| {
         available(ws) && at_provider(ws)["outputs"] == json!({"vpc_id": "vpc-456"})
     })
     .await?;
+    Ok(())
+}
 
-    // No outputs at all: atProvider keeps only its checksum.
-    f.annotate(&name, &[(OUTPUTS_ANNOTATION, None)]).await?;
-    f.wait_workspace(&name, "no outputs", |ws| {
+/// No outputs at all: atProvider keeps only its checksum.
+async fn assert_no_outputs_keep_the_checksum(f: &Fixture, name: &str) -> Result<()> {
+    f.annotate(name, &[(OUTPUTS_ANNOTATION, None)]).await?;
+    f.wait_workspace(name, "no outputs", |ws| {
         available(ws)
             && at_provider(ws).get("outputs").is_none()
             && at_provider(ws)["checksum"].is_string()
     })
     .await?;
-
-    f.delete_and_wait(&name).await?;
     Ok(())
 }
 

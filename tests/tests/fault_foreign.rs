@@ -72,7 +72,31 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     let api: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    let (seen, watch) = watch_our_output_keys(&api).await;
+    race_four_foreign_writers(&system, &api).await?;
+    system
+        .wait_for(
+            "the takeover reported as a conflict",
+            Duration::from_secs(20),
+            || async {
+                let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
+                Ok(conflicts.as_array().into_iter().flatten().any(|c| {
+                    c["conflict"]["owner"] == "foreign-updater"
+                        && c["conflict"]["path"] == ".status.workspaceStatus.atProvider.checksum"
+                }))
+            },
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watch.abort();
+    assert_no_key_of_ours_disappeared(&system, &seen.lock().expect("lock"))
+}
 
+/// Watches the control plane's outputs: the keys of the first version seen are ours, and
+/// each version lacking one of them is recorded.
+async fn watch_our_output_keys(
+    api: &Api<CAPTControlPlane>,
+) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watch = {
         let (seen, api) = (seen.clone(), api.clone());
@@ -107,7 +131,13 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
         seen.lock().expect("lock").ours.contains("cluster_endpoint"),
         "the watch saw our outputs"
     );
+    (seen, watch)
+}
 
+/// Four foreign writers at once, `ROUNDS` rounds each, while the provider applies new
+/// revisions: an Update that takes our checksum over, a forced Apply of another output, and
+/// an Update and an Apply of sibling outputs beside ours.
+async fn race_four_foreign_writers(system: &System, api: &Api<CAPTControlPlane>) -> Result<()> {
     let takeover = {
         let api = api.clone();
         async move {
@@ -176,23 +206,12 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
     b?;
     c?;
     d?;
+    Ok(())
+}
 
-    system
-        .wait_for(
-            "the takeover reported as a conflict",
-            Duration::from_secs(20),
-            || async {
-                let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
-                Ok(conflicts.as_array().into_iter().flatten().any(|c| {
-                    c["conflict"]["owner"] == "foreign-updater"
-                        && c["conflict"]["path"] == ".status.workspaceStatus.atProvider.checksum"
-                }))
-            },
-        )
-        .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    watch.abort();
-    let seen = seen.lock().expect("lock");
+/// No version the watch saw lacked atProvider or one of our keys; the foreign keys stay
+/// beside ours.
+fn assert_no_key_of_ours_disappeared(system: &System, seen: &Seen) -> Result<()> {
     println!(
         "watched {} versions with four foreign writers; atProvider missing in {}; our keys {:?} missing {} times",
         seen.versions,

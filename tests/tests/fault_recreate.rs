@@ -37,6 +37,9 @@ const CC_API: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 const STALE_HOST: &str = "stale.example.com";
 const STALE_MESSAGE: &str = "queued for the deleted incarnation";
 const HOLD: &str = "capt-tests.example.com/hold";
+/// The status managers of the control plane and of the CAPTCluster.
+const CP_MANAGER: &str = "capt-captcontrolplane";
+const CC_MANAGER: &str = "capt-captcluster";
 const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
 
 fn intent(
@@ -114,9 +117,24 @@ async fn queue(applier: &Applier, intent: Intent) -> Result<tokio::task::JoinHan
 async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate-sa").await?;
-    // The trailing edge: every intent waits the window, so all of them are queued when the
-    // object is recreated (on the default leading edge a quiet key's intent goes at once).
     // Past the window, the proxy holds what the applier sends until the recreation is done.
+    let (proxy, applier) = start_held_trailing_applier().await?;
+    let pair = Pair::create(&client, &ns.name).await?;
+    give_the_old_incarnation_a_status(&applier, &pair).await?;
+    proxy.hold();
+    let queued_at = Instant::now();
+    let outcomes = queue_stale_intents(&applier, &pair).await?;
+    let (new_cp, new_cc) = recreate_while_held(&pair, &proxy, queued_at).await?;
+    assert_rejected_by_the_uid_precondition(outcomes).await?;
+    assert_old_documents_never_written(&applier, &pair).await?;
+    assert_fresh_intents_start_from_the_new_objects(&applier, &pair, &new_cp, &new_cc).await
+}
+
+/// The status-applier alone behind a proxy that can hold what it sends, on the trailing
+/// edge with a one-second window: every intent waits the window, so all of them are queued
+/// when the object is recreated (on the default leading edge a quiet key's intent goes at
+/// once).
+async fn start_held_trailing_applier() -> Result<(HeldProxy, Applier)> {
     let proxy = HeldProxy::in_front_of(&env().kubeconfig).await?;
     let applier = Applier::start_as(
         &[
@@ -127,39 +145,74 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
         proxy.kubeconfig(),
     )
     .await?;
-    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
-    let ccs: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
-    let cp_doc = sample("CAPTControlPlane", &ns.name)?;
-    let cc_doc = sample("CAPTCluster", &ns.name)?;
-    let pp = PostParams::default();
-    let old_cp = uid_of(
-        &cps.create(&pp, &serde_json::from_value(cp_doc.clone())?)
-            .await?,
-    );
-    let old_cc = uid_of(
-        &ccs.create(&pp, &serde_json::from_value(cc_doc.clone())?)
-            .await?,
-    );
-    let cp_status = "capt-captcontrolplane";
-    let cc_status = "capt-captcluster";
+    Ok((proxy, applier))
+}
 
-    // The old incarnation has a status of its manager's.
+/// A bare control plane and CAPTCluster (the samples), as first created.
+struct Pair {
+    ns: String,
+    cps: Api<CAPTControlPlane>,
+    ccs: Api<CAPTCluster>,
+    cp_doc: Value,
+    cc_doc: Value,
+    old_cp: String,
+    old_cc: String,
+}
+
+impl Pair {
+    async fn create(client: &kube::Client, ns: &str) -> Result<Self> {
+        let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), ns);
+        let ccs: Api<CAPTCluster> = Api::namespaced(client.clone(), ns);
+        let cp_doc = sample("CAPTControlPlane", ns)?;
+        let cc_doc = sample("CAPTCluster", ns)?;
+        let pp = PostParams::default();
+        let old_cp = uid_of(
+            &cps.create(&pp, &serde_json::from_value(cp_doc.clone())?)
+                .await?,
+        );
+        let old_cc = uid_of(
+            &ccs.create(&pp, &serde_json::from_value(cc_doc.clone())?)
+                .await?,
+        );
+        Ok(Self {
+            ns: ns.to_owned(),
+            cps,
+            ccs,
+            cp_doc,
+            cc_doc,
+            old_cp,
+            old_cc,
+        })
+    }
+
+    /// The control plane and the CAPTCluster as they are now.
+    async fn current(&self) -> Result<(Value, Value)> {
+        Ok((
+            serde_json::to_value(self.cps.get("demo").await?)?,
+            serde_json::to_value(self.ccs.get("demo").await?)?,
+        ))
+    }
+}
+
+/// The old incarnation gets a status of its manager's.
+async fn give_the_old_incarnation_a_status(applier: &Applier, pair: &Pair) -> Result<()> {
+    let ns = &pair.ns;
     let first = [
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &old_cp,
-            cp_status,
+            ns,
+            &pair.old_cp,
+            CP_MANAGER,
             Some("status"),
             json!({"status": {"phase": "Creating", "ready": false}}),
         )?,
         intent(
             CC_API,
             "CAPTCluster",
-            &ns.name,
-            &old_cc,
-            cc_status,
+            ns,
+            &pair.old_cc,
+            CC_MANAGER,
             Some("status"),
             json!({"status": {"ready": false}}),
         )?,
@@ -168,15 +221,23 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
         let out = applier.client.submit(i, true).await?;
         assert_eq!(out.json()["action"], "applied", "{}", out.body);
     }
+    Ok(())
+}
 
-    // Intents for the old uid, queued: status, endpoint, and the CAPTCluster's status.
+/// Intents for the old uid, queued: status, endpoint, and the CAPTCluster's status. Returns
+/// their waiting submitters.
+async fn queue_stale_intents(
+    applier: &Applier,
+    pair: &Pair,
+) -> Result<Vec<tokio::task::JoinHandle<Answer>>> {
+    let ns = &pair.ns;
     let stale = [
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &old_cp,
-            cp_status,
+            ns,
+            &pair.old_cp,
+            CP_MANAGER,
             Some("status"),
             json!({"status": {"phase": "Ready", "ready": true, "failureMessage": STALE_MESSAGE,
                 "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": format!("https://{STALE_HOST}")}}}}}),
@@ -184,44 +245,65 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &old_cp,
-            cp_status,
+            ns,
+            &pair.old_cp,
+            CP_MANAGER,
             None,
             json!({"spec": {"controlPlaneEndpoint": {"host": STALE_HOST, "port": 6443}}}),
         )?,
         intent(
             CC_API,
             "CAPTCluster",
-            &ns.name,
-            &old_cc,
-            cc_status,
+            ns,
+            &pair.old_cc,
+            CC_MANAGER,
             Some("status"),
             json!({"status": {"ready": true, "vpcId": "vpc-stale"}}),
         )?,
     ];
-    proxy.hold();
-    let queued_at = Instant::now();
     let mut outcomes = Vec::new();
     for i in stale {
-        outcomes.push(queue(&applier, i).await?);
+        outcomes.push(queue(applier, i).await?);
     }
+    Ok(outcomes)
+}
 
-    // Deleted (no finalizer: at once) and recreated under the same name, before anything the
-    // applier sends for the queued intents reaches the API server.
+/// Deleted (no finalizer: at once) and recreated under the same name, before anything the
+/// applier sends for the queued intents reaches the API server; then the proxy lets it
+/// through. Returns the new uids.
+async fn recreate_while_held(
+    pair: &Pair,
+    proxy: &HeldProxy,
+    queued_at: Instant,
+) -> Result<(String, String)> {
+    let (cps, ccs) = (&pair.cps, &pair.ccs);
+    let pp = PostParams::default();
     let dp = DeleteParams::default();
     cps.delete("demo", &dp).await?;
     ccs.delete("demo", &dp).await?;
-    let new_cp = uid_of(&cps.create(&pp, &serde_json::from_value(cp_doc)?).await?);
-    let new_cc = uid_of(&ccs.create(&pp, &serde_json::from_value(cc_doc)?).await?);
+    let new_cp = uid_of(
+        &cps.create(&pp, &serde_json::from_value(pair.cp_doc.clone())?)
+            .await?,
+    );
+    let new_cc = uid_of(
+        &ccs.create(&pp, &serde_json::from_value(pair.cc_doc.clone())?)
+            .await?,
+    );
     println!(
         "deleted and recreated {:.0} ms after the intents were queued (window 1000 ms)",
         queued_at.elapsed().as_secs_f64() * 1000.0
     );
     proxy.release();
-    assert_ne!(new_cp, old_cp);
-    assert_ne!(new_cc, old_cc);
+    assert_ne!(new_cp, pair.old_cp);
+    assert_ne!(new_cc, pair.old_cc);
+    Ok((new_cp, new_cc))
+}
 
+/// Every queued intent for the old uid is answered `rejected` (422), naming the uid
+/// precondition.
+async fn assert_rejected_by_the_uid_precondition(
+    outcomes: Vec<tokio::task::JoinHandle<Answer>>,
+) -> Result<()> {
     for outcome in outcomes {
         let answer = outcome.await?;
         let out = answer.json();
@@ -236,15 +318,23 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
             answer.body
         );
     }
-    let untouched = |obj: &Value| {
-        obj.get("status").is_none()
-            && obj["spec"].get("controlPlaneEndpoint").is_none()
-            && !managers(obj)
-                .iter()
-                .any(|m| m == cp_status || m == cc_status)
-    };
-    let cp = serde_json::to_value(cps.get("demo").await?)?;
-    let cc = serde_json::to_value(ccs.get("demo").await?)?;
+    Ok(())
+}
+
+/// True for an object no status manager of ours wrote: no status, no endpoint, no entry.
+fn untouched(obj: &Value) -> bool {
+    obj.get("status").is_none()
+        && obj["spec"].get("controlPlaneEndpoint").is_none()
+        && !managers(obj)
+            .iter()
+            .any(|m| m == CP_MANAGER || m == CC_MANAGER)
+}
+
+/// The new objects stay untouched, also when their changes make the applier check its
+/// documents again (drift): the old documents are never written.
+async fn assert_old_documents_never_written(applier: &Applier, pair: &Pair) -> Result<()> {
+    let (cps, ccs) = (&pair.cps, &pair.ccs);
+    let (cp, cc) = pair.current().await?;
     assert!(untouched(&cp), "the new control plane was written: {cp}");
     assert!(untouched(&cc), "the new CAPTCluster was written: {cc}");
 
@@ -262,8 +352,7 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let cp = serde_json::to_value(cps.get("demo").await?)?;
-    let cc = serde_json::to_value(ccs.get("demo").await?)?;
+    let (cp, cc) = pair.current().await?;
     assert!(untouched(&cp), "a drift check wrote the old document: {cp}");
     assert!(untouched(&cc), "a drift check wrote the old document: {cc}");
     assert_eq!(
@@ -273,34 +362,44 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
         writes,
         "no write for the old documents"
     );
+    Ok(())
+}
 
-    // The new incarnation's first intents start from the new objects: nothing of the old
-    // documents (ready, failureMessage, atProvider, the endpoint, vpcId) comes along.
+/// The new incarnation's first intents start from the new objects: nothing of the old
+/// documents (ready, failureMessage, atProvider, the endpoint, vpcId) comes along, and the
+/// applier keeps no old value.
+async fn assert_fresh_intents_start_from_the_new_objects(
+    applier: &Applier,
+    pair: &Pair,
+    new_cp: &String,
+    new_cc: &String,
+) -> Result<()> {
+    let ns = &pair.ns;
     let fresh = [
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &new_cp,
-            cp_status,
+            ns,
+            new_cp,
+            CP_MANAGER,
             Some("status"),
             json!({"status": {"phase": "Creating"}}),
         )?,
         intent(
             CC_API,
             "CAPTCluster",
-            &ns.name,
-            &new_cc,
-            cc_status,
+            ns,
+            new_cc,
+            CC_MANAGER,
             Some("status"),
             json!({"status": {"ready": false}}),
         )?,
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &new_cp,
-            cp_status,
+            ns,
+            new_cp,
+            CP_MANAGER,
             None,
             json!({"spec": {"controlPlaneEndpoint": {"host": "new.example.com", "port": 443}}}),
         )?,
@@ -309,8 +408,7 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
         let out = applier.client.submit(i, true).await?;
         assert_eq!(out.json()["action"], "applied", "{}", out.body);
     }
-    let cp = serde_json::to_value(cps.get("demo").await?)?;
-    let cc = serde_json::to_value(ccs.get("demo").await?)?;
+    let (cp, cc) = pair.current().await?;
     assert_eq!(
         cp["status"],
         json!({"phase": "Creating"}),
@@ -328,8 +426,8 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
     let docs = applier.client.get("/v1/intents").await?.json();
     for doc in docs.as_array().context("a list of documents")? {
         let expected = match doc["object"]["kind"].as_str() {
-            Some("CAPTControlPlane") => &new_cp,
-            _ => &new_cc,
+            Some("CAPTControlPlane") => new_cp,
+            _ => new_cc,
         };
         assert_eq!(doc["uid"], expected.as_str(), "{doc}");
         assert!(
@@ -348,19 +446,8 @@ async fn queued_intents_for_a_deleted_object_are_rejected_by_its_successor() -> 
 async fn an_intent_superseded_by_the_new_incarnation_is_answered_rejected() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate-sup").await?;
-    // The trailing edge: every intent waits the window, so all of them are queued when the
-    // object is recreated (on the default leading edge a quiet key's intent goes at once).
     // Past the window, the proxy holds what the applier sends until the new intent is in.
-    let proxy = HeldProxy::in_front_of(&env().kubeconfig).await?;
-    let applier = Applier::start_as(
-        &[
-            "--coalesce-window-ms",
-            "1000",
-            "--apply-lone-intents-at-once=false",
-        ],
-        proxy.kubeconfig(),
-    )
-    .await?;
+    let (proxy, applier) = start_held_trailing_applier().await?;
     let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
     let cp_doc = sample("CAPTControlPlane", &ns.name)?;
     let pp = PostParams::default();
@@ -368,7 +455,7 @@ async fn an_intent_superseded_by_the_new_incarnation_is_answered_rejected() -> R
         &cps.create(&pp, &serde_json::from_value(cp_doc.clone())?)
             .await?,
     );
-    let manager = "capt-captcontrolplane";
+    let manager = CP_MANAGER;
     let stale = intent(
         CP_API,
         "CAPTControlPlane",
@@ -446,8 +533,25 @@ async fn an_intent_superseded_by_the_new_incarnation_is_answered_rejected() -> R
 async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-recreate").await?;
+    let system = provision_with_a_500_ms_window(&ns.name).await?;
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns.name);
+    let old = uid_of(&cps.get("demo").await?);
+    let (versions, watch) = watch_every_incarnation(&cps);
+    delete_held_by_a_test_finalizer(&system, &cps, &ns.name).await?;
+    let (outcomes, new) = queue_stale_intents_then_recreate(&system, &cps, &ns.name, &old).await?;
+    assert_stale_intents_never_succeed(outcomes).await?;
+    wait_converged_on_the_new_object(&system, &cps, &clusters, &new).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    watch.abort();
+    assert_no_old_value_reached_the_new_object(&system, &versions, &new)?;
+    assert_documents_for_the_new_uid_only(&system, &new).await
+}
+
+/// The whole system, its applier coalescing over 500 ms, with the sample provisioned.
+async fn provision_with_a_500_ms_window(ns: &str) -> Result<System> {
     let system = System::start_tuned(
-        &ns.name,
+        ns,
         20,
         &[],
         &["--coalesce-window-ms", "500"],
@@ -461,12 +565,15 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
         "provisioned in {:.1} s with a 500 ms coalescing window",
         started.elapsed().as_secs_f64()
     );
-    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns.name);
-    let old = uid_of(&cps.get("demo").await?);
+    Ok(system)
+}
 
-    // Every version of every incarnation of the control plane, by uid.
-    let versions: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+/// Every version of every incarnation of the control plane, by uid.
+type Versions = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// Watches every version of every incarnation of the control plane `demo`.
+fn watch_every_incarnation(cps: &Api<CAPTControlPlane>) -> (Versions, tokio::task::JoinHandle<()>) {
+    let versions: Versions = Arc::default();
     let watch = {
         let (versions, cps) = (versions.clone(), cps.clone());
         tokio::spawn(async move {
@@ -481,8 +588,15 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
             }
         })
     };
+    (versions, watch)
+}
 
-    // Held by a finalizer of ours, the controller's deletion runs to its end.
+/// Held by a finalizer of ours, the controller's deletion runs to its end.
+async fn delete_held_by_a_test_finalizer(
+    system: &System,
+    cps: &Api<CAPTControlPlane>,
+    ns: &str,
+) -> Result<()> {
     let hold = json!([{"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}]);
     env().kubectl_ok(
         &[
@@ -490,7 +604,7 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
             "captcontrolplane",
             "demo",
             "-n",
-            &ns.name,
+            ns,
             "--type=json",
             "-p",
             &hold.to_string(),
@@ -508,16 +622,25 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
             },
         )
         .await?;
+    Ok(())
+}
 
-    // Intents for the old uid, queued, then the object released and recreated at once.
-    let cp_status = "capt-captcontrolplane";
+/// Intents for the old uid, queued, then the object released and recreated at once (within
+/// the coalescing window, else the run is inconclusive). Returns the intents' waiting
+/// submitters and the new uid.
+async fn queue_stale_intents_then_recreate(
+    system: &System,
+    cps: &Api<CAPTControlPlane>,
+    ns: &str,
+    old: &str,
+) -> Result<(Vec<tokio::task::JoinHandle<Answer>>, String)> {
     let stale = [
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &old,
-            cp_status,
+            ns,
+            old,
+            CP_MANAGER,
             Some("status"),
             json!({"status": {"failureReason": "StaleIntent", "failureMessage": STALE_MESSAGE,
                 "workspaceStatus": {"atProvider": {"outputs": {"cluster_endpoint": format!("https://{STALE_HOST}")}}}}}),
@@ -525,9 +648,9 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
         intent(
             CP_API,
             "CAPTControlPlane",
-            &ns.name,
-            &old,
-            cp_status,
+            ns,
+            old,
+            CP_MANAGER,
             None,
             json!({"spec": {"controlPlaneEndpoint": {"host": STALE_HOST, "port": 6443}}}),
         )?,
@@ -543,7 +666,7 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
         &Patch::Merge(json!({"metadata": {"finalizers": null}})),
     )
     .await?;
-    let doc = sample("CAPTControlPlane", &ns.name)?;
+    let doc = sample("CAPTControlPlane", ns)?;
     let new = uid_of(
         &cps.create(&PostParams::default(), &serde_json::from_value(doc)?)
             .await?,
@@ -558,9 +681,14 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
         "inconclusive: the recreation took longer than the coalescing window"
     );
     assert_ne!(new, old);
+    Ok((outcomes, new))
+}
 
-    // The old intents never succeed: rejected by the uid precondition, or dropped when the
-    // controller's first intent for the new uid replaced the old document.
+/// The old intents never succeed: rejected by the uid precondition, or dropped when the
+/// controller's first intent for the new uid replaced the old document.
+async fn assert_stale_intents_never_succeed(
+    outcomes: Vec<tokio::task::JoinHandle<Answer>>,
+) -> Result<()> {
     for outcome in outcomes {
         let answer = outcome.await?;
         println!("queued intent for the old uid: {}", answer.body);
@@ -571,8 +699,16 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
             answer.body
         );
     }
+    Ok(())
+}
 
-    // The system converges on the new object.
+/// The system converges on the new object: Ready with its endpoint, and the Cluster's.
+async fn wait_converged_on_the_new_object(
+    system: &System,
+    cps: &Api<CAPTControlPlane>,
+    clusters: &Api<Cluster>,
+    new: &str,
+) -> Result<()> {
     system
         .wait_for(
             "the new control plane Ready with its endpoint, and the Cluster's",
@@ -597,10 +733,16 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
                         .is_some_and(|i| i.control_plane_initialized == Some(true)))
             },
         )
-        .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    watch.abort();
+        .await
+}
 
+/// No version of the new object the watch saw showed a value only an old intent carried;
+/// the new object has its own atProvider.
+fn assert_no_old_value_reached_the_new_object(
+    system: &System,
+    versions: &Versions,
+    new: &str,
+) -> Result<()> {
     let versions = versions.lock().unwrap().clone();
     let uids: BTreeSet<&str> = versions.iter().map(|(u, _)| u.as_str()).collect();
     let of_new: Vec<&Value> = versions
@@ -637,9 +779,12 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
         cp["status"]
     );
     assert!(cp["status"].get("failureMessage").is_none());
+    Ok(())
+}
 
-    // The controller publishes for the new uid only, and the applier's documents hold no
-    // old value.
+/// The controller publishes for the new uid only, and the applier's documents hold no old
+/// value.
+async fn assert_documents_for_the_new_uid_only(system: &System, new: &str) -> Result<()> {
     let docs = system
         .applier
         .client
@@ -649,7 +794,7 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
     let docs = docs.as_array().context("a list of documents")?;
     assert!(!docs.is_empty());
     for doc in docs {
-        assert_eq!(doc["uid"], new.as_str(), "{doc}");
+        assert_eq!(doc["uid"], new, "{doc}");
         assert!(
             !doc["document"].to_string().contains(STALE_HOST),
             "the applier keeps an old value: {doc}"

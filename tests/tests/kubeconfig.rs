@@ -37,10 +37,29 @@ fn secret_writes(log: &AuditLog, ns: &str) -> Result<usize> {
 async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest() -> Result<()> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "kubeconfig").await?;
-    let system = System::start(&ns.name, 50).await?;
+    let stack = provision_until_the_secret(&client, &ns.name).await?;
+    let secret = assert_the_contract(&stack).await?;
+    assert_not_rewritten_at_rest(&stack, &secret).await?;
+    assert_follows_a_rotated_kubeconfig(&stack).await?;
+    assert_generated_from_the_endpoint_and_ca(&stack).await?;
+    assert_deleted_with_the_control_plane(&stack).await
+}
+
+/// The system with the sample provisioned, and the APIs of what the test reads.
+struct Stack {
+    system: System,
+    ns: String,
+    secrets: Api<Secret>,
+    cps: Api<CAPTControlPlane>,
+}
+
+/// Starts the system and the sample, until the control plane is Ready and its kubeconfig
+/// Secret exists.
+async fn provision_until_the_secret(client: &kube::Client, ns: &str) -> Result<Stack> {
+    let system = System::start(ns, 50).await?;
     system.apply_samples(false).await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
-    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let cps: Api<CAPTControlPlane> = Api::namespaced(client.clone(), ns);
     system
         .wait_for(
             "the control plane Ready and its kubeconfig Secret",
@@ -56,8 +75,18 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
             },
         )
         .await?;
+    Ok(Stack {
+        system,
+        ns: ns.to_owned(),
+        secrets,
+        cps,
+    })
+}
 
-    // The contract: type, label, controller owner reference, `value` = the kubeconfig output.
+/// The contract: type, label, controller owner reference, `value` = the kubeconfig output,
+/// written by the controller alone. Returns the Secret.
+async fn assert_the_contract(stack: &Stack) -> Result<Secret> {
+    let (secrets, cps) = (&stack.secrets, &stack.cps);
     let cp = cps.get("demo").await?;
     let secret = secrets.get(SECRET).await?;
     let connection = secrets.get(CONNECTION).await?;
@@ -85,14 +114,18 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
         .filter_map(|m| m.manager.clone())
         .collect();
     assert_eq!(managers, ["capt-controller"]);
+    Ok(secret)
+}
 
-    // At rest: a forced reconcile (a label changes the control plane's lifecycle hash) reads
-    // the Secrets and writes nothing. A server-side apply that changes nothing leaves the
-    // resourceVersion alone, so the API server's audit log is what counts the requests.
+/// At rest: a forced reconcile (a label changes the control plane's lifecycle hash) reads
+/// the Secrets and writes nothing. A server-side apply that changes nothing leaves the
+/// resourceVersion alone, so the API server's audit log is what counts the requests.
+async fn assert_not_rewritten_at_rest(stack: &Stack, secret: &Secret) -> Result<()> {
+    let (system, secrets, cps, ns) = (&stack.system, &stack.secrets, &stack.cps, &stack.ns);
     let version = secret.resource_version();
     let at_rest = AuditLog::from_now()?;
     assert!(
-        secret_writes(&AuditLog::from_start()?, &ns.name)? >= 1,
+        secret_writes(&AuditLog::from_start()?, ns)? >= 1,
         "the audit log records the Secret's creation"
     );
     let reconciles = || async {
@@ -119,15 +152,15 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
     // write it), and wrote nothing. Nothing else reads them in this window.
     let secret_reads = || -> Result<Vec<String>> {
         Ok(at_rest
-            .requests_in(&ns.name, |verb| verb == "get")?
+            .requests_in(ns, |verb| verb == "get")?
             .into_iter()
             .map(|r| r.object)
             .filter(|o| o.starts_with("secrets "))
             .collect())
     };
     let both = [
-        format!("secrets {}/{CONNECTION}", ns.name),
-        format!("secrets {}/{SECRET}", ns.name),
+        format!("secrets {ns}/{CONNECTION}"),
+        format!("secrets {ns}/{SECRET}"),
     ];
     system
         .wait_for(
@@ -142,14 +175,14 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
         .await?;
     // A write, were there one, follows the read within the same reconcile.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        secret_writes(&at_rest, &ns.name)?,
-        0,
-        "no write request at rest"
-    );
+    assert_eq!(secret_writes(&at_rest, ns)?, 0, "no write request at rest");
     assert_eq!(secrets.get(SECRET).await?.resource_version(), version);
+    Ok(())
+}
 
-    // A new kubeconfig output: the Secret follows.
+/// A new kubeconfig output: the Secret follows.
+async fn assert_follows_a_rotated_kubeconfig(stack: &Stack) -> Result<()> {
+    let (system, secrets) = (&stack.system, &stack.secrets);
     system.set_sensitive_outputs(&json!({"kubeconfig": "apiVersion: v1 (rotated)"}))?;
     system
         .wait_for(
@@ -164,12 +197,16 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
                 )
             },
         )
-        .await?;
+        .await
+}
 
-    // Only an endpoint and a CA: a kubeconfig that asks `aws eks get-token`. The provider
-    // publishes connection details by merging them into the Secret (crossplane-runtime never
-    // removes a key), so the `kubeconfig` output that went away stays there until its owner
-    // removes it, as an operator does here.
+/// Only an endpoint and a CA: a kubeconfig that asks `aws eks get-token`, with no other
+/// output, and no Secret data in the controller's log.
+async fn assert_generated_from_the_endpoint_and_ca(stack: &Stack) -> Result<()> {
+    let (system, secrets, ns) = (&stack.system, &stack.secrets, &stack.ns);
+    // The provider publishes connection details by merging them into the Secret
+    // (crossplane-runtime never removes a key), so the `kubeconfig` output that went away
+    // stays there until its owner removes it, as an operator does here.
     system.set_sensitive_outputs(
         &json!({"cluster_certificate_authority_data": "Q0EgYnVuZGxl", "db_password": "hunter2"}),
     )?;
@@ -194,7 +231,7 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
             "secret",
             CONNECTION,
             "-n",
-            &ns.name,
+            ns,
             "--type=json",
             "-p",
             r#"[{"op": "remove", "path": "/data/kubeconfig"}]"#,
@@ -234,8 +271,12 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
     for secret_text in ["hunter2", "Q0EgYnVuZGxl", "(rotated)", "(elided)"] {
         assert!(!log.contains(secret_text), "Secret data in the log: {log}");
     }
+    Ok(())
+}
 
-    // The garbage collector deletes the Secret with its CAPTControlPlane.
+/// The garbage collector deletes the Secret with its CAPTControlPlane.
+async fn assert_deleted_with_the_control_plane(stack: &Stack) -> Result<()> {
+    let (system, secrets, cps) = (&stack.system, &stack.secrets, &stack.cps);
     let cp_uid = cps.get("demo").await?.meta().uid.clone();
     cps.delete("demo", &DeleteParams::default()).await?;
     system
@@ -250,8 +291,7 @@ async fn the_kubeconfig_secret_follows_the_outputs_and_is_not_rewritten_at_rest(
                 Ok(cp_gone && secrets.get_opt(SECRET).await?.is_none())
             },
         )
-        .await?;
-    Ok(())
+        .await
 }
 
 /// `<cluster>-user-kubeconfig`, the exec form for people beside the `<cluster>-kubeconfig`

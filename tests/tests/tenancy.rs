@@ -262,8 +262,23 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
     create(&template(&shared.name, "t")).await?;
     create(&template(&ns.name, "t")).await?;
     let system = System::start(&ns.name, 50).await?;
+    let cases = create_references_to(&ns.name, &shared.name).await?;
+    assert_references_refused(&system, &ns.name, &shared.name, &cases).await?;
+    assert_refused_again_and_nothing_rendered(&system, &client, &ns.name, &shared.name, &cases)
+        .await?;
+    drop(system);
+    assert_an_allowed_template_namespace_resolves(&client, &ns.name, &shared.name).await
+}
+
+/// An apply whose references name another namespace: its name, its `templateRef`, the rest
+/// of its spec, and the field refused.
+type Crossing = (&'static str, Value, Value, &'static str);
+
+/// Creates in `ns` applies whose Secret, awaited Secret, template or both name `shared`, and
+/// a CAPTCluster (with its Cluster) whose VPC template is in `shared`. Returns the applies.
+async fn create_references_to(ns: &str, shared: &str) -> Result<[Crossing; 4]> {
     let secret_elsewhere =
-        json!({"writeConnectionSecretToRef": {"name": "s", "namespace": shared.name}});
+        json!({"writeConnectionSecretToRef": {"name": "s", "namespace": shared}});
     let cases = [
         (
             "secret",
@@ -274,12 +289,12 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
         (
             "wait",
             json!({"name": "t"}),
-            json!({"waitForSecrets": [{"name": "s", "namespace": shared.name}]}),
+            json!({"waitForSecrets": [{"name": "s", "namespace": shared}]}),
             "spec.waitForSecrets[0]",
         ),
         (
             "template",
-            json!({"name": "t", "namespace": shared.name}),
+            json!({"name": "t", "namespace": shared}),
             json!({}),
             "spec.templateRef",
         ),
@@ -287,50 +302,57 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
         // template is named first until then).
         (
             "template-secret",
-            json!({"name": "t", "namespace": shared.name}),
+            json!({"name": "t", "namespace": shared}),
             secret_elsewhere,
             "spec.templateRef",
         ),
     ];
     for (name, template_ref, extra, _) in &cases {
-        create(&apply(&ns.name, name, template_ref.clone(), extra.clone())).await?;
+        create(&apply(ns, name, template_ref.clone(), extra.clone())).await?;
     }
     // A CAPTCluster whose VPC template is in another namespace: no apply is created for it.
     let cluster = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
-        "metadata": {"name": "demo", "namespace": ns.name, "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
-        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "t", "namespace": shared.name}}});
+        "metadata": {"name": "demo", "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"region": "ap-northeast-1", "vpcTemplateRef": {"name": "t", "namespace": shared}}});
     let capi = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": "demo", "namespace": ns.name},
+        "metadata": {"name": "demo", "namespace": ns},
         "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                  "kind": "CAPTCluster", "name": "demo"}}});
     env().kubectl_ok(
         &["apply", "--server-side", "-f", "-"],
         Some(&format!("{capi}\n---\n{cluster}")),
     )?;
+    Ok(cases)
+}
 
-    let api = workspaces().await?;
-    for (name, _, _, field) in &cases {
+/// Each apply is refused (`ReferencesResolved=False` and `Applied` say
+/// `CrossNamespaceReference`, naming the field and the namespace), and so is the CAPTCluster.
+async fn assert_references_refused(
+    system: &System,
+    ns: &str,
+    shared: &str,
+    cases: &[Crossing],
+) -> Result<()> {
+    for (name, _, _, field) in cases {
         system
             .wait_for(
                 &format!("{name}: ReferencesResolved=False"),
                 WAIT,
                 || async {
-                    Ok(
-                        condition(&ns.name, name, "ReferencesResolved").await?["reason"]
-                            == "CrossNamespaceReference",
-                    )
+                    Ok(condition(ns, name, "ReferencesResolved").await?["reason"]
+                        == "CrossNamespaceReference")
                 },
             )
             .await?;
-        let c = condition(&ns.name, name, "ReferencesResolved").await?;
+        let c = condition(ns, name, "ReferencesResolved").await?;
         let message = c["message"].as_str().unwrap_or_default();
         assert!(
-            message.starts_with(&format!("{field} names namespace {}", shared.name)),
+            message.starts_with(&format!("{field} names namespace {shared}")),
             "{name}: {message}"
         );
         assert_eq!(c["status"], "False");
         assert_eq!(
-            condition(&ns.name, name, "Applied").await?["reason"],
+            condition(ns, name, "Applied").await?["reason"],
             "CrossNamespaceReference"
         );
     }
@@ -339,7 +361,7 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
             "the CAPTCluster's ReferencesResolved=False",
             WAIT,
             || async {
-                let c = object_condition(&system, "captcluster", "demo", "ReferencesResolved")?;
+                let c = object_condition(system, "captcluster", "demo", "ReferencesResolved")?;
                 Ok(c["reason"] == "CrossNamespaceReference"
                     && c["message"]
                         .as_str()
@@ -347,20 +369,32 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
             },
         )
         .await?;
-    // A reconcile after the refusal must not render either. Wake each object on purpose:
-    // point the refused reference at yet another namespace, and wait for the refusal that
-    // names it (that reconcile has made its decision).
-    let moved = format!("{}-moved", shared.name);
-    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
-    point_refused_references(&applies, &ns.name, &cases, &moved).await?;
-    for (name, _, _, field) in &cases {
+    Ok(())
+}
+
+/// A reconcile after the refusal must not render either. Each object is woken on purpose:
+/// its refused reference pointed at yet another namespace, and the refusal that names it
+/// awaited (that reconcile has made its decision); then nothing is rendered, no apply is
+/// created for the CAPTCluster, and the references point at `shared` again.
+async fn assert_refused_again_and_nothing_rendered(
+    system: &System,
+    client: &kube::Client,
+    ns: &str,
+    shared: &str,
+    cases: &[Crossing],
+) -> Result<()> {
+    let api = workspaces().await?;
+    let moved = format!("{shared}-moved");
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), ns);
+    point_refused_references(&applies, ns, cases, &moved).await?;
+    for (name, _, _, field) in cases {
         let refused = format!("{field} names namespace {moved}");
         system
             .wait_for(
                 &format!("{name}: refused again, for {moved}"),
                 WAIT,
                 || async {
-                    let c = condition(&ns.name, name, "ReferencesResolved").await?;
+                    let c = condition(ns, name, "ReferencesResolved").await?;
                     Ok(c["message"]
                         .as_str()
                         .is_some_and(|m| m.starts_with(&refused)))
@@ -371,17 +405,14 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
     let refused = format!("spec.vpcTemplateRef names namespace {moved}");
     system
         .wait_for("the CAPTCluster refused again", WAIT, || async {
-            let c = object_condition(&system, "captcluster", "demo", "ReferencesResolved")?;
+            let c = object_condition(system, "captcluster", "demo", "ReferencesResolved")?;
             Ok(c["message"]
                 .as_str()
                 .is_some_and(|m| m.starts_with(&refused)))
         })
         .await?;
-    for (name, ..) in &cases {
-        for ws in [
-            workspace_name(&ns.name, name),
-            legacy_workspace_name(&ns.name, name),
-        ] {
+    for (name, ..) in cases {
+        for ws in [workspace_name(ns, name), legacy_workspace_name(ns, name)] {
             assert!(
                 api.get_opt(&ws).await?.is_none(),
                 "{name}: nothing rendered"
@@ -389,20 +420,26 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
         }
     }
     assert!(
-        get_apply(&ns.name, "demo-vpc").await?.is_none(),
+        get_apply(ns, "demo-vpc").await?.is_none(),
         "no apply for the CAPTCluster"
     );
-    point_refused_references(&applies, &ns.name, &cases, &shared.name).await?;
+    point_refused_references(&applies, ns, cases, shared).await?;
+    Ok(())
+}
 
-    // The operator shares the template namespace: templates resolve there, Secrets still not.
-    drop(system);
-    let system =
-        System::start_with(&ns.name, 50, &["--allow-template-namespace", &shared.name]).await?;
-    let ws = workspace_name(&ns.name, "template");
+/// The operator shares the template namespace: templates resolve there, Secrets still not.
+async fn assert_an_allowed_template_namespace_resolves(
+    client: &kube::Client,
+    ns: &str,
+    shared: &str,
+) -> Result<()> {
+    let api = workspaces().await?;
+    let system = System::start_with(ns, 50, &["--allow-template-namespace", shared]).await?;
+    let ws = workspace_name(ns, "template");
     system
         .wait_for("the shared template rendered", WAIT, || async {
             Ok(api.get_opt(&ws).await?.is_some()
-                && condition(&ns.name, "template", "ReferencesResolved")
+                && condition(ns, "template", "ReferencesResolved")
                     .await?
                     .is_null())
         })
@@ -413,7 +450,7 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
     for name in ["secret", "wait", "template-secret"] {
         system
             .wait_for(&format!("{name}: refused for its Secret"), WAIT, || async {
-                let c = condition(&ns.name, name, "ReferencesResolved").await?;
+                let c = condition(ns, name, "ReferencesResolved").await?;
                 Ok(c["reason"] == "CrossNamespaceReference"
                     && c["message"].as_str().is_some_and(|m| {
                         m.starts_with("spec.writeConnectionSecretToRef")
@@ -424,14 +461,12 @@ async fn references_to_another_namespace_are_refused_unless_a_template_namespace
     }
     for name in ["secret", "wait", "template-secret"] {
         assert!(
-            api.get_opt(&workspace_name(&ns.name, name))
-                .await?
-                .is_none(),
+            api.get_opt(&workspace_name(ns, name)).await?.is_none(),
             "{name}: still nothing rendered"
         );
     }
     // Clean up what the allowed template rendered (the namespace's deletion would not).
-    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), ns);
     applies.delete("template", &DeleteParams::default()).await?;
     system
         .wait_for("the shared-template Workspace gone", WAIT, || async {

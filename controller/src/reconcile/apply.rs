@@ -60,15 +60,7 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     let name = match &located.placement {
         Placement::Use { name, .. } => name.clone(),
         Placement::Taken { name, owner } => {
-            let refusal = Refusal {
-                condition: WORKSPACE_OWNED_CONDITION,
-                reason: WORKSPACE_OWNED_BY_ANOTHER,
-                message: format!(
-                    "Workspace {name} belongs to another ({owner}); it is neither applied to \
-                     nor deleted"
-                ),
-            };
-            refuse(&apply, &ctx, "", None, refusal).await?;
+            refuse(&apply, &ctx, "", None, taken(name, owner)).await?;
             // Not woken by another's Workspace: look again for it to go.
             return Ok(Action::requeue(ctx.settings.poll_interval));
         }
@@ -85,25 +77,12 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
         .await?;
         return Ok(Action::requeue(ctx.settings.poll_interval));
     }
-    let template_ns = apply
-        .spec
-        .template_ref
-        .namespace
-        .clone()
-        .unwrap_or(namespace.clone());
-    let template = cached(
-        &ctx.caches.templates,
-        Some(&template_ns),
-        &apply.spec.template_ref.name,
-    );
-    let Some(template) = template else {
-        let message = format!(
-            "WorkspaceTemplate {template_ns}/{} not found",
-            apply.spec.template_ref.name
-        );
-        let refusal = blocked("TemplateNotFound", message);
-        publish(&apply, &ctx, &name, own, false, Some(refusal)).await?;
-        return Ok(Action::requeue(ctx.settings.poll_interval));
+    let (template, template_ns) = match template_of(&apply, &ctx, &namespace) {
+        Ok(found) => found,
+        Err(refusal) => {
+            publish(&apply, &ctx, &name, own, false, Some(refusal)).await?;
+            return Ok(Action::requeue(ctx.settings.poll_interval));
+        }
     };
     let rendered = match render_checked(&apply, &ctx, &template, &template_ns, &name)? {
         Ok(rendered) => rendered,
@@ -115,6 +94,46 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     }
     publish(&apply, &ctx, &name, own, changed, None).await?;
     Ok(after(None))
+}
+
+/// The refusal of a Workspace name another holds: its Workspace is neither applied to nor
+/// deleted.
+fn taken(name: &str, owner: &str) -> Refusal {
+    Refusal {
+        condition: WORKSPACE_OWNED_CONDITION,
+        reason: WORKSPACE_OWNED_BY_ANOTHER,
+        message: format!(
+            "Workspace {name} belongs to another ({owner}); it is neither applied to nor deleted"
+        ),
+    }
+}
+
+/// The WorkspaceTemplate the apply names, with its namespace (the apply's unless it names
+/// one), as cached; or, not found, what blocks the apply.
+fn template_of(
+    apply: &WorkspaceTemplateApply,
+    ctx: &Context,
+    namespace: &str,
+) -> std::result::Result<(Arc<WorkspaceTemplate>, String), Refusal> {
+    let template_ref = &apply.spec.template_ref;
+    let template_ns = template_ref
+        .namespace
+        .clone()
+        .unwrap_or(namespace.to_owned());
+    match cached(
+        &ctx.caches.templates,
+        Some(&template_ns),
+        &template_ref.name,
+    ) {
+        Some(template) => Ok((template, template_ns)),
+        None => {
+            let message = format!(
+                "WorkspaceTemplate {template_ns}/{} not found",
+                template_ref.name
+            );
+            Err(blocked("TemplateNotFound", message))
+        }
+    }
 }
 
 /// Why the apply's own spec must not be rendered, if it must not: a reference to another

@@ -91,25 +91,76 @@ where
     let ns = owner.namespace().unwrap_or_default();
     let api: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &ns);
     let existing = get_apply(ctx, owner, &wanted.name);
-    let kind = K::kind(&());
-    let claim = existing.as_ref().map(|a| claim_of(owner, a));
-    let adopted = match claim {
-        None => false,
-        Some(ApplyClaim::NotOurs(why)) => {
-            return Ok(Err(Refusal {
-                condition: APPLY_OWNED_CONDITION,
-                reason: APPLY_NOT_OURS,
-                message: format!(
-                    "WorkspaceTemplateApply {ns}/{} exists and is not this {kind}'s: {why}",
-                    wanted.name
-                ),
-            }));
-        }
-        Some(ApplyClaim::Adoptable) => true,
-        Some(ApplyClaim::Ours) => existing
-            .as_ref()
-            .is_some_and(|a| a.annotations().contains_key(ADOPTED_ANNOTATION)),
+    let adopted = match adoption(owner, existing.as_ref(), &wanted.name) {
+        Ok(adopted) => adopted,
+        Err(refusal) => return Ok(Err(refusal)),
     };
+    let name = wanted.name.clone();
+    let body = desired_apply(owner, wanted, existing.as_ref(), adopted);
+    // Applying what is already there changes nothing at the server but still costs a write
+    // on every reconcile: skip it. The spec must match exactly (a field we stopped wanting
+    // must go); labels and annotations only need to be there (others may add theirs).
+    if let Some(existing) = existing {
+        let live = serde_json::to_value(&existing).unwrap_or_default();
+        let spec_matches = adopted || live.get("spec") == body.get("spec");
+        if spec_matches && contains(&live["metadata"], &body["metadata"]) {
+            return Ok(Ok(existing));
+        }
+    }
+    let params = PatchParams::apply(SPEC_MANAGER).force();
+    let applied = api
+        .patch(&name, &params, &Patch::Apply(&body))
+        .await
+        .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))?;
+    // The apply is a function of its owner (spec, Cluster) and of whether it was adopted.
+    let observed = (&name, cluster_name(owner), adopted);
+    let written = Written {
+        api_version: WorkspaceTemplateApply::api_version(&()).into(),
+        kind: WorkspaceTemplateApply::kind(&()).into(),
+        namespace: Some(ns),
+        name: name.clone(),
+        manager: SPEC_MANAGER.into(),
+        subresource: None,
+    };
+    let basis = Basis::of(owner.meta().generation, &observed);
+    ctx.wrote(written, basis, owner.object_ref(&())).await;
+    Ok(Ok(applied))
+}
+
+/// Whether the existing apply named `name`, if any, is one `owner` adopted (its spec is then
+/// the user's), or why it is not `owner`'s to use.
+fn adoption<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    existing: Option<&WorkspaceTemplateApply>,
+    name: &str,
+) -> std::result::Result<bool, Refusal> {
+    let Some(existing) = existing else {
+        return Ok(false);
+    };
+    match claim_of(owner, existing) {
+        ApplyClaim::NotOurs(why) => Err(Refusal {
+            condition: APPLY_OWNED_CONDITION,
+            reason: APPLY_NOT_OURS,
+            message: format!(
+                "WorkspaceTemplateApply {}/{name} exists and is not this {}'s: {why}",
+                owner.namespace().unwrap_or_default(),
+                K::kind(&())
+            ),
+        }),
+        ApplyClaim::Adoptable => Ok(true),
+        ApplyClaim::Ours => Ok(existing.annotations().contains_key(ADOPTED_ANNOTATION)),
+    }
+}
+
+/// The WorkspaceTemplateApply `owner` wants: its owner labels (and its Cluster's and shard's), and either
+/// the wanted spec or, adopted, the adoption's annotation on the existing apply's uid.
+fn desired_apply<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    wanted: ApplySpec,
+    existing: Option<&WorkspaceTemplateApply>,
+    adopted: bool,
+) -> Value {
+    let ns = owner.namespace().unwrap_or_default();
     let mut labels = json!({
         OWNER_KIND_LABEL: K::kind(&()), OWNER_NAME_LABEL: owner.name_any(), OWNER_NAMESPACE_LABEL: ns,
     });
@@ -129,38 +180,11 @@ where
     });
     if adopted {
         body["metadata"]["annotations"] = json!({ADOPTED_ANNOTATION: "true"});
-        body["metadata"]["uid"] = json!(existing.as_ref().and_then(|a| a.uid()));
+        body["metadata"]["uid"] = json!(existing.and_then(|a| a.uid()));
     } else {
         body["spec"] = wanted.spec;
     }
-    // Applying what is already there changes nothing at the server but still costs a write
-    // on every reconcile: skip it. The spec must match exactly (a field we stopped wanting
-    // must go); labels and annotations only need to be there (others may add theirs).
-    if let Some(existing) = existing {
-        let live = serde_json::to_value(&existing).unwrap_or_default();
-        let spec_matches = adopted || live.get("spec") == body.get("spec");
-        if spec_matches && contains(&live["metadata"], &body["metadata"]) {
-            return Ok(Ok(existing));
-        }
-    }
-    let params = PatchParams::apply(SPEC_MANAGER).force();
-    let applied = api
-        .patch(&wanted.name, &params, &Patch::Apply(&body))
-        .await
-        .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))?;
-    // The apply is a function of its owner (spec, Cluster) and of whether it was adopted.
-    let observed = (&wanted.name, cluster_name(owner), adopted);
-    let written = Written {
-        api_version: WorkspaceTemplateApply::api_version(&()).into(),
-        kind: WorkspaceTemplateApply::kind(&()).into(),
-        namespace: Some(ns),
-        name: wanted.name.clone(),
-        manager: SPEC_MANAGER.into(),
-        subresource: None,
-    };
-    let basis = Basis::of(owner.meta().generation, &observed);
-    ctx.wrote(written, basis, owner.object_ref(&())).await;
-    Ok(Ok(applied))
+    body
 }
 
 /// Whether `apply` is `owner`'s, from its owner labels and the adopt annotation.

@@ -162,7 +162,6 @@ fn observed_situation(
     input: &ControlPlaneInput,
     endpoint: Option<&Result<ApiEndpoint, EndpointError>>,
 ) -> Situation {
-    let waiting = |reason, message: String| Situation::Waiting { reason, message };
     if !input.cluster_found {
         return waiting(
             reason::WAITING_FOR_CLUSTER,
@@ -178,6 +177,21 @@ fn observed_situation(
             ),
         };
     };
+    workspace_situation(input, ws, endpoint)
+}
+
+/// Waiting for `reason`, saying why.
+fn waiting(reason: &'static str, message: String) -> Situation {
+    Situation::Waiting { reason, message }
+}
+
+/// The situation once the control plane's Workspace exists: its state, and the endpoint
+/// when it is ready.
+fn workspace_situation(
+    input: &ControlPlaneInput,
+    ws: &WorkspaceObservation,
+    endpoint: Option<&Result<ApiEndpoint, EndpointError>>,
+) -> Situation {
     match (ws.state(), endpoint) {
         (WorkspaceState::Failed { message }, _) => Situation::Failed {
             reason: reason::WORKSPACE_FAILED.into(),
@@ -187,17 +201,7 @@ fn observed_situation(
             reason: reason::WORKSPACE_NEEDS_OPERATOR.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
-        (WorkspaceState::Ready, Some(Ok(e))) => match ws.applied(input.apply_generation) {
-            Applied::Proven | Applied::Unproven => Situation::Ready(e.clone()),
-            // An update Terraform has not applied yet: the control plane serves as before,
-            // and its version stays the one last proven.
-            Applied::Pending { message } if was_ready(input) => Situation::Degraded {
-                endpoint: e.clone(),
-                reason: reason::WORKSPACE_UPDATING,
-                message,
-            },
-            Applied::Pending { message } => waiting(reason::WORKSPACE_UPDATING, message),
-        },
+        (WorkspaceState::Ready, endpoint) => ready_situation(input, ws, endpoint),
         (WorkspaceState::Degraded { message }, Some(Ok(e))) => Situation::Degraded {
             endpoint: e.clone(),
             reason: reason::WORKSPACE_DEGRADED,
@@ -210,14 +214,6 @@ fn observed_situation(
             reason: reason::WORKSPACE_FAILED.into(),
             message: format!("Workspace {}: {message}", ws.name),
         },
-        (WorkspaceState::Ready, Some(Err(e))) => Situation::Failed {
-            reason: reason::INVALID_ENDPOINT.into(),
-            message: format!("Workspace {}: cluster_endpoint: {e}", ws.name),
-        },
-        (WorkspaceState::Ready, None) => waiting(
-            reason::WAITING_FOR_ENDPOINT,
-            format!("Workspace {} is ready but has no cluster_endpoint", ws.name),
-        ),
         (WorkspaceState::Deleting, _) => waiting(
             reason::WORKSPACE_DELETING,
             format!("Workspace {} is being deleted", ws.name),
@@ -247,6 +243,35 @@ fn observed_situation(
         (WorkspaceState::Creating, _) => waiting(
             reason::WORKSPACE_CREATING,
             format!("waiting for Workspace {} to become ready", ws.name),
+        ),
+    }
+}
+
+/// The situation of a ready Workspace: its endpoint, and whether it has applied the spec.
+fn ready_situation(
+    input: &ControlPlaneInput,
+    ws: &WorkspaceObservation,
+    endpoint: Option<&Result<ApiEndpoint, EndpointError>>,
+) -> Situation {
+    match endpoint {
+        Some(Ok(e)) => match ws.applied(input.apply_generation) {
+            Applied::Proven | Applied::Unproven => Situation::Ready(e.clone()),
+            // An update Terraform has not applied yet: the control plane serves as before,
+            // and its version stays the one last proven.
+            Applied::Pending { message } if was_ready(input) => Situation::Degraded {
+                endpoint: e.clone(),
+                reason: reason::WORKSPACE_UPDATING,
+                message,
+            },
+            Applied::Pending { message } => waiting(reason::WORKSPACE_UPDATING, message),
+        },
+        Some(Err(e)) => Situation::Failed {
+            reason: reason::INVALID_ENDPOINT.into(),
+            message: format!("Workspace {}: cluster_endpoint: {e}", ws.name),
+        },
+        None => waiting(
+            reason::WAITING_FOR_ENDPOINT,
+            format!("Workspace {} is ready but has no cluster_endpoint", ws.name),
         ),
     }
 }

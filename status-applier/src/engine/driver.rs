@@ -1,7 +1,7 @@
 //! The engine's driver: feeds events to the [`Machine`] and carries out its effects (reads,
 //! applies, answers, timers, reports). It decides nothing itself.
 
-use super::Settings;
+use super::Tuning;
 use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
 use super::machine::Machine;
 use crate::config::Policy;
@@ -40,7 +40,7 @@ pub struct ConflictRecord {
 /// The engine. Cheap to share behind an `Arc`.
 pub struct Engine {
     policy: Arc<Policy>,
-    settings: Settings,
+    tuning: Tuning,
     live: Live,
     metrics: Metrics,
     machine: Mutex<Machine>,
@@ -55,7 +55,7 @@ impl Engine {
     pub fn start(
         client: kube::Client,
         policy: Policy,
-        settings: Settings,
+        tuning: Tuning,
         metrics: Metrics,
         events: bool,
         scope: crate::live::WatchScope,
@@ -73,11 +73,11 @@ impl Engine {
         let engine = Arc::new(Self {
             machine: Mutex::new(Machine::new(
                 policy.clone(),
-                settings.clone(),
+                tuning.clone(),
                 fastrand::u64(..),
             )),
             policy,
-            settings,
+            tuning,
             live,
             metrics,
             tickets: Mutex::default(),
@@ -154,7 +154,9 @@ impl Engine {
     }
 
     /// Merges an intent and, unless nothing changed, queues its apply. With `wait`, answers
-    /// the outcome of the apply that carries it.
+    /// the outcome of the apply that carries it; when none comes within the wait timeout,
+    /// `queued`, which says no more than that: the intent is kept and not applied yet (the
+    /// apply goes on, its outcome unknown to this submitter).
     pub async fn submit(self: &Arc<Self>, intent: ValidIntent, wait: bool) -> Outcome {
         let key = intent.key.clone();
         let view = self.view_for(&intent).await;
@@ -167,7 +169,7 @@ impl Engine {
             wait,
             view,
         });
-        match tokio::time::timeout(self.settings.wait_timeout, rx).await {
+        match tokio::time::timeout(self.tuning.wait_timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
             _ => {
                 self.tickets.lock().expect("lock").remove(&ticket);
@@ -372,7 +374,7 @@ impl Engine {
                     conflict: c.clone(),
                 });
             }
-            while history.len() > self.settings.conflict_history {
+            while history.len() > self.tuning.conflict_history {
                 history.pop_front();
             }
         }

@@ -17,7 +17,7 @@
 mod intake;
 mod observe;
 
-use super::Settings;
+use super::Tuning;
 use super::events::{ApplyRequest, Count, DesiredView, Effect, Event, Ticket};
 use crate::apply::{self, Decision, Missing};
 use crate::config::{FieldPath, Policy};
@@ -181,7 +181,7 @@ struct Parked {
 /// The state machine. See the module documentation.
 pub struct Machine {
     policy: Arc<Policy>,
-    settings: Settings,
+    tuning: Tuning,
     entries: HashMap<DesiredKey, KeyState>,
     objects: HashMap<ObjectRef, Object>,
     ready: VecDeque<DesiredKey>,
@@ -196,10 +196,10 @@ pub struct Machine {
 
 impl Machine {
     /// A machine with no documents. `seed` seeds the backoff jitter.
-    pub fn new(policy: Arc<Policy>, settings: Settings, seed: u64) -> Self {
+    pub fn new(policy: Arc<Policy>, tuning: Tuning, seed: u64) -> Self {
         Self {
             policy,
-            settings,
+            tuning,
             entries: HashMap::new(),
             objects: HashMap::new(),
             ready: VecDeque::new(),
@@ -324,7 +324,7 @@ impl Machine {
     fn pump(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let mut waiting = VecDeque::new();
         while self.leadership.may_write(now)
-            && self.running < self.settings.max_concurrent_applies.max(1)
+            && self.running < self.tuning.max_concurrent_applies.max(1)
             && let Some(key) = self.ready.pop_front()
         {
             let Some(entry) = self.entries.get(&key) else {
@@ -653,10 +653,10 @@ impl Machine {
         let entry = self.entries.get_mut(key).expect("a key");
         if retry {
             entry.failures += 1;
-            let delay = backoff(&self.settings, entry.failures, &mut self.jitter);
+            let delay = backoff(&self.tuning, entry.failures, &mut self.jitter);
             self.queue(key, now + delay, true, now, out);
         } else if newer {
-            let due = now + self.settings.coalesce_window;
+            let due = now + self.tuning.coalesce_window;
             self.queue(key, due, false, now, out);
         }
     }
@@ -713,11 +713,11 @@ fn is_newer(a: &View, b: &View) -> bool {
 }
 
 /// Exponential backoff with jitter: base * 2^(failures-1), capped, times 0.5 to 1.5.
-pub(crate) fn backoff(settings: &Settings, failures: u32, jitter: &mut fastrand::Rng) -> Duration {
-    let exp = settings
+pub(crate) fn backoff(tuning: &Tuning, failures: u32, jitter: &mut fastrand::Rng) -> Duration {
+    let exp = tuning
         .backoff_base
         .saturating_mul(1u32 << failures.saturating_sub(1).min(20));
-    exp.min(settings.backoff_max).mul_f64(0.5 + jitter.f64())
+    exp.min(tuning.backoff_max).mul_f64(0.5 + jitter.f64())
 }
 
 #[cfg(test)]

@@ -22,9 +22,9 @@ pub use events::DesiredView;
 use std::time::Duration;
 
 /// Tuning of the engine. `status-applier serve` sets each from a flag, whose default is
-/// [`Settings::DEFAULT`]'s.
+/// [`Tuning::DEFAULT`]'s.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Settings {
+pub struct Tuning {
     /// How long a queued key waits for more intents before its apply: the apply starts once
     /// no intent arrived for this long (and at the latest after ten windows).
     pub coalesce_window: Duration,
@@ -45,9 +45,9 @@ pub struct Settings {
     pub conflict_history: usize,
 }
 
-impl Settings {
+impl Tuning {
     /// The defaults, as a constant: the command line's flags take theirs from it.
-    pub const DEFAULT: Settings = Settings {
+    pub const DEFAULT: Tuning = Tuning {
         coalesce_window: Duration::from_millis(10),
         apply_lone_intents_at_once: true,
         max_concurrent_applies: 16,
@@ -58,7 +58,7 @@ impl Settings {
     };
 }
 
-impl Default for Settings {
+impl Default for Tuning {
     fn default() -> Self {
         Self::DEFAULT
     }

@@ -3,7 +3,7 @@
 //! fixed start; objects are built by hand, with their `managedFields`, as the API server
 //! would show them. The kind is a made-up `Widget`: the engine knows no kind.
 
-use super::Settings;
+use super::Tuning;
 use super::events::{Count, Effect, Event, Ticket};
 use super::machine::Machine;
 use crate::config::Policy;
@@ -83,11 +83,11 @@ fn intent(key: &DesiredKey, fragment: Value) -> ValidIntent {
 }
 
 /// A machine, a clock, and what the driver's watch cache would hold.
-/// The settings the scenarios run on: the defaults, on the trailing edge.
-fn trailing() -> Settings {
-    Settings {
+/// The tuning the scenarios run on: the defaults, on the trailing edge.
+fn trailing() -> Tuning {
+    Tuning {
         apply_lone_intents_at_once: false,
-        ..Settings::default()
+        ..Tuning::default()
     }
 }
 
@@ -101,10 +101,10 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(settings: Settings) -> Self {
+    fn new(tuning: Tuning) -> Self {
         let start = Instant::now();
         Self {
-            machine: Machine::new(Arc::new(Policy::default()), settings, 7),
+            machine: Machine::new(Arc::new(Policy::default()), tuning, 7),
             start,
             now: start,
             next_ticket: 1,
@@ -358,7 +358,7 @@ fn a_steady_stream_of_intents_is_applied_after_ten_windows_at_the_latest() {
 
 #[test]
 fn by_default_a_burst_of_100_intents_is_two_applies_and_the_last_state_wins() {
-    let mut h = Harness::new(Settings::default());
+    let mut h = Harness::new(Tuning::default());
     h.observe(fresh_widget());
     let mut sent = Vec::new();
     for n in 0..100 {
@@ -389,7 +389,7 @@ fn by_default_a_burst_of_100_intents_is_two_applies_and_the_last_state_wins() {
 
 #[test]
 fn by_default_a_lone_intent_is_applied_at_once_and_what_follows_coalesces() {
-    let mut h = Harness::new(Settings::default());
+    let mut h = Harness::new(Tuning::default());
     h.observe(fresh_widget());
     let (_, effects) = h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
     assert_eq!(the_apply(&effects)["status"], json!({"a": "1"}));
@@ -595,7 +595,7 @@ fn one_key_per_object_at_a_time_and_the_second_is_planned_on_the_firsts_answer()
 
 #[test]
 fn no_more_applies_run_at_once_than_configured() {
-    let mut h = Harness::new(Settings {
+    let mut h = Harness::new(Tuning {
         max_concurrent_applies: 2,
         ..trailing()
     });

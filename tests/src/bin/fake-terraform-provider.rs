@@ -254,26 +254,71 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
     }
 
     // Observe: `terraform plan` fails on input it cannot use (ignored while deleting).
-    let desired = match Desired::parse(ws.annotations()) {
-        Ok(d) => d.with_module_outputs(&spec),
-        Err(_) if deleting => Desired::default(),
-        Err(e) => {
-            let text = message::observe(&format!("invalid fake provider input: {e}"));
+    let observed = match observe(&ws, &ctx, &spec, &key, deleting, &mut status) {
+        Ok(observed) => observed,
+        Err(text) => {
             warn!(workspace = %name, error = %text, "observe failed");
             set_conditions(&mut status, &[Cond::ReconcileError(text)], &now());
             put_status(&ctx, &mut obj, status).await?;
             return Ok(ctx.rate_limited(&key));
         }
     };
-    let sum = checksum(&spec, &desired);
+    let (applied, up_to_date) = (observed.applied.is_some(), observed.up_to_date);
+    match path(deleting, applied, up_to_date) {
+        Path::Delete => return destroy(&ctx, &ws, obj, status, &name, &key).await,
+        Path::Finalize => return finalize(&ctx, obj, &name, &key).await,
+        _ => {}
+    }
+    publish_and_add_finalizer(&ctx, &mut obj, &name, observed.applied.as_ref()).await?;
+
+    let route = path(false, applied, up_to_date);
+    if route == Path::UpToDate {
+        debug!(workspace = %name, checksum = %observed.sum, "observed: up to date");
+        set_conditions(&mut status, &pass_conditions(route, Ok(())), &now());
+        put_status(&ctx, &mut obj, status).await?;
+        return Ok(ctx.forget(&key, Action::requeue(ctx.poll)));
+    }
+    terraform_apply(&ctx, &ws, obj, status, route, observed, &key).await
+}
+
+/// What Observe found: the desired configuration and its checksum, what the state holds,
+/// and whether they agree.
+struct Observation {
+    desired: Desired,
+    sum: String,
+    applied: Option<Applied>,
+    up_to_date: bool,
+}
+
+/// Observe: the desired configuration from the Workspace (`terraform plan` fails on input it
+/// cannot use: the message, unless deleting), the state (seeded from the status when the
+/// process has none), atProvider from the state, and Available when up to date.
+fn observe(
+    ws: &DynamicObject,
+    ctx: &Ctx,
+    spec: &Value,
+    key: &str,
+    deleting: bool,
+    status: &mut Value,
+) -> Result<Observation, String> {
+    let desired = match Desired::parse(ws.annotations()) {
+        Ok(d) => d.with_module_outputs(spec),
+        Err(_) if deleting => Desired::default(),
+        Err(e) => {
+            return Err(message::observe(&format!(
+                "invalid fake provider input: {e}"
+            )));
+        }
+    };
+    let sum = checksum(spec, &desired);
     let applied = {
         let mut state = ctx.state.lock().expect("lock");
-        if !state.contains_key(&key)
-            && let Some(seed) = seed_state(&ws)
+        if !state.contains_key(key)
+            && let Some(seed) = seed_state(ws)
         {
-            state.insert(key.clone(), seed);
+            state.insert(key.to_owned(), seed);
         }
-        state.get(&key).cloned()
+        state.get(key).cloned()
     };
     let state_outputs = applied
         .as_ref()
@@ -282,63 +327,86 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
     status["atProvider"] = at_provider(&sum, &state_outputs);
     let up_to_date = !desired.differs(&sum, applied.as_ref().map(|a| a.checksum.as_str()));
     if up_to_date {
-        set_conditions(&mut status, &[Cond::Available], &now());
+        set_conditions(status, &[Cond::Available], &now());
     }
+    Ok(Observation {
+        desired,
+        sum,
+        applied,
+        up_to_date,
+    })
+}
 
-    match path(deleting, applied.is_some(), up_to_date) {
-        Path::Delete => {
-            tokio::time::sleep(ctx.delay).await; // terraform destroy
-            let refusal = ws.annotations().get(FAIL_DESTROY_ANNOTATION);
-            if let Some(cause) = refusal.filter(|c| !c.is_empty()) {
-                set_conditions(
-                    &mut status,
-                    &pass_conditions(Path::Delete, Err(cause)),
-                    &now(),
-                );
-                put_status(&ctx, &mut obj, status).await?;
-                info!(workspace = %name, failure = %cause, "destroy failed: Synced=False ReconcileError");
-                return Ok(ctx.rate_limited(&key));
-            }
-            ctx.state.lock().expect("lock").remove(&key);
-            set_conditions(&mut status, &pass_conditions(Path::Delete, Ok(())), &now());
-            put_status(&ctx, &mut obj, status).await?;
-            info!(workspace = %name, "destroyed: Ready=False Deleting");
-            return Ok(ctx.rate_limited(&key));
-        }
-        Path::Finalize => return finalize(&ctx, obj, &name, &key).await,
-        _ => {}
+/// Delete: `terraform destroy`, refused when the test asks; destroyed, the state goes and
+/// the finalizer stays for the next pass.
+async fn destroy(
+    ctx: &Ctx,
+    ws: &DynamicObject,
+    mut obj: DynamicObject,
+    mut status: Value,
+    name: &str,
+    key: &str,
+) -> Result<Action, Error> {
+    tokio::time::sleep(ctx.delay).await; // terraform destroy
+    let refusal = ws.annotations().get(FAIL_DESTROY_ANNOTATION);
+    if let Some(cause) = refusal.filter(|c| !c.is_empty()) {
+        set_conditions(
+            &mut status,
+            &pass_conditions(Path::Delete, Err(cause)),
+            &now(),
+        );
+        put_status(ctx, &mut obj, status).await?;
+        info!(workspace = %name, failure = %cause, "destroy failed: Synced=False ReconcileError");
+        return Ok(ctx.rate_limited(key));
     }
+    ctx.state.lock().expect("lock").remove(key);
+    set_conditions(&mut status, &pass_conditions(Path::Delete, Ok(())), &now());
+    put_status(ctx, &mut obj, status).await?;
+    info!(workspace = %name, "destroyed: Ready=False Deleting");
+    Ok(ctx.rate_limited(key))
+}
 
-    // The observation's connection details: every output of the state.
-    let details = applied
-        .as_ref()
-        .map(|a| a.outputs.clone())
-        .unwrap_or_default();
-    publish_connection(&obj, &name, &details, &ctx).await?;
-    if !has_finalizer(&obj) {
+/// The observation's connection details (every output of the state) published, and the
+/// finalizer added if missing.
+async fn publish_and_add_finalizer(
+    ctx: &Ctx,
+    obj: &mut DynamicObject,
+    name: &str,
+    applied: Option<&Applied>,
+) -> Result<(), Error> {
+    let details = applied.map(|a| a.outputs.clone()).unwrap_or_default();
+    publish_connection(obj, name, &details, ctx).await?;
+    if !has_finalizer(obj) {
         obj.finalizers_mut().push(FINALIZER.to_owned());
         let updated = ctx
             .workspaces
-            .replace(&name, &post_params(), &obj)
+            .replace(name, &post_params(), obj)
             .await
             .context("adding the finalizer")?;
         obj.metadata = updated.metadata;
         info!(workspace = %name, "finalizer added");
     }
+    Ok(())
+}
 
-    let route = path(false, applied.is_some(), up_to_date);
-    if route == Path::UpToDate {
-        debug!(workspace = %name, checksum = %sum, "observed: up to date");
-        set_conditions(&mut status, &pass_conditions(route, Ok(())), &now());
-        put_status(&ctx, &mut obj, status).await?;
-        return Ok(ctx.forget(&key, Action::requeue(ctx.poll)));
-    }
-
-    // Create or Update: `terraform apply`, for as long as it takes; nothing is written meanwhile.
+/// Create or Update: `terraform apply`, for as long as it takes (and for as long as the
+/// test's gate file is missing); nothing is written meanwhile. Then its outcome: the
+/// failure the test asked for, or the state, atProvider and connection details.
+async fn terraform_apply(
+    ctx: &Ctx,
+    ws: &DynamicObject,
+    mut obj: DynamicObject,
+    mut status: Value,
+    route: Path,
+    observed: Observation,
+    key: &str,
+) -> Result<Action, Error> {
+    let name = ws.name_any();
+    let Observation { desired, sum, .. } = observed;
     let attempt = {
         let mut attempts = ctx.attempts.lock().expect("lock");
         let entry = attempts
-            .entry(key.clone())
+            .entry(key.to_owned())
             .or_insert_with(|| (sum.clone(), 0));
         if entry.0 != sum {
             *entry = (sum.clone(), 0);
@@ -363,32 +431,32 @@ async fn reconcile(ws: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Erro
     match desired.apply_outcome(attempt) {
         Err(cause) => {
             set_conditions(&mut status, &pass_conditions(route, Err(&cause)), &now());
-            put_status(&ctx, &mut obj, status).await?;
+            put_status(ctx, &mut obj, status).await?;
             info!(workspace = %name, creating, failure = %cause, "apply failed: Synced=False ReconcileError");
-            Ok(ctx.rate_limited(&key))
+            Ok(ctx.rate_limited(key))
         }
         Ok(()) => {
             let done = Applied {
                 checksum: sum.clone(),
                 outputs: desired.clone(),
             };
-            ctx.state.lock().expect("lock").insert(key.clone(), done);
+            ctx.state.lock().expect("lock").insert(key.to_owned(), done);
             status["atProvider"] = applied_at_provider(&desired.outputs);
             set_conditions(&mut status, &pass_conditions(route, Ok(())), &now());
-            publish_connection(&obj, &name, &desired, &ctx).await?;
+            publish_connection(&obj, &name, &desired, ctx).await?;
             info!(
                 workspace = %name, creating, checksum = %sum,
                 outputs = ?desired.output_names(),
                 sensitive_outputs = ?desired.sensitive_names(),
                 "applied"
             );
-            put_status(&ctx, &mut obj, status).await?;
+            put_status(ctx, &mut obj, status).await?;
             if creating {
                 // The reconciler overwrote Update's Available with Creating; the next pass
                 // (after the rate limiter's delay) observes Available.
-                return Ok(ctx.rate_limited(&key));
+                return Ok(ctx.rate_limited(key));
             }
-            Ok(ctx.forget(&key, Action::requeue(ctx.poll)))
+            Ok(ctx.forget(key, Action::requeue(ctx.poll)))
         }
     }
 }

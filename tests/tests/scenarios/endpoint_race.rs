@@ -146,13 +146,71 @@ fn field_conflict_notes(ns: &str, kind: &str) -> Result<Vec<String>> {
 /// releases them.
 pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Result<()> {
     writer.expect_environment()?;
+    let stack = provision_and_watch(writer).await?;
+    let before = stack.applier_counts().await?;
+    let cluster_writes_before = managers_metric(
+        &stack.system,
+        "status_applier_api_writes_total",
+        &[CLUSTER_MANAGER],
+    )
+    .await?;
+    let (foreign_writes, last_output) = race_foreign_writers(&stack).await?;
+    wait_provider_done(&stack, &last_output).await?;
+    assert_conflicts_reported(&stack).await?;
+    assert_not_fought(&stack, &before, foreign_writes, cluster_writes_before).await?;
+    assert_forced_applier_cannot_release(&stack).await?;
+    release_foreign_writers(&stack)?;
+    assert_endpoints_back_to_capt(&stack, &last_output).await?;
+    assert_endpoints_never_missing(&stack).await
+}
+
+/// The provisioned stack the writers race on: its two objects with an endpoint, each
+/// watched from its current version on.
+struct Stack {
+    writer: ClusterWriter,
+    /// CAPT's managers of the endpoint: the Cluster's is CAPT's only without core.
+    ours: &'static [&'static str],
+    system: System,
+    ns: TestNamespace,
+    cps: Api<DynamicObject>,
+    clusters: Api<DynamicObject>,
+    cp_counts: Arc<Counts>,
+    cluster_counts: Arc<Counts>,
+    watches: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Stack {
+    fn beside_core(&self) -> bool {
+        self.writer == ClusterWriter::Core
+    }
+
+    /// The applier's apply attempts, writes and intents for CAPT's endpoint managers.
+    async fn applier_counts(&self) -> Result<ApplierCounts> {
+        let system = &self.system;
+        Ok(ApplierCounts {
+            applies: managers_metric(system, "status_applier_applies_total", self.ours).await?,
+            writes: managers_metric(system, "status_applier_api_writes_total", self.ours).await?,
+            intents: managers_metric(system, "status_applier_intents_total", self.ours).await?,
+        })
+    }
+}
+
+/// What the applier did for CAPT's endpoint managers, as its metrics count it.
+struct ApplierCounts {
+    applies: f64,
+    writes: f64,
+    intents: f64,
+}
+
+/// Provisions the stack and watches its control plane and Cluster (beside core, once core
+/// copied the endpoint to the Cluster).
+async fn provision_and_watch(writer: ClusterWriter) -> Result<Stack> {
     let beside_core = writer == ClusterWriter::Core;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-endpoint").await?;
     let system = System::start(&ns.name, 20).await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
-    // CAPT's managers of the endpoint: the Cluster's is CAPT's only without core.
     let ours: &[&str] = match writer {
         ClusterWriter::Core => &[CP_MANAGER],
         ClusterWriter::CaptCluster => &[CP_MANAGER, CLUSTER_MANAGER],
@@ -189,16 +247,23 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
     ];
     watch_caught_up(&system, &cps, &cp_counts).await?;
     watch_caught_up(&system, &clusters, &cluster_counts).await?;
+    Ok(Stack {
+        writer,
+        ours,
+        system,
+        ns,
+        cps,
+        clusters,
+        cp_counts,
+        cluster_counts,
+        watches,
+    })
+}
 
-    let applies_before = managers_metric(&system, "status_applier_applies_total", ours).await?;
-    let writes_before = managers_metric(&system, "status_applier_api_writes_total", ours).await?;
-    let intents_before = managers_metric(&system, "status_applier_intents_total", ours).await?;
-    let cluster_writes_before = managers_metric(
-        &system,
-        "status_applier_api_writes_total",
-        &[CLUSTER_MANAGER],
-    )
-    .await?;
+/// The race: `ROUNDS` rounds of a foreign Update and a forced foreign Apply on both
+/// endpoints, the Workspace's output changing every third round. Returns the number of
+/// foreign writes and the Workspace's last output.
+async fn race_foreign_writers(stack: &Stack) -> Result<(usize, String)> {
     let as_updater = PatchParams {
         field_manager: Some(FOREIGN_UPDATER.into()),
         ..Default::default()
@@ -210,12 +275,12 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
     for i in 0..ROUNDS {
         for (api, prefix, api_version, kind) in [
             (
-                &cps,
+                &stack.cps,
                 "cp",
                 "controlplane.cluster.x-k8s.io/v1beta1",
                 "CAPTControlPlane",
             ),
-            (&clusters, "cl", "cluster.x-k8s.io/v1beta2", "Cluster"),
+            (&stack.clusters, "cl", "cluster.x-k8s.io/v1beta2", "Cluster"),
         ] {
             let update = json!({"spec": {"controlPlaneEndpoint": {"host": format!("{prefix}-update-{i}.example.com")}}});
             let apply = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "demo"},
@@ -236,7 +301,7 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
         }
         if i % 3 == 0 {
             last_output = format!("https://ws-{i}.example.com");
-            system.set_endpoint_output(&last_output)?;
+            stack.system.set_endpoint_output(&last_output)?;
         }
         // The race's pace: the Workspace's changes interleave with the foreign writes.
         tokio::time::sleep(Duration::from_millis(60)).await;
@@ -245,7 +310,12 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
         "race: {foreign_writes} foreign writes in {:.1} s",
         race.elapsed().as_secs_f64()
     );
+    Ok((foreign_writes, last_output))
+}
 
+/// Waits for the Workspace's last change to reach the control plane's status.
+async fn wait_provider_done(stack: &Stack, last_output: &str) -> Result<()> {
+    let system = &stack.system;
     // The Workspace's last change reaches the control plane's status meanwhile: its outputs,
     // and then its checksum, which the provider's apply drops and its next Observe puts back
     // (`fake_provider::applied_at_provider`). Only then has the provider done all it will.
@@ -256,16 +326,18 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
             || async {
                 let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
                 let at_provider = &cp["status"]["workspaceStatus"]["atProvider"];
-                Ok(
-                    at_provider["outputs"]["cluster_endpoint"] == last_output.as_str()
-                        && at_provider["checksum"].is_string(),
-                )
+                Ok(at_provider["outputs"]["cluster_endpoint"] == last_output
+                    && at_provider["checksum"].is_string())
             },
         )
-        .await?;
+        .await
+}
 
+/// The takeovers are reported as conflicts (the applier's list, its metric, a
+/// `FieldConflict` Event) for the objects CAPT writes the endpoint of, and only those.
+async fn assert_conflicts_reported(stack: &Stack) -> Result<()> {
+    let (system, ours, beside_core) = (&stack.system, stack.ours, stack.beside_core());
     // Reported as conflicts, for both writers, on each object CAPT writes the endpoint of.
-    let last = ROUNDS - 1;
     system
         .wait_for(
             "the takeovers reported as conflicts",
@@ -310,7 +382,7 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
         ("CAPTControlPlane", CP_MANAGER),
         ("Cluster", CLUSTER_MANAGER),
     ] {
-        let notes = field_conflict_notes(&ns.name, kind)?;
+        let notes = field_conflict_notes(&stack.ns.name, kind)?;
         let found = notes
             .iter()
             .any(|n| n.contains(".spec.controlPlaneEndpoint.host (owned by foreign-"));
@@ -323,51 +395,65 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
             );
         }
     }
+    Ok(())
+}
 
+/// Once the writers stopped and the applier settled, the foreign values stay and the
+/// applier is quiet: its attempts and writes bounded by the changes it saw and was shown,
+/// none while nothing changes (no hot loop).
+async fn assert_not_fought(
+    stack: &Stack,
+    before: &ApplierCounts,
+    foreign_writes: usize,
+    cluster_writes_before: f64,
+) -> Result<()> {
+    let (system, ours, beside_core) = (&stack.system, stack.ours, stack.beside_core());
+    let (cps, clusters) = (&stack.cps, &stack.clusters);
+    let last = ROUNDS - 1;
     // Stopped writers: once the applier has settled on the objects it writes, their values
     // stay and the applier is quiet (no hot loop).
     let settled = Duration::from_secs(20);
-    system.applier.settled_on(&cps, "demo", settled).await?;
+    system.applier.settled_on(cps, "demo", settled).await?;
     if !beside_core {
-        system
-            .applier
-            .settled_on(&clusters, "demo", settled)
-            .await?;
+        system.applier.settled_on(clusters, "demo", settled).await?;
     }
-    let applies = managers_metric(&system, "status_applier_applies_total", ours).await?;
-    let writes = managers_metric(&system, "status_applier_api_writes_total", ours).await?;
-    let intents = managers_metric(&system, "status_applier_intents_total", ours).await?;
-    let seen = cp_counts.seen.load(Ordering::Relaxed) + cluster_counts.seen.load(Ordering::Relaxed);
+    let ApplierCounts {
+        applies,
+        writes,
+        intents,
+    } = stack.applier_counts().await?;
+    let seen = stack.cp_counts.seen.load(Ordering::Relaxed)
+        + stack.cluster_counts.seen.load(Ordering::Relaxed);
     println!(
         "during the race: {} apply attempts and {} writes by {ours:?}, {} intents for them, \
          {foreign_writes} foreign writes, {seen} watched versions",
-        applies - applies_before,
-        writes - writes_before,
-        intents - intents_before,
+        applies - before.applies,
+        writes - before.writes,
+        intents - before.intents,
     );
     // Each change of an object makes the applier check that object's documents (a status
     // and a main one per object) once: at most a few attempts per version seen.
     assert!(
-        applies - applies_before <= (3 * seen) as f64,
+        applies - before.applies <= (3 * seen) as f64,
         "apply attempts bounded by the changes seen: {} for {seen} versions",
-        applies - applies_before
+        applies - before.applies
     );
     // What the applier was shown: the foreign writes, and the controller's intents for the
     // endpoint managers (its publisher skips repeats, so an intent is a changed wish). Its own
     // writes count in neither (the watched versions would count them: a loop of writes
     // would have raised its own bound). At most one write per change shown.
-    let shown = foreign_writes as f64 + (intents - intents_before);
+    let shown = foreign_writes as f64 + (intents - before.intents);
     assert!(
-        writes - writes_before <= shown,
+        writes - before.writes <= shown,
         "writes bounded by the changes shown: {} for {foreign_writes} foreign writes and {} \
          intents",
-        writes - writes_before,
-        intents - intents_before
+        writes - before.writes,
+        intents - before.intents
     );
     if beside_core {
         assert_eq!(
             managers_metric(
-                &system,
+                system,
                 "status_applier_api_writes_total",
                 &[CLUSTER_MANAGER]
             )
@@ -378,12 +464,12 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
     }
     tokio::time::sleep(NOT_FOUGHT_WINDOW).await;
     assert_eq!(
-        managers_metric(&system, "status_applier_applies_total", ours).await?,
+        managers_metric(system, "status_applier_applies_total", ours).await?,
         applies,
         "no apply attempt while nothing changes"
     );
     assert_eq!(
-        managers_metric(&system, "status_applier_api_writes_total", ours).await?,
+        managers_metric(system, "status_applier_api_writes_total", ours).await?,
         writes,
         "no write while nothing changes"
     );
@@ -406,12 +492,18 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
         cluster["spec"]["controlPlaneEndpoint"],
         endpoint_owners(&cluster)
     );
+    Ok(())
+}
 
+/// The forced-Apply writer cannot release the control plane's endpoint by applying
+/// without it.
+async fn assert_forced_applier_cannot_release(stack: &Stack) -> Result<()> {
     // The forced-Apply writer cannot release the control plane's endpoint by applying
     // without it: it alone owns the required port, which the API server will not remove.
     let empty = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
         "metadata": {"name": "demo"}});
-    let refused = cps
+    let refused = stack
+        .cps
         .patch(
             "demo",
             &PatchParams::apply(FOREIGN_APPLIER),
@@ -422,10 +514,13 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "{s:?}"),
         other => panic!("releasing the only owner of a required field: {other:?}"),
     }
+    Ok(())
+}
 
-    // An operator releases both writers: their managedFields entries go.
+/// An operator releases both writers: their managedFields entries go.
+fn release_foreign_writers(stack: &Stack) -> Result<()> {
     for kind in ["captcontrolplane", "cluster"] {
-        let obj = system.get(&[kind, "demo"])?.context("the object")?;
+        let obj = stack.system.get(&[kind, "demo"])?.context("the object")?;
         let kept: Vec<Value> = obj["metadata"]["managedFields"]
             .as_array()
             .into_iter()
@@ -445,7 +540,7 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
                 kind,
                 "demo",
                 "-n",
-                &ns.name,
+                &stack.ns.name,
                 "--type=merge",
                 "-p",
                 &patch.to_string(),
@@ -453,13 +548,20 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
             None,
         )?;
     }
+    Ok(())
+}
+
+/// Released, the endpoints CAPT writes come back to the Workspace's, owned by CAPT alone,
+/// and follow it again; the ownership audit is clean.
+async fn assert_endpoints_back_to_capt(stack: &Stack, last_output: &str) -> Result<()> {
+    let (system, writer, beside_core) = (&stack.system, stack.writer, stack.beside_core());
+    let last = ROUNDS - 1;
     let released = Instant::now();
     // Beside core, the Cluster's endpoint stays as the writers left it: core copies the
     // control plane's only into a Cluster without a valid one, and capt-cluster never owns it.
     let foreign_cluster_endpoint =
         json!({"host": format!("cl-update-{last}.example.com"), "port": 6443});
     let want = |host: String| {
-        let system = &system;
         let foreign_cluster_endpoint = &foreign_cluster_endpoint;
         move || {
             let host = host.clone();
@@ -513,11 +615,20 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
     } else {
         &[]
     };
-    audit_clean(&ns.name, audited, "the ownership audit after the release")?;
+    audit_clean(
+        &stack.ns.name,
+        audited,
+        "the ownership audit after the release",
+    )?;
+    Ok(())
+}
 
-    watch_caught_up(&system, &cps, &cp_counts).await?;
-    watch_caught_up(&system, &clusters, &cluster_counts).await?;
-    for w in watches {
+/// Through the race, the release and the writes after it, every version the watches saw
+/// of either object had a usable endpoint.
+async fn assert_endpoints_never_missing(stack: &Stack) -> Result<()> {
+    watch_caught_up(&stack.system, &stack.cps, &stack.cp_counts).await?;
+    watch_caught_up(&stack.system, &stack.clusters, &stack.cluster_counts).await?;
+    for w in &stack.watches {
         w.abort();
     }
     let report = |c: &Counts| {
@@ -527,8 +638,8 @@ pub async fn foreign_writers_race_on_the_endpoint(writer: ClusterWriter) -> Resu
             c.errors.load(Ordering::Relaxed),
         )
     };
-    let (cp_seen, cp_missing, cp_errors) = report(&cp_counts);
-    let (cl_seen, cl_missing, cl_errors) = report(&cluster_counts);
+    let (cp_seen, cp_missing, cp_errors) = report(&stack.cp_counts);
+    let (cl_seen, cl_missing, cl_errors) = report(&stack.cluster_counts);
     println!(
         "watched {cp_seen} control plane versions ({cp_missing} without endpoint) and {cl_seen} Cluster versions ({cl_missing} without endpoint)"
     );

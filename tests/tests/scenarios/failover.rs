@@ -222,10 +222,56 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
     writer: ClusterWriter,
 ) -> Result<()> {
     writer.expect_environment()?;
-    let beside_core = writer == ClusterWriter::Core;
+    let mut f = start_leader_and_standby(writer).await?;
+    let killed = kill_leader_mid_provisioning(&mut f).await?;
+    assert_standby_takes_over(&f, killed).await?;
+    assert_changes_followed(&f, killed).await?;
+    assert_nothing_lost(&f).await?;
+    let objects = assert_status_complete(&f)?;
+    assert_one_owner_per_field(&f, &objects)?;
+    assert_new_leader_settles(&f).await
+}
+
+/// The two replicas on one Lease and one status-applier, and the watches of the objects
+/// whose fields must never be lost.
+struct Failover {
+    writer: ClusterWriter,
+    standby: Standby,
+    system: System,
+    ns: TestNamespace,
+    cps: Api<DynamicObject>,
+    clusters: Api<DynamicObject>,
+    capt_clusters: Api<DynamicObject>,
+    cp_seen: Arc<Mutex<Seen>>,
+    cluster_seen: Arc<Mutex<Seen>>,
+    watches: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Failover {
+    fn beside_core(&self) -> bool {
+        self.writer == ClusterWriter::Core
+    }
+}
+
+/// The control plane's paths that must never be lost.
+const CP_PATHS: &[&[&str]] = &[
+    &["spec", "controlPlaneEndpoint"],
+    &["status", "workspaceStatus", "atProvider"],
+    &["status", "phase"],
+];
+/// The Cluster's (in v1beta2).
+const CLUSTER_PATHS: &[&[&str]] = &[
+    &["spec", "controlPlaneEndpoint"],
+    &["status", "initialization", "controlPlaneInitialized"],
+    &["status", "phase"],
+];
+
+/// Starts the system, whose controller leads, and a standby waiting for the Lease; watches
+/// the control plane and the Cluster from before provisioning.
+async fn start_leader_and_standby(writer: ClusterWriter) -> Result<Failover> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-leader").await?;
-    let mut system = System::start_with(&ns.name, 300, LEASE).await?;
+    let system = System::start_with(&ns.name, 300, LEASE).await?;
     system
         .wait_for(
             "the first replica to lead",
@@ -242,19 +288,6 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         )
         .await?;
 
-    // Provisioning starts; the leader is killed once it has rendered the control plane's
-    // Workspace, while the provider is still applying it (reconciles are in flight).
-    const CP_PATHS: &[&[&str]] = &[
-        &["spec", "controlPlaneEndpoint"],
-        &["status", "workspaceStatus", "atProvider"],
-        &["status", "phase"],
-    ];
-    // The Cluster in v1beta2.
-    const CLUSTER_PATHS: &[&[&str]] = &[
-        &["spec", "controlPlaneEndpoint"],
-        &["status", "initialization", "controlPlaneInitialized"],
-        &["status", "phase"],
-    ];
     let cps: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns.name,
@@ -280,8 +313,27 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
     );
     let (cp_seen, cp_watch) = watch_losses(cps.clone(), CP_PATHS);
     let (cluster_seen, cluster_watch) = watch_losses(clusters.clone(), CLUSTER_PATHS);
-    system.apply_samples(false).await?;
-    let ws = capt_controller::render::workspace_name(&ns.name, "demo-controlplane");
+    Ok(Failover {
+        writer,
+        standby,
+        system,
+        ns,
+        cps,
+        clusters,
+        capt_clusters,
+        cp_seen,
+        cluster_seen,
+        watches: [cp_watch, cluster_watch],
+    })
+}
+
+/// Provisioning starts; the leader is killed once it has rendered the control plane's
+/// Workspace, while the provider is still applying it (reconciles are in flight). Returns
+/// when it was killed.
+async fn kill_leader_mid_provisioning(f: &mut Failover) -> Result<Instant> {
+    f.system.apply_samples(false).await?;
+    let (system, standby) = (&mut f.system, &f.standby);
+    let ws = capt_controller::render::workspace_name(&f.ns.name, "demo-controlplane");
     system
         .wait_for(
             "the leader to render the control plane's Workspace",
@@ -315,9 +367,14 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         0.0,
         "the standby reconciled while the leader led"
     );
+    Ok(killed)
+}
 
-    // While nobody leads, the provider re-applies the Workspace (a new atProvider), and the
-    // endpoint output changes at its source.
+/// While nobody leads, the provider re-applies the Workspace (a new atProvider), and the
+/// endpoint output changes at its source; the standby takes the Lease within the lease's
+/// duration.
+async fn assert_standby_takes_over(f: &Failover, killed: Instant) -> Result<()> {
+    let (system, standby) = (&f.system, &f.standby);
     system.set_revision("during-failover")?;
     system.set_endpoint_output("https://failover.example.com:6443")?;
     system
@@ -342,7 +399,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
             "lease",
             "capt-controller",
             "-n",
-            &ns.name,
+            &f.ns.name,
             "-o",
             "jsonpath={.spec.holderIdentity}",
         ],
@@ -353,11 +410,15 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         format!("capt-controller-{}", standby.child.id()),
         "the Lease names the standby"
     );
+    Ok(())
+}
 
-    // The failover's change is followed, and one more after it. Without core capt-cluster
-    // follows the control plane's endpoint on the Cluster; beside core the Cluster keeps
-    // the one core copied (it copies into a Cluster without a valid endpoint only), which is
-    // one the control plane had.
+/// The failover's change is followed, and one more after it.
+async fn assert_changes_followed(f: &Failover, killed: Instant) -> Result<()> {
+    let (system, writer, cp_seen) = (&f.system, f.writer, &f.cp_seen);
+    // Without core capt-cluster follows the control plane's endpoint on the Cluster; beside core
+    // the Cluster keeps the one core copied (it copies into a Cluster without a valid endpoint
+    // only), which is one the control plane had.
     let cluster_endpoint_ok = |cluster: &Value, want: &Value| match writer {
         ClusterWriter::CaptCluster => cluster["spec"]["controlPlaneEndpoint"] == *want,
         ClusterWriter::Core => {
@@ -366,7 +427,6 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         }
     };
     let endpoint_is = |host: &'static str, port: i64| {
-        let system = &system;
         let cluster_endpoint_ok = &cluster_endpoint_ok;
         move || async move {
             let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
@@ -415,14 +475,19 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         "converged {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
     );
+    Ok(())
+}
 
-    // Nothing lost, not even for a moment: every version up to the current ones watched.
-    watch_caught_up(&system, &cps, &cp_seen).await?;
-    watch_caught_up(&system, &clusters, &cluster_seen).await?;
-    cp_watch.abort();
-    cluster_watch.abort();
-    let cp_seen = cp_seen.lock().unwrap().clone();
-    let cluster_seen = cluster_seen.lock().unwrap().clone();
+/// Nothing lost, not even for a moment: every version up to the current ones watched.
+async fn assert_nothing_lost(f: &Failover) -> Result<()> {
+    let (system, beside_core) = (&f.system, f.beside_core());
+    watch_caught_up(system, &f.cps, &f.cp_seen).await?;
+    watch_caught_up(system, &f.clusters, &f.cluster_seen).await?;
+    for w in &f.watches {
+        w.abort();
+    }
+    let cp_seen = f.cp_seen.lock().unwrap().clone();
+    let cluster_seen = f.cluster_seen.lock().unwrap().clone();
     println!(
         "watched {} control plane versions (losses of {CP_PATHS:?}: {:?}; endpoints {:?}) and \
          {} Cluster versions (losses of {CLUSTER_PATHS:?}: {:?}; endpoints {:?})",
@@ -455,6 +520,19 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
             cp_seen.values[0]
         );
     }
+    Ok(())
+}
+
+/// The objects CAPT writes, as they ended.
+struct Objects {
+    cp: Value,
+    cluster: Value,
+    cc: Value,
+}
+
+/// Every status field the control plane had is there, and the stack is provisioned.
+fn assert_status_complete(f: &Failover) -> Result<Objects> {
+    let system = &f.system;
     let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
     let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
     let cc = system.get(&["captcluster", "demo"])?.unwrap();
@@ -488,44 +566,46 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
     let initialization = &cluster["status"]["initialization"];
     assert_eq!(initialization["infrastructureProvisioned"], true);
     assert_eq!(initialization["controlPlaneInitialized"], true);
+    Ok(Objects { cp, cluster, cc })
+}
 
-    // One owner per field, as planned; no duplicate entry; no Update by a CAPT manager.
+/// One owner per field, as planned; no duplicate entry; no Update by a CAPT manager; the
+/// ownership audit is clean.
+fn assert_one_owner_per_field(f: &Failover, objects: &Objects) -> Result<()> {
+    let Objects { cp, cluster, cc } = objects;
+    let (writer, beside_core) = (f.writer, f.beside_core());
     let mut single = vec![
         (
-            &cp,
+            cp,
             vec!["status", "workspaceStatus", "atProvider"],
             "capt-captcontrolplane/Apply/status",
         ),
         (
-            &cp,
+            cp,
             vec!["status", "phase"],
             "capt-captcontrolplane/Apply/status",
         ),
         (
-            &cp,
+            cp,
             vec!["spec", "controlPlaneEndpoint"],
             "capt-captcontrolplane/Apply/",
         ),
-        (
-            &cc,
-            vec!["status", "vpcId"],
-            "capt-captcluster/Apply/status",
-        ),
+        (cc, vec!["status", "vpcId"], "capt-captcluster/Apply/status"),
     ];
     match writer {
         ClusterWriter::CaptCluster => single.extend([
             (
-                &cluster,
+                cluster,
                 vec!["spec", "controlPlaneEndpoint"],
                 "capt-cluster/Apply/",
             ),
             (
-                &cluster,
+                cluster,
                 vec!["status", "phase"],
                 "capt-cluster/Apply/status",
             ),
             (
-                &cluster,
+                cluster,
                 vec!["status", "initialization", "controlPlaneInitialized"],
                 "capt-cluster/Apply/status",
             ),
@@ -533,13 +613,13 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         // Core writes the Cluster in v1beta2 (its managedFields name v1beta2's paths).
         ClusterWriter::Core => single.extend([
             (
-                &cluster,
+                cluster,
                 vec!["spec", "controlPlaneEndpoint"],
                 "manager/Update/",
             ),
-            (&cluster, vec!["status", "phase"], "manager/Update/status"),
+            (cluster, vec!["status", "phase"], "manager/Update/status"),
             (
-                &cluster,
+                cluster,
                 vec!["status", "initialization", "controlPlaneInitialized"],
                 "manager/Update/status",
             ),
@@ -555,7 +635,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
         );
     }
     if beside_core {
-        let capt_on_cluster: Vec<String> = entries(&cluster)
+        let capt_on_cluster: Vec<String> = entries(cluster)
             .iter()
             .filter(|e| {
                 e["manager"]
@@ -570,7 +650,7 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
             "CAPT owns no field of a Cluster core manages: {capt_on_cluster:?}"
         );
     }
-    for obj in [&cp, &cluster, &cc] {
+    for obj in [cp, cluster, cc] {
         let names: Vec<String> = entries(obj).iter().map(entry_name).collect();
         let unique: BTreeSet<&String> = names.iter().collect();
         assert_eq!(unique.len(), names.len(), "duplicate entries: {names:?}");
@@ -581,17 +661,20 @@ pub async fn the_standby_takes_over_a_leader_killed_mid_provisioning(
             "a CAPT manager wrote with an Update: {names:?}"
         );
     }
-    audit_clean(&ns.name, &[], "the ownership audit found a violation")?;
+    audit_clean(&f.ns.name, &[], "the ownership audit found a violation")?;
+    Ok(())
+}
 
-    // The new leader did the work, and settles: once the applier has settled on each object
-    // it writes, nothing more is written.
-    assert!(standby.metric("capt_intents_published_total").await? > 0.0);
+/// The new leader did the work, and settles: once the applier has settled on each object
+/// it writes, nothing more is written.
+async fn assert_new_leader_settles(f: &Failover) -> Result<()> {
+    assert!(f.standby.metric("capt_intents_published_total").await? > 0.0);
     let acted = Duration::from_secs(20);
-    let applier = &system.applier;
-    applier.settled_on(&cps, "demo", acted).await?;
-    applier.settled_on(&capt_clusters, "demo", acted).await?;
-    if !beside_core {
-        applier.settled_on(&clusters, "demo", acted).await?;
+    let applier = &f.system.applier;
+    applier.settled_on(&f.cps, "demo", acted).await?;
+    applier.settled_on(&f.capt_clusters, "demo", acted).await?;
+    if !f.beside_core() {
+        applier.settled_on(&f.clusters, "demo", acted).await?;
     }
     let writes = applier
         .metric("status_applier_api_writes_total", &[])

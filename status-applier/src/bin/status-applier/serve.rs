@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use prometheus_client::registry::Registry;
 use status_applier::config::{GroupKind, KindPath, Policy};
-use status_applier::engine::{Engine, Settings};
+use status_applier::engine::{Engine, Tuning};
 use status_applier::leadership::LeaseToFollow;
 use status_applier::metrics::Metrics;
 use status_applier::ownership::PolicyFileArg;
@@ -188,7 +188,7 @@ struct PolicyArgs {
 }
 
 /// The engine's defaults: the flags' defaults are read from them, so the two cannot drift.
-const DEFAULTS: Settings = Settings::DEFAULT;
+const DEFAULTS: Tuning = Tuning::DEFAULT;
 
 #[derive(Args)]
 struct TuningArgs {
@@ -268,16 +268,16 @@ impl PolicyArgs {
 }
 
 impl TuningArgs {
-    /// The engine's settings.
-    fn settings(&self) -> Settings {
-        Settings {
+    /// The engine's tuning.
+    fn tuning(&self) -> Tuning {
+        Tuning {
             coalesce_window: Duration::from_millis(self.coalesce_window_ms),
             apply_lone_intents_at_once: self.apply_lone_intents_at_once,
             max_concurrent_applies: self.max_concurrent_applies.max(1),
             backoff_base: Duration::from_millis(self.backoff_base_ms),
             backoff_max: Duration::from_secs(self.backoff_max_seconds),
             wait_timeout: Duration::from_secs(self.wait_timeout_seconds),
-            ..Settings::default()
+            ..Tuning::default()
         }
     }
 }
@@ -294,7 +294,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         "Policy"
     );
     let lease = args.leader.lease()?;
-    let settings = args.tuning.settings();
+    let tuning = args.tuning.tuning();
     let client = diagnostics::kube_client("status-applier", env!("CARGO_PKG_VERSION")).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -305,7 +305,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let engine = Engine::start(
         client.clone(),
         policy,
-        settings,
+        tuning,
         metrics,
         !flags.no_events,
         scope,

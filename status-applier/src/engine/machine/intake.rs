@@ -89,7 +89,7 @@ impl Machine {
             self.refuse_local_conflicts(&key, ticket, outcome, local, out);
             return;
         }
-        let window = self.settings.coalesce_window;
+        let window = self.tuning.coalesce_window;
         let entry = self.entries.get_mut(&key).expect("loaded");
         let after_quiet = entry.last_intent.is_none_or(|at| now - at >= window);
         entry.last_intent = Some(now);
@@ -207,11 +207,11 @@ impl Machine {
         now: Instant,
         out: &mut Vec<Effect>,
     ) -> Action {
-        let window = self.settings.coalesce_window;
+        let window = self.tuning.coalesce_window;
         let entry = self.entries.get_mut(key).expect("loaded");
         match entry.phase.clone() {
             Phase::Idle => {
-                let at_once = after_quiet && self.settings.apply_lone_intents_at_once;
+                let at_once = after_quiet && self.tuning.apply_lone_intents_at_once;
                 let due = if at_once { now } else { now + window };
                 self.queue(key, due, false, now, out);
                 Action::queued

@@ -74,7 +74,7 @@ impl Machine {
             } else if entry.phase.is_idle() {
                 // Re-check: restores drifted fields and retries conflicts; sends nothing
                 // when nothing would change.
-                let due = now + self.settings.coalesce_window;
+                let due = now + self.tuning.coalesce_window;
                 self.queue(&key, due, false, now, out);
             } else if matches!(entry.phase, Phase::Applying { .. })
                 && replanned.as_ref() != Some(&key)

@@ -129,24 +129,48 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         out.push_str(" ---: |");
     }
     out.push('\n');
-    let mut row = |label: &str, cell: &dyn Fn(&Round) -> String| {
-        let _ = write!(out, "| {label} |");
-        for r in rs {
-            let _ = write!(out, " {} |", cell(r));
+    let mut rows = Rows { out, rs };
+    provisioning_rows(&mut rows, args);
+    probe_rows(&mut rows);
+    output_change_rows(&mut rows);
+    process_rows(&mut rows);
+    restart_rows(&mut rows);
+    fail_over_rows(&mut rows);
+    burst_row(&mut rows, args);
+    writes_by_manager(out, rs);
+    captcluster_changes(out, rs);
+    reads_after_the_kill(out, rs);
+}
+
+/// The rows of one table, a cell per round.
+struct Rows<'a> {
+    out: &'a mut String,
+    rs: &'a [&'a Round],
+}
+
+impl Rows<'_> {
+    fn row(&mut self, label: &str, cell: &dyn Fn(&Round) -> String) {
+        let _ = write!(self.out, "| {label} |");
+        for r in self.rs {
+            let _ = write!(self.out, " {} |", cell(r));
         }
-        out.push('\n');
-    };
-    row("provisioned in (s)", &|r| {
+        self.out.push('\n');
+    }
+}
+
+/// Provisioning (time, writes, refusals, reconciles, rates) and the steady state after it.
+fn provisioning_rows(rows: &mut Rows, args: &Args) {
+    rows.row("provisioned in (s)", &|r| {
         if r.provisioned == r.clusters {
             format!("{:.1}", r.provisioned_in)
         } else {
             format!("only {} after {:.0}", r.provisioned, r.provisioned_in)
         }
     });
-    row("provisioning: status writes (all status managers)", &|r| {
+    rows.row("provisioning: status writes (all status managers)", &|r| {
         r.provisioning.status_writes().to_string()
     });
-    row(
+    rows.row(
         "provisioning: write requests refused (409 stale, and others), all status managers",
         &|r| {
             STATUS_MANAGERS
@@ -156,33 +180,38 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
                 .to_string()
         },
     );
-    row("provisioning: reconciles", &|r| {
+    rows.row("provisioning: reconciles", &|r| {
         format!("{:.0}", r.provisioning.reconciles)
     });
-    row("provisioning: intents/s (sent to the applier)", &|r| {
+    rows.row("provisioning: intents/s (sent to the applier)", &|r| {
         rate(r, r.provisioning.intents)
     });
-    row(
+    rows.row(
         "provisioning: applies/s (the applier's PATCH requests)",
         &|r| rate(r, r.provisioning.applies),
     );
-    row("provisioning: status writes/s", &|r| {
+    rows.row("provisioning: status writes/s", &|r| {
         format!(
             "{:.1}",
             r.provisioning.status_writes() as f64 / r.provisioning.seconds
         )
     });
     let s = args.steady_seconds;
-    row(&format!("steady state {s} s: our writes"), &|r| {
+    rows.row(&format!("steady state {s} s: our writes"), &|r| {
         r.steady.controller_writes().to_string()
     });
-    row(&format!("steady state {s} s: writes by anyone"), &|r| {
+    rows.row(&format!("steady state {s} s: writes by anyone"), &|r| {
         r.steady.all_writes().to_string()
     });
-    row(&format!("steady state {s} s: reconciles"), &|r| {
+    rows.row(&format!("steady state {s} s: reconciles"), &|r| {
         format!("{:.0}", r.steady.reconciles)
     });
-    row(
+}
+
+/// The probe stacks: each hop's latency from the Workspace to the Cluster, against the
+/// floor, and the writes per stack.
+fn probe_rows(rows: &mut Rows) {
+    rows.row(
         "probe stacks made / missed (the time each was given) / in flight at once",
         &|r| {
             format!(
@@ -194,22 +223,22 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             )
         },
     );
-    row(
+    rows.row(
         "**Workspace Ready with its output → Cluster endpoint** p50 / p99 / max (ms)",
         &|r| spread(&r.probes.ready_total_ms),
     );
-    row(
+    rows.row(
         "hop: Workspace Ready with its output → CAPTControlPlane endpoint and `status.ready` (ours) p50 / p99 / max (ms)",
         &|r| spread(&r.probes.ready_ours_ms),
     );
-    row(
+    rows.row(
         "hop, the floor (a direct writer, same round): Workspace Ready with its output → CAPTControlPlane endpoint and `status.ready` p50 / p99 / max (ms)",
         &|r| spread(&r.probes.floor_ms),
     );
-    row("floor stacks made / missed", &|r| {
+    rows.row("floor stacks made / missed", &|r| {
         format!("{} / {}", r.probes.floor_made, r.probes.floor_missed)
     });
-    row("our hop / the floor's, p50 and p99", &|r| {
+    rows.row("our hop / the floor's, p50 and p99", &|r| {
         let sorted = |v: &[f64]| {
             let mut v = v.to_vec();
             v.sort_by(f64::total_cmp);
@@ -225,32 +254,36 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             percentile(&ours, 0.99) / percentile(&floor, 0.99)
         )
     });
-    row(
+    rows.row(
         "Workspace output (first seen, before Ready) → Cluster endpoint p50 / p99 / max (ms)",
         &|r| spread(&r.probes.total_ms),
     );
-    row(
+    rows.row(
         "hop: Workspace output → CAPTControlPlane endpoint (ours) p50 / p99 / max (ms)",
         &|r| spread(&r.probes.ours_ms),
     );
-    row(
+    rows.row(
         "hop: CAPTControlPlane endpoint → Cluster endpoint (core) p50 / p99 / max (ms)",
         &|r| spread(&r.probes.core_ms),
     );
-    row(
+    rows.row(
         "hop: Workspace output → CAPTControlPlane endpoint and `status.ready` (ours) p50 / p99 / max (ms)",
         &|r| spread(&r.probes.ours_ready_ms),
     );
-    row(
+    rows.row(
         "hop: CAPTControlPlane endpoint and `status.ready` → Cluster endpoint (core) p50 / p99 / max (ms)",
         &|r| spread(&r.probes.core_ready_ms),
     );
     for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
-        row(&format!("writes per probe stack: `{m}`"), &|r| {
+        rows.row(&format!("writes per probe stack: `{m}`"), &|r| {
             per(r.probes.delta.writes_of(m), r.probes.made)
         });
     }
-    row(
+}
+
+/// The output changes: made and missed, writes and reconciles per change, latency.
+fn output_change_rows(rows: &mut Rows) {
+    rows.row(
         "output changes made / missed (the time each was given)",
         &|r| {
             format!(
@@ -262,41 +295,49 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         },
     );
     for m in STATUS_MANAGERS.iter().chain(&["manager"]) {
-        row(&format!("writes per output change: `{m}`"), &|r| {
+        rows.row(&format!("writes per output change: `{m}`"), &|r| {
             per(r.changes.delta.writes_of(m), r.changes.made)
         });
     }
-    row("reconciles per output change", &|r| {
+    rows.row("reconciles per output change", &|r| {
         if r.changes.made == 0 {
             return "n/a".into();
         }
         format!("{:.2}", r.changes.delta.reconciles / r.changes.made as f64)
     });
-    row(
+    rows.row(
         "output change: Workspace output → CAPTControlPlane endpoint p50 / p99 / max (ms)",
         &|r| spread(&r.changes.ours_ms),
     );
-    row("controller peak RSS (MiB)", &|r| {
+}
+
+/// Each process's peak memory and CPU over the round.
+fn process_rows(rows: &mut Rows) {
+    rows.row("controller peak RSS (MiB)", &|r| {
         format!("{:.1}", r.controller.peak_rss_mib)
     });
-    row("controller CPU (s)", &|r| {
+    rows.row("controller CPU (s)", &|r| {
         format!("{:.1}", r.controller.cpu_seconds)
     });
-    row("status-applier peak RSS (MiB)", &|r| match &r.applier {
+    rows.row("status-applier peak RSS (MiB)", &|r| match &r.applier {
         Some(a) => format!("{:.1}", a.peak_rss_mib),
         None => "n/a".into(),
     });
-    row("status-applier CPU (s)", &|r| match &r.applier {
+    rows.row("status-applier CPU (s)", &|r| match &r.applier {
         Some(a) => format!("{:.1}", a.cpu_seconds),
         None => "n/a".into(),
     });
-    row("restart: kill → ready (s)", &|r| {
+}
+
+/// The restart: times, reconciles, writes and reads, memory after it, the standby pods.
+fn restart_rows(rows: &mut Rows) {
+    rows.row("restart: kill → ready (s)", &|r| {
         format!("{:.2}", r.restart.ready_s)
     });
-    row("restart: kill → controller leads (s)", &|r| {
+    rows.row("restart: kill → controller leads (s)", &|r| {
         format!("{:.2}", r.restart.leading_s)
     });
-    row(
+    rows.row(
         &format!(
             "restart: kill → initial queue done (reconciles still for {} s) (s)",
             RESTART_QUIET.as_secs()
@@ -307,23 +348,23 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
                 .map_or("never".into(), |q| format!("{q:.1}"))
         },
     );
-    row("restart: reconciles", &|r| {
+    rows.row("restart: reconciles", &|r| {
         format!("{:.0}", r.restart.reconciles)
     });
-    row("restart: the pod that leads afterwards", &|r| {
+    rows.row("restart: the pod that leads afterwards", &|r| {
         r.restart.leader.clone()
     });
-    row("restart: our writes (capt-* managers)", &|r| {
+    rows.row("restart: our writes (capt-* managers)", &|r| {
         ours(&r.restart.writes).to_string()
     });
-    row(
+    rows.row(
         "restart: writes by the pods that do not lead (any object)",
         &|r| r.restart.writes_by_others.values().sum::<u64>().to_string(),
     );
-    row("restart: our write requests refused", &|r| {
+    rows.row("restart: our write requests refused", &|r| {
         ours(&r.restart.refused).to_string()
     });
-    row(
+    rows.row(
         "restart: writes by anyone (the provider's 10 min polls included)",
         &|r| r.restart.writes.values().sum::<u64>().to_string(),
     );
@@ -335,7 +376,7 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
         ("status-applier", "get"),
         ("status-applier", "watch"),
     ] {
-        row(
+        rows.row(
             &format!("restart: {} requests by {process}", verb.to_uppercase()),
             &|r| {
                 if process == "status-applier" && r.applier.is_none() {
@@ -351,15 +392,15 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             },
         );
     }
-    row("after the restart: controller peak RSS (MiB)", &|r| {
+    rows.row("after the restart: controller peak RSS (MiB)", &|r| {
         format!("{:.1}", r.restart.controller.peak_rss_mib)
     });
-    row("after the restart: status-applier peak RSS (MiB)", &|r| {
+    rows.row("after the restart: status-applier peak RSS (MiB)", &|r| {
         r.restart
             .applier
             .map_or("n/a".into(), |a| format!("{:.1}", a.peak_rss_mib))
     });
-    row(
+    rows.row(
         "standby pod: controller / status-applier peak RSS (MiB)",
         &|r| {
             if r.standby.is_empty() {
@@ -372,18 +413,22 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
                 .join("; ")
         },
     );
+}
+
+/// The fail-over (the leading pod killed for good), when the round made one.
+fn fail_over_rows(rows: &mut Rows) {
     let fail_over = |r: &Round, f: &dyn Fn(&Restart) -> String| match &r.fail_over {
         Some(x) => f(x),
         None => "n/a".into(),
     };
-    row(
+    rows.row(
         "fail-over (the leading pod killed for good): kill → ready (s)",
         &|r| fail_over(r, &|x| format!("{:.2}", x.ready_s)),
     );
-    row("fail-over: kill → a standby leads (s)", &|r| {
+    rows.row("fail-over: kill → a standby leads (s)", &|r| {
         fail_over(r, &|x| format!("{:.2} ({})", x.leading_s, x.leader))
     });
-    row(
+    rows.row(
         &format!(
             "fail-over: kill → initial queue done (reconciles still for {} s) (s)",
             RESTART_QUIET.as_secs()
@@ -394,17 +439,21 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             })
         },
     );
-    row("fail-over: reconciles", &|r| {
+    rows.row("fail-over: reconciles", &|r| {
         fail_over(r, &|x| format!("{:.0}", x.reconciles))
     });
-    row("fail-over: our writes (capt-* managers)", &|r| {
+    rows.row("fail-over: our writes (capt-* managers)", &|r| {
         fail_over(r, &|x| ours(&x.writes).to_string())
     });
-    row(
+    rows.row(
         "fail-over: writes by the pods that do not lead (any object)",
         &|r| fail_over(r, &|x| x.writes_by_others.values().sum::<u64>().to_string()),
     );
-    row(
+}
+
+/// The burst of intents on one object through the socket, when the round made one.
+fn burst_row(rows: &mut Rows, args: &Args) {
+    rows.row(
         &format!("burst of {} intents on one object: applies", args.burst),
         &|r| match &r.socket_burst {
             Some(b) => format!(
@@ -417,6 +466,10 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             None => "n/a".into(),
         },
     );
+}
+
+/// The writes by field manager in each phase, per round.
+fn writes_by_manager(out: &mut String, rs: &[&Round]) {
     out.push_str("\nWrites by field manager in each phase (API server audit log):\n\n");
     for r in rs {
         let phases = [
@@ -443,6 +496,10 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             );
         }
     }
+}
+
+/// The CAPTClusters' status changes by what changed, per round and phase.
+fn captcluster_changes(out: &mut String, rs: &[&Round]) {
     out.push_str(
         "\nCAPTCluster status changes by what changed (a watch of the round's CAPTClusters; a \
          write that changes nothing makes no new version, so it shows in the writes and not \
@@ -473,6 +530,10 @@ fn table(out: &mut String, rs: &[&Round], n: usize, args: &Args, header: &Header
             );
         }
     }
+}
+
+/// The reads from the kill to the end of the restart phase, per round.
+fn reads_after_the_kill(out: &mut String, rs: &[&Round]) {
     out.push_str(
         "\nReads from the kill to the end of the restart phase, by process (the token's id in \
          the audit log), verb and resource:\n\n",
