@@ -79,7 +79,7 @@ impl Machine {
         } = arrived;
         let key = intent.key.clone();
         let object = self.objects.get_mut(&key.object).expect("made on arrival");
-        object.keys.insert(key.clone());
+        object.add_key(key.clone());
         self.load(&key, intent.uid.as_deref(), out);
         let merged = self.merge(&intent);
         let mut outcome = crate::outcome::for_key(&key, Action::queued);

@@ -60,7 +60,7 @@ impl Machine {
         }
         let view = self.objects[object].view.clone().expect("just taken");
         let whole = view.object();
-        let keys: Vec<DesiredKey> = self.objects[object].keys.iter().cloned().collect();
+        let keys: Vec<DesiredKey> = self.objects[object].keys.to_vec();
         for key in keys {
             let entry = self.entries.get_mut(&key).expect("a key");
             if !entry.from_intent {
@@ -147,7 +147,7 @@ impl Machine {
             );
             self.entries.insert(key.clone(), entry);
             let held = self.objects.entry(object.clone()).or_default();
-            held.keys.insert(key);
+            held.add_key(key);
             if held.view.as_ref().is_none_or(|v| is_newer(view, v)) {
                 held.view = Some(view.clone());
             }
