@@ -120,8 +120,8 @@ impl StoredDocument {
 }
 
 impl KeyState {
-    fn new(document: &Value, object_uid: Option<String>) -> Self {
-        Self {
+    fn new(document: &Value, object_uid: Option<String>) -> Box<Self> {
+        Box::new(Self {
             document: StoredDocument::new(document),
             from_intent: false,
             precondition: None,
@@ -136,7 +136,7 @@ impl KeyState {
             last: None,
             reported: BTreeSet::new(),
             pinned: Vec::new(),
-        }
+        })
     }
 }
 
@@ -163,6 +163,8 @@ impl Object {
     /// Adds `key`, unless it is there.
     fn add_key(&mut self, key: DesiredKey) {
         if let Err(at) = self.keys.binary_search(&key) {
+            // Room for one more, not for four (a key is 128 bytes).
+            self.keys.reserve_exact(1);
             self.keys.insert(at, key);
         }
     }
@@ -191,7 +193,9 @@ struct Parked {
 pub struct Machine {
     policy: Arc<Policy>,
     tuning: Tuning,
-    entries: HashMap<DesiredKey, KeyState>,
+    /// Boxed: a key's state is about 400 bytes, and the table keeps room for up to twice as
+    /// many keys as it holds.
+    entries: HashMap<DesiredKey, Box<KeyState>>,
     objects: HashMap<ObjectRef, Object>,
     ready: VecDeque<DesiredKey>,
     /// Keys holding a slot (reading or applying).
