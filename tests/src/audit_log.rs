@@ -151,6 +151,26 @@ impl AuditLog {
         self.requests_in(ns, is_write)
     }
 
+    /// Returns once this log holds every request the API server completed before the call:
+    /// a read of a ConfigMap no one has (a name of its own, answered 404) is sent, and awaited
+    /// in the log, which the API server writes as each request completes.
+    pub async fn caught_up(&self, client: &kube::Client, ns: &str) -> Result<()> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let name = crate::unique_name("audit-marker");
+        let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), ns);
+        configmaps.get_opt(&name).await?;
+        let marker = format!("configmaps {ns}/{name}");
+        crate::system::wait_until(
+            &format!("the audit log to record the read of {marker}"),
+            std::time::Duration::from_secs(10),
+            || async {
+                let reads = self.requests_in(ns, |verb| verb == "get")?;
+                Ok(reads.iter().any(|r| r.object == marker))
+            },
+        )
+        .await
+    }
+
     /// The requests since this position on `ns` (as [`AuditLog::writes_in`] counts it) whose
     /// verb `verb` keeps: reads too (`get`, `list`, `watch`). [`Write::manager`] is then the
     /// program of the user agent (`(no manager: capt-controller)`), a read has no field

@@ -440,6 +440,25 @@ impl System {
         .await
     }
 
+    /// The resourceVersion of the sample's control plane once the applier has settled on it
+    /// ([`Applier::settled_on`]): none of its documents queued, and the newest version they
+    /// acted on is the current one. What a watch of it then has to reach to have seen all.
+    pub async fn settled_control_plane_version(&self, timeout: Duration) -> Result<u64> {
+        let resource = resource(
+            "controlplane.cluster.x-k8s.io",
+            "CAPTControlPlane",
+            "captcontrolplanes",
+        );
+        let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+            self.env.client().await?,
+            &self.namespace,
+            &resource,
+        );
+        let settled = self.applier.settled_on(&api, "demo", timeout).await?;
+        let version = settled["metadata"]["resourceVersion"].as_str();
+        Ok(version.context("a resourceVersion")?.parse()?)
+    }
+
     /// The sum of a controller metric's samples carrying `labels`.
     pub async fn controller_metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
         metric_value(&self.http_get("/metrics").await?, name, labels)

@@ -522,9 +522,10 @@ async fn a_failed_apply_of_an_existing_workspace_keeps_ready_and_reports_synced_
     // server does not store again.
     let version = resource_version(&ws);
     let tries = f.log_count(&name, "apply failed");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let retried = f.log_count(&name, "apply failed") - tries;
-    assert!(retried >= 1, "no retry in 1.5 s");
+    capt_tests::system::wait_until("a retry of the apply", Duration::from_secs(10), || async {
+        Ok(f.log_count(&name, "apply failed") > tries)
+    })
+    .await?;
     let still = f.get(&name).await?.unwrap();
     assert_eq!(resource_version(&still), version);
     assert!(is(&still, "Ready", "True", "Available"));

@@ -11,17 +11,20 @@
 //! so is every output key of ours once it was set (disappearances counted, and must be 0).
 //! The takeover is reported as a conflict instead of fought, and every writer's keys stay.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capt_controller::api::CAPTControlPlane;
+use capt_controller::render::workspace_name;
+use capt_tests::fake_provider::{Desired, checksum};
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 const ROUNDS: usize = 30;
 
@@ -34,6 +37,8 @@ struct Seen {
     ours: BTreeSet<String>,
     /// Versions where one of our keys was missing, with the key.
     ours_missing: Vec<String>,
+    /// The resourceVersion of the newest version seen.
+    newest: u64,
 }
 
 fn output_keys(cp: &CAPTControlPlane) -> Option<BTreeSet<String>> {
@@ -72,7 +77,7 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     let api: Api<CAPTControlPlane> = Api::namespaced(client.clone(), &ns.name);
-    let (seen, watch) = watch_our_output_keys(&api).await;
+    let (seen, watch) = watch_our_output_keys(&api).await?;
     race_four_foreign_writers(&system, &api).await?;
     system
         .wait_for(
@@ -87,17 +92,82 @@ async fn foreign_writers_on_and_beside_our_keys_never_make_one_of_ours_disappear
             },
         )
         .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_quiet_after_the_race(&system, &seen).await?;
     watch.abort();
     assert_no_key_of_ours_disappeared(&system, &seen.lock().expect("lock"))
+}
+
+/// Waits until nothing of the race is left to see: the provider has applied its last
+/// revision, the controller has published it (the applier's document of the control plane
+/// carries its checksum), the applier has settled on the control plane's current version, and
+/// the watch has seen that version.
+async fn wait_quiet_after_the_race(system: &System, seen: &Mutex<Seen>) -> Result<()> {
+    let workspace = workspace_name(system.namespace(), "demo-controlplane");
+    let applied_now = || -> Result<Option<String>> {
+        let ws = (system.get(&["workspace", &workspace])?)
+            .context("the control plane's Workspace exists")?;
+        applied_checksum(&ws)
+    };
+    system
+        .wait_for(
+            "the provider to apply the last revision",
+            Duration::from_secs(30),
+            || async { Ok(applied_now()?.is_some()) },
+        )
+        .await?;
+    // The race is over: the Workspace asks nothing new of the provider any more.
+    let applied = applied_now()?.context("the last revision stays applied")?;
+    system
+        .wait_for(
+            "the controller to publish the last revision",
+            Duration::from_secs(30),
+            || async {
+                let documents = system.applier.client.get("/v1/intents").await?.json();
+                Ok(documents.as_array().into_iter().flatten().any(|d| {
+                    d["object"]["kind"] == "CAPTControlPlane"
+                        && d["object"]["namespace"] == system.namespace()
+                        && d["document"]["status"]["workspaceStatus"]["atProvider"]["checksum"]
+                            == applied.as_str()
+                }))
+            },
+        )
+        .await?;
+    let version = system
+        .settled_control_plane_version(Duration::from_secs(30))
+        .await?;
+    system
+        .wait_for(
+            &format!("the watch to see version {version}"),
+            Duration::from_secs(30),
+            || async { Ok(seen.lock().expect("lock").newest >= version) },
+        )
+        .await
+}
+
+/// The checksum the provider applied last, once it has applied what the Workspace asks now:
+/// `atProvider.checksum` is the checksum of its spec and annotations, and it is Ready.
+fn applied_checksum(ws: &Value) -> Result<Option<String>> {
+    let annotations: BTreeMap<String, String> =
+        serde_json::from_value(ws["metadata"]["annotations"].clone()).unwrap_or_default();
+    let spec = &ws["spec"];
+    let desired = Desired::parse(&annotations)?.with_module_outputs(spec);
+    let expected = checksum(spec, &desired);
+    let ready = ws["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    let at = &ws["status"]["atProvider"]["checksum"];
+    Ok((ready && *at == expected.as_str()).then_some(expected))
 }
 
 /// Watches the control plane's outputs: the keys of the first version seen are ours, and
 /// each version lacking one of them is recorded.
 async fn watch_our_output_keys(
     api: &Api<CAPTControlPlane>,
-) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+) -> Result<(Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>)> {
     let seen = Arc::new(Mutex::new(Seen::default()));
+    let (first, first_seen) = oneshot::channel();
     let watch = {
         let (seen, api) = (seen.clone(), api.clone());
         tokio::spawn(async move {
@@ -106,9 +176,17 @@ async fn watch_our_output_keys(
                 .default_backoff()
                 .applied_objects()
                 .boxed();
+            let mut first = Some(first);
             while let Some(Ok(cp)) = events.next().await {
                 let mut seen = seen.lock().expect("lock");
                 seen.versions += 1;
+                seen.newest = (cp.metadata.resource_version.as_deref())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(seen.newest);
+                // Answered once this version is recorded: the lock is held until then.
+                if let Some(first) = first.take() {
+                    let _ = first.send(());
+                }
                 let Some(keys) = output_keys(&cp) else {
                     seen.at_provider_missing += 1;
                     continue;
@@ -125,13 +203,16 @@ async fn watch_our_output_keys(
             }
         })
     };
-    // Let the watch see the provisioned state first: its keys are ours.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The watch's first version is the provisioned state: its keys are ours.
+    tokio::time::timeout(Duration::from_secs(20), first_seen)
+        .await
+        .context("the watch saw no version of the control plane within 20 s")?
+        .context("the watch ended before its first version")?;
     assert!(
         seen.lock().expect("lock").ours.contains("cluster_endpoint"),
         "the watch saw our outputs"
     );
-    (seen, watch)
+    Ok((seen, watch))
 }
 
 /// Four foreign writers at once, `ROUNDS` rounds each, while the provider applies new

@@ -343,15 +343,23 @@ async fn assert_old_documents_never_written(applier: &Applier, pair: &Pair) -> R
     let writes = applier
         .metric("status_applier_api_writes_total", &[])
         .await?;
+    // Each change is followed by a check of every old document (the control plane's status
+    // and main resource, the CAPTCluster's status): an attempt each, whatever its outcome.
+    let attempts = || applier.metric("status_applier_applies_total", &[]);
     for i in 0..3 {
+        let before = attempts().await?;
         let patch = json!({"metadata": {"annotations": {"touched": i.to_string()}}});
         cps.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         ccs.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        capt_tests::system::wait_until(
+            &format!("the applier to check its three old documents after change {i}"),
+            Duration::from_secs(10),
+            || async { Ok(attempts().await? >= before + 3.0) },
+        )
+        .await?;
     }
-    tokio::time::sleep(Duration::from_millis(2500)).await;
     let (cp, cc) = pair.current().await?;
     assert!(untouched(&cp), "a drift check wrote the old document: {cp}");
     assert!(untouched(&cc), "a drift check wrote the old document: {cc}");
@@ -542,7 +550,7 @@ async fn a_control_plane_recreated_with_intents_queued_gets_only_its_own_status(
     let (outcomes, new) = queue_stale_intents_then_recreate(&system, &cps, &ns.name, &old).await?;
     assert_stale_intents_never_succeed(outcomes).await?;
     wait_converged_on_the_new_object(&system, &cps, &clusters, &new).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_watched_to_the_settled_version(&system, &versions).await?;
     watch.abort();
     assert_no_old_value_reached_the_new_object(&system, &versions, &new)?;
     assert_documents_for_the_new_uid_only(&system, &new).await
@@ -732,6 +740,31 @@ async fn wait_converged_on_the_new_object(
                         .and_then(|s| s.initialization.as_ref())
                         .is_some_and(|i| i.control_plane_initialized == Some(true)))
             },
+        )
+        .await
+}
+
+/// Waits until the watch has seen the control plane's version the applier settled on: every
+/// version the system's writes made is then among those the watch saw.
+async fn wait_watched_to_the_settled_version(system: &System, versions: &Versions) -> Result<()> {
+    let settled = system
+        .settled_control_plane_version(Duration::from_secs(30))
+        .await?;
+    let newest = || {
+        let versions = versions.lock().unwrap();
+        let numbers = versions.iter().filter_map(|(_, v)| {
+            v["metadata"]["resourceVersion"]
+                .as_str()?
+                .parse::<u64>()
+                .ok()
+        });
+        numbers.max().unwrap_or(0)
+    };
+    system
+        .wait_for(
+            &format!("the watch to see version {settled}"),
+            Duration::from_secs(30),
+            || async { Ok(newest() >= settled) },
         )
         .await
 }

@@ -134,12 +134,7 @@ async fn assert_not_rewritten_at_rest(stack: &Stack, secret: &Secret) -> Result<
             .await
     };
     let before = reconciles().await?;
-    cps.patch(
-        "demo",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"test/poke": "1"}}})),
-    )
-    .await?;
+    poke(cps, "1").await?;
     system
         .wait_for(
             "a reconcile of the control plane",
@@ -173,10 +168,30 @@ async fn assert_not_rewritten_at_rest(stack: &Stack, secret: &Secret) -> Result<
             },
         )
         .await?;
-    // A write, were there one, follows the read within the same reconcile.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A write, were there one, follows the reads within the same reconcile. That reconcile
+    // has finished once one more has (the controller never reconciles an object twice at
+    // once; the poke makes sure there is one more), and the audit log then holds its write
+    // once it holds a request sent after.
+    let read = reconciles().await?;
+    poke(cps, "2").await?;
+    system
+        .wait_for(
+            "the reconcile that read the Secrets to finish",
+            Duration::from_secs(10),
+            || async { Ok(reconciles().await? > read) },
+        )
+        .await?;
+    at_rest.caught_up(&env().client().await?, ns).await?;
     assert_eq!(secret_writes(&at_rest, ns)?, 0, "no write request at rest");
     assert_eq!(secrets.get(SECRET).await?.resource_version(), version);
+    Ok(())
+}
+
+/// A label of the control plane changes its lifecycle hash: a reconcile follows.
+async fn poke(cps: &Api<CAPTControlPlane>, value: &str) -> Result<()> {
+    let label = json!({"metadata": {"labels": {"test/poke": value}}});
+    cps.patch("demo", &PatchParams::default(), &Patch::Merge(label))
+        .await?;
     Ok(())
 }
 

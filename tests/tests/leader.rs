@@ -78,8 +78,9 @@ async fn only_the_leader_publishes_and_the_other_replica_takes_over_within_the_l
 
     // While the first leads, the second reconciles nothing and publishes nothing, even
     // when something changes.
+    // The change is carried all the way through by the leader before the standby is asked.
     system.set_revision("r1")?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    system.wait_mirrored("r1", Duration::from_secs(20)).await?;
     assert_eq!(
         second_metric("capt_reconciles_total").await?,
         0.0,
