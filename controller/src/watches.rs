@@ -38,8 +38,24 @@ pub trait Watched:
     fn trim(&mut self) {}
 }
 
-impl Watched for CAPTCluster {}
-impl Watched for CAPTControlPlane {}
+/// Our own status is read back only for what carries over from one computation to the next
+/// (conditions' transition times, the phase, the template's previous outputs).
+impl Watched for CAPTCluster {
+    fn trim(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            crate::status::capt_cluster::keep_what_is_read(status);
+        }
+    }
+}
+
+impl Watched for CAPTControlPlane {
+    fn trim(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            crate::status::control_plane::keep_what_is_read(status);
+        }
+    }
+}
+
 impl Watched for WorkspaceTemplateApply {}
 
 /// Templates are written by tenants: one larger than [`MAX_TEMPLATE_BYTES`] is cached
@@ -436,6 +452,34 @@ mod tests {
         assert_eq!(
             cluster.metadata.finalizers.as_deref(),
             Some(&["cluster.cluster.x-k8s.io".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn a_cached_control_plane_keeps_the_status_it_reads_back_and_not_the_copies() {
+        let mut cp: CAPTControlPlane = serde_json::from_value(json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+            "metadata": {"name": "cp", "namespace": "ns"},
+            "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "t"}},
+            "status": {"phase": "Ready", "ready": true,
+                "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-11-27T00:00:00Z", "reason": "Ready"}],
+                "workspaceTemplateStatus": {"ready": true, "outputs": {"a": "b"}},
+                "workspaceStatus": {"ready": true, "atProvider": {"outputs": {"a": "b"}}},
+                "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-11-27T00:00:00Z"}]}}},
+        }))
+        .expect("a control plane");
+        let kept = cp.clone();
+        strip(&mut cp);
+        cp.trim();
+        let (status, before) = (cp.status.unwrap(), kept.status.unwrap());
+        assert!(status.workspace_status.is_none() && status.deprecated.is_none());
+        assert_eq!(status.conditions, before.conditions);
+        assert_eq!(status.phase, before.phase);
+        assert_eq!(
+            status.workspace_template_status,
+            before.workspace_template_status
         );
     }
 

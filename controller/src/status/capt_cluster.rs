@@ -87,6 +87,12 @@ pub struct CaptClusterInput {
     pub cluster_endpoint: Option<ApiEndpoint>,
 }
 
+/// Drops what of our own status nothing reads back (the controller's cache keeps the rest):
+/// `deprecated`, derived from the conditions on every computation.
+pub fn keep_what_is_read(status: &mut CAPTClusterStatus) {
+    status.deprecated = None;
+}
+
 /// The desired CAPTCluster status.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CaptClusterDesired {

@@ -101,6 +101,14 @@ pub struct ControlPlaneInput {
     pub apply_generation: Option<i64>,
 }
 
+/// Drops what of our own status nothing reads back (the controller's cache keeps the rest):
+/// `deprecated`, derived from the conditions on every computation, and `workspaceStatus`,
+/// the Workspace's status copied from the cached Workspace every time.
+pub fn keep_what_is_read(status: &mut CAPTControlPlaneStatus) {
+    status.deprecated = None;
+    status.workspace_status = None;
+}
+
 /// The desired control-plane status and endpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlPlaneDesired {

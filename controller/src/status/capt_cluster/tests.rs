@@ -49,10 +49,12 @@ impl Sim {
     }
 
     fn step(&mut self, mut input: CaptClusterInput) -> CaptClusterDesired {
-        input.existing = self
-            .live
-            .get("status")
-            .map(|s| serde_json::from_value(s.clone()).unwrap());
+        // The live status as the controller's cache holds it.
+        input.existing = self.live.get("status").map(|s| {
+            let mut status = serde_json::from_value(s.clone()).unwrap();
+            keep_what_is_read(&mut status);
+            status
+        });
         let desired = desired_capt_cluster(&input);
         json_patch::merge(&mut self.live, &desired.status_fragment);
         desired

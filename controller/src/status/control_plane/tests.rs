@@ -48,9 +48,12 @@ impl Sim {
         desired
     }
 
+    /// The live status as the controller's cache holds it.
     fn existing(&self) -> Option<CAPTControlPlaneStatus> {
         let status = self.live.get("status")?;
-        Some(serde_json::from_value(status.clone()).unwrap())
+        let mut status = serde_json::from_value(status.clone()).unwrap();
+        keep_what_is_read(&mut status);
+        Some(status)
     }
 
     fn condition(&self, type_: &str) -> Value {
