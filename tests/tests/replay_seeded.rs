@@ -797,6 +797,21 @@ async fn replay_seed_12162625669955059931_release_of_a_map_another_manager_owns_
     replay(12162625669955059931, Writes::All, &applier_args()).await
 }
 
+// Both found by `hack/soak.sh 500` at 7aa9137: an intent that changed nothing was answered
+// without the paths the applier still kept in `atProvider` (pinned where the server refuses
+// `null`), so its submitter was told they were no longer kept.
+#[tokio::test]
+async fn replay_seed_9519586741356011167_an_unchanged_intent_is_told_what_stays_kept() -> Result<()>
+{
+    replay(9519586741356011167, Writes::All, &applier_args()).await
+}
+
+#[tokio::test]
+async fn replay_seed_14357673646813367957_an_unchanged_intent_is_told_what_stays_kept() -> Result<()>
+{
+    replay(14357673646813367957, Writes::All, &applier_args()).await
+}
+
 /// Replays `seed` with the `writes` generator against an applier started with `args`.
 async fn replay(seed: u64, writes: Writes, args: &[String]) -> Result<()> {
     eprintln!(

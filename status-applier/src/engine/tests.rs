@@ -1158,6 +1158,17 @@ fn an_apply_the_server_refuses_for_a_null_it_would_leave_keeps_our_values_there_
         (outcome.action, outcome.kept.clone()),
         (Action::applied, vec!["status.at".to_owned()])
     );
+    // An intent that changes nothing is answered as the last apply was, the pin included:
+    // a submitter learns that our values are still kept there.
+    let (same, effects) = h.at(13).submit(
+        intent(&status_key(), json!({"status": {"phase": "Ready"}})),
+        true,
+    );
+    let outcome = answer(&effects, same).expect("answered at once");
+    assert_eq!(
+        (outcome.action, outcome.kept.clone()),
+        (Action::unchanged, vec!["status.at".to_owned()])
+    );
     // The same refusal again is not retried in a loop: answered as refused.
     let (again, _) = h.at(20).submit(
         intent(&status_key(), json!({"status": {"phase": "Failed"}})),

@@ -386,8 +386,14 @@ fn answer_as_last(
     kept: Vec<String>,
     out: &mut Vec<Effect>,
 ) {
+    // The last outcome's `kept` are the paths still pinned (the server refused `null`
+    // there): they stay kept, beside what this intent's own merge kept.
     let mut answer = last.clone();
-    answer.kept = kept;
+    for path in kept {
+        if !answer.kept.contains(&path) {
+            answer.kept.push(path);
+        }
+    }
     if matches!(answer.action, Action::applied | Action::queued) {
         answer.action = Action::unchanged;
     }
