@@ -215,7 +215,9 @@ async fn a_bad_policy_file_is_named_with_its_entry() -> Result<()> {
         .arg("--policy")
         .arg(&policy)
         .env_remove("STATUS_APPLIER_POLICY")
-        .output()?;
+        .output();
+    std::fs::remove_dir_all(&dir)?;
+    let out = out?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
