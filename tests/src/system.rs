@@ -459,6 +459,28 @@ impl System {
         Ok(version.context("a resourceVersion")?.parse()?)
     }
 
+    /// Makes the controller reconcile the sample's control plane once more and waits until a
+    /// reconcile of it has finished since the call: a label (`test/poke=<value>`, a new value
+    /// each time) changes its lifecycle hash, which wakes it (at rest nothing else does).
+    pub async fn reconcile_control_plane_again(&self, value: &str) -> Result<()> {
+        let reconciles = || async {
+            self.controller_metric("capt_reconciles_total", &["kind=\"CAPTControlPlane\""])
+                .await
+        };
+        let before = reconciles().await?;
+        let label = format!("test/poke={value}");
+        let poke = ["label", "captcontrolplane", "demo", "--overwrite", &label];
+        let mut args = poke.to_vec();
+        args.extend_from_slice(&["-n", &self.namespace]);
+        self.env.kubectl_ok(&args, None)?;
+        self.wait_for(
+            "one more reconcile of the control plane",
+            Duration::from_secs(20),
+            || async { Ok(reconciles().await? > before) },
+        )
+        .await
+    }
+
     /// The sum of a controller metric's samples carrying `labels`.
     pub async fn controller_metric(&self, name: &str, labels: &[&str]) -> Result<f64> {
         metric_value(&self.http_get("/metrics").await?, name, labels)

@@ -121,27 +121,14 @@ async fn assert_the_contract(stack: &Stack) -> Result<Secret> {
 /// the Secrets and writes nothing. A server-side apply that changes nothing leaves the
 /// resourceVersion alone, so the API server's audit log is what counts the requests.
 async fn assert_not_rewritten_at_rest(stack: &Stack, secret: &Secret) -> Result<()> {
-    let (system, secrets, cps, ns) = (&stack.system, &stack.secrets, &stack.cps, &stack.ns);
+    let (system, secrets, ns) = (&stack.system, &stack.secrets, &stack.ns);
     let version = secret.resource_version();
     let at_rest = AuditLog::from_now()?;
     assert!(
         secret_writes(&AuditLog::from_start()?, ns)? >= 1,
         "the audit log records the Secret's creation"
     );
-    let reconciles = || async {
-        system
-            .controller_metric("capt_reconciles_total", &["kind=\"CAPTControlPlane\""])
-            .await
-    };
-    let before = reconciles().await?;
-    poke(cps, "1").await?;
-    system
-        .wait_for(
-            "a reconcile of the control plane",
-            Duration::from_secs(10),
-            || async { Ok(reconciles().await? > before) },
-        )
-        .await?;
+    system.reconcile_control_plane_again("1").await?;
     // The claim: the reconcile went as far as the kubeconfig Secret (it read the connection
     // Secret and the kubeconfig Secret, and the latter is read only to decide whether to
     // write it), and wrote nothing. Nothing else reads them in this window.
@@ -172,26 +159,10 @@ async fn assert_not_rewritten_at_rest(stack: &Stack, secret: &Secret) -> Result<
     // has finished once one more has (the controller never reconciles an object twice at
     // once; the poke makes sure there is one more), and the audit log then holds its write
     // once it holds a request sent after.
-    let read = reconciles().await?;
-    poke(cps, "2").await?;
-    system
-        .wait_for(
-            "the reconcile that read the Secrets to finish",
-            Duration::from_secs(10),
-            || async { Ok(reconciles().await? > read) },
-        )
-        .await?;
+    system.reconcile_control_plane_again("2").await?;
     at_rest.caught_up(&env().client().await?, ns).await?;
     assert_eq!(secret_writes(&at_rest, ns)?, 0, "no write request at rest");
     assert_eq!(secrets.get(SECRET).await?.resource_version(), version);
-    Ok(())
-}
-
-/// A label of the control plane changes its lifecycle hash: a reconcile follows.
-async fn poke(cps: &Api<CAPTControlPlane>, value: &str) -> Result<()> {
-    let label = json!({"metadata": {"labels": {"test/poke": value}}});
-    cps.patch("demo", &PatchParams::default(), &Patch::Merge(label))
-        .await?;
     Ok(())
 }
 

@@ -135,28 +135,7 @@ async fn secret_values_reach_the_kubeconfig_secret_and_nothing_else() -> Result<
         .await?;
     // One more reconcile of the control plane before looking, forced (a label changes its
     // lifecycle hash; at rest nothing else wakes it): it has the Secrets' data in hand again.
-    let reconciles = || async {
-        system
-            .controller_metric("capt_reconciles_total", &["kind=\"CAPTControlPlane\""])
-            .await
-    };
-    let seen = reconciles().await?;
-    let poke = [
-        "label",
-        "captcontrolplane",
-        "demo",
-        "-n",
-        &ns.name,
-        "test/poke=1",
-    ];
-    system.env().kubectl_ok(&poke, None)?;
-    system
-        .wait_for(
-            "one more reconcile of the control plane",
-            Duration::from_secs(20),
-            || async { Ok(reconciles().await? > seen) },
-        )
-        .await?;
+    system.reconcile_control_plane_again("1").await?;
 
     let token_forms = forms(&token);
     let password_forms = forms(&password);
