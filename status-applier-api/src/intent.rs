@@ -24,6 +24,13 @@ pub struct Intent {
     /// Protected paths this intent may remove, e.g. `spec.controlPlaneEndpoint`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub release: Vec<String>,
+    /// The newest `resourceVersion` of the object the submitter knows (the one it computed
+    /// the fragment from, or the one its own write left): the applier plans the intent on no
+    /// older view of the object. An apply planned on an older view would be refused as stale,
+    /// since it carries its view's version as a precondition; waiting for the view saves
+    /// that refusal and its retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_older_than: Option<String>,
 }
 
 /// The object an intent is about.
@@ -72,6 +79,7 @@ mod tests {
             field_manager: "widget-controller".into(),
             fragment: json!({"status": {"phase": "Ready"}}),
             release: vec![],
+            not_older_than: Some("4711".into()),
         };
         let wire = serde_json::to_value(&intent).unwrap();
         assert_eq!(
@@ -82,6 +90,7 @@ mod tests {
                 "subresource": "status",
                 "fieldManager": "widget-controller",
                 "fragment": {"status": {"phase": "Ready"}},
+                "notOlderThan": "4711",
             })
         );
         assert_eq!(serde_json::from_value::<Intent>(wire).unwrap(), intent);

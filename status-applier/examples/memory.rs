@@ -162,6 +162,7 @@ fn intents(i: usize, wave: usize) -> Vec<Intent> {
         field_manager: manager.into(),
         fragment,
         release: Vec::new(),
+        not_older_than: None,
     };
     vec![
         intent(

@@ -84,6 +84,8 @@ pub struct ValidIntent {
     pub fragment: Value,
     /// Protected paths the intent releases.
     pub release: Vec<FieldPath>,
+    /// The intent is planned on no view of the object older than this `resourceVersion`.
+    pub not_older_than: Option<u64>,
 }
 
 /// Why an intent was refused. Every variant is the submitter's mistake (a 4xx).
@@ -126,6 +128,11 @@ pub enum IntentError {
     /// An entry of `release` is not a field path.
     #[error("invalid release entry: {0}")]
     InvalidRelease(String),
+    /// `notOlderThan` is not a resourceVersion this applier can compare.
+    #[error(
+        "invalid notOlderThan `{0}`: expected a resourceVersion as the API server gives it (a decimal number)"
+    )]
+    InvalidNotOlderThan(String),
 }
 
 /// Parsing and validation of an intent, which only the server does.
@@ -167,6 +174,15 @@ impl IntentExt for Intent {
             .iter()
             .map(|p| p.parse().map_err(IntentError::InvalidRelease))
             .collect::<Result<_, _>>()?;
+        // The API server's resourceVersions are etcd revisions, which the applier compares
+        // (newer views win); one it cannot compare would make it wait for nothing.
+        let not_older_than = match self.not_older_than {
+            None => None,
+            Some(v) => Some(
+                v.parse::<u64>()
+                    .map_err(|_| IntentError::InvalidNotOlderThan(v.clone()))?,
+            ),
+        };
         Ok(ValidIntent {
             key: DesiredKey {
                 object,
@@ -176,6 +192,7 @@ impl IntentExt for Intent {
             uid: self.target.uid.filter(|u| !u.is_empty()),
             fragment: self.fragment,
             release,
+            not_older_than,
         })
     }
 }
@@ -355,6 +372,10 @@ mod tests {
             ),
             (|v| v["release"] = json!(["a..b"]), "invalid release entry"),
             (
+                |v| v["notOlderThan"] = json!("abc"),
+                "invalid notOlderThan `abc`",
+            ),
+            (
                 |v| v["subresource"] = json!("scale"),
                 "unknown variant `scale`",
             ),
@@ -365,6 +386,14 @@ mod tests {
             let err = intent(v).unwrap_err().to_string();
             assert!(err.contains(expected), "expected `{expected}` in `{err}`");
         }
+    }
+
+    #[test]
+    fn not_older_than_is_read_as_a_revision() {
+        let mut v = status_intent();
+        v["notOlderThan"] = json!("4711");
+        assert_eq!(intent(v).unwrap().not_older_than, Some(4711));
+        assert_eq!(intent(status_intent()).unwrap().not_older_than, None);
     }
 
     #[test]

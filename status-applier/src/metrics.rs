@@ -38,6 +38,28 @@ pub struct ManagerLabel {
     pub manager: String,
 }
 
+/// How a wait for a newer view of an object ended (an intent's `notOlderThan`).
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue,
+)]
+pub enum WaitEnd {
+    /// The watch delivered a view at least as new.
+    #[allow(non_camel_case_types)]
+    caught_up,
+    /// The wait ran out; the object was read.
+    #[allow(non_camel_case_types)]
+    read,
+}
+
+/// Labels: field manager and how its wait for a view ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerWaitEnd {
+    /// Field manager.
+    pub manager: String,
+    /// How the wait ended.
+    pub end: WaitEnd,
+}
+
 /// Labels of a conflict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConflictLabels {
@@ -67,6 +89,9 @@ pub struct Metrics {
     pub writes: Family<ManagerLabel, Counter>,
     /// Intents merged into an apply that was already pending or in flight.
     pub coalesced: Family<ManagerLabel, Counter>,
+    /// Documents that waited for a view of their object as new as an intent's
+    /// `notOlderThan`, by manager and how the wait ended.
+    pub view_waits: Family<ManagerWaitEnd, Counter>,
     /// Conflicts, by manager, path and kind of owner.
     pub conflicts: Family<ConflictLabels, Counter>,
     /// Errors answered by the API server, by status.
@@ -88,6 +113,7 @@ impl Metrics {
             applies: Family::default(),
             writes: Family::default(),
             coalesced: Family::default(),
+            view_waits: Family::default(),
             conflicts: Family::default(),
             api_errors: Family::default(),
             apply_duration: Family::new_with_constructor(|| {
@@ -116,6 +142,11 @@ impl Metrics {
             "coalesced_intents",
             "Intents merged into an apply already pending",
             m.coalesced.clone(),
+        );
+        r.register(
+            "view_waits",
+            "Documents that waited for a view as new as an intent's notOlderThan, by field manager and end (caught_up, read)",
+            m.view_waits.clone(),
         );
         r.register(
             "leading",

@@ -410,6 +410,13 @@ pub fn registered_families() -> &'static [String] {
         applier.applied("m", status_applier::metrics::Action::applied);
         applier.writes.get_or_create(&manager()).inc();
         applier.coalesced.get_or_create(&manager()).inc();
+        applier
+            .view_waits
+            .get_or_create(&status_applier::metrics::ManagerWaitEnd {
+                manager: "m".into(),
+                end: status_applier::metrics::WaitEnd::read,
+            })
+            .inc();
         applier.conflict("m", "p", false);
         applier
             .api_errors

@@ -6,7 +6,7 @@ use anyhow::Result;
 use capt_controller::api::CAPTControlPlane;
 use capt_tests::applier::Applier;
 use capt_tests::{TestNamespace, env};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use status_applier::intent::Intent;
 use std::time::{Duration, Instant};
@@ -51,6 +51,16 @@ impl Fixture {
 
     fn status(&self, status: Value) -> Intent {
         self.intent(Some("status"), json!({"status": status}))
+    }
+
+    /// A write of the test's own to the control plane (a label); answers what it left.
+    async fn poke(&self, n: u32) -> Result<CAPTControlPlane> {
+        let patch = json!({"metadata": {"labels": {"poked": n.to_string()}}});
+        let params = PatchParams::default();
+        Ok(self
+            .api
+            .patch("demo", &params, &Patch::Merge(patch))
+            .await?)
     }
 
     async fn object(&self) -> Result<Value> {
@@ -201,6 +211,46 @@ async fn a_no_op_intent_makes_no_write() -> Result<()> {
             .await?,
         writes
     );
+    Ok(())
+}
+
+/// An intent whose submitter wrote the object itself (`notOlderThan`: the version its own
+/// write left) is never planned on the older view the applier holds, so no apply is refused
+/// as stale. The applier here watches none of the object (a label selector it does not
+/// match): its view stays at its own last apply, the wait for a newer one runs out, and the
+/// object is read. Without `notOlderThan`, the same sequence costs a refused apply (409).
+#[tokio::test]
+async fn an_intent_after_the_submitters_own_write_is_planned_on_no_older_view() -> Result<()> {
+    let f = fixture("sa-after").await?;
+    let applier = Applier::start(&[
+        "--watch-label-selector",
+        "capt-test/never=matched",
+        "--view-wait-ms",
+        "100",
+    ])
+    .await?;
+    submit(&applier, &f.status(json!({"phase": "Creating"}))).await?;
+    let refusals = || applier.metric("status_applier_api_errors_total", &["code=\"409\""]);
+    // The submitter's own write, which the applier does not see.
+    let written = f.poke(1).await?;
+    let mut after = f.status(json!({"phase": "Ready"}));
+    after.not_older_than = written.metadata.resource_version.clone();
+    let out = submit(&applier, &after).await?;
+    assert_eq!(out["action"], "applied", "{out}");
+    assert_eq!(refusals().await?, 0.0, "planned on the older view");
+    let waits = &["end=\"read\""];
+    assert_eq!(
+        applier
+            .metric("status_applier_view_waits_total", waits)
+            .await?,
+        1.0
+    );
+    // The same without notOlderThan: planned on the older view, refused, read, applied.
+    f.poke(2).await?;
+    let out = submit(&applier, &f.status(json!({"phase": "Failed"}))).await?;
+    assert_eq!(out["action"], "applied", "{out}");
+    assert_eq!(refusals().await?, 1.0, "the control: one refusal");
+    assert_eq!(f.object().await?["status"]["phase"], "Failed");
     Ok(())
 }
 

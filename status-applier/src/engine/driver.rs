@@ -10,7 +10,7 @@ use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};
 use crate::leadership::{Leadership, LeaseToFollow};
 use crate::live::{Change, Live};
-use crate::metrics::{Action, CodeLabel, ManagerAction, ManagerLabel, Metrics};
+use crate::metrics::{Action, CodeLabel, ManagerAction, ManagerLabel, ManagerWaitEnd, Metrics};
 use crate::outcome::Outcome;
 use crate::view::View;
 use kube::api::{Patch, PatchParams};
@@ -337,6 +337,12 @@ impl Engine {
                 self.metrics
                     .coalesced
                     .get_or_create(&ManagerLabel { manager })
+                    .inc();
+            }
+            Count::ViewWait(manager, end) => {
+                self.metrics
+                    .view_waits
+                    .get_or_create(&ManagerWaitEnd { manager, end })
                     .inc();
             }
             Count::Attempt(manager, action) => {

@@ -120,6 +120,8 @@ pub enum Count {
     Coalesced(String),
     /// An apply check ended with this action (`unchanged`: no request was needed).
     Attempt(String, Action),
+    /// A document waited for a newer view of its object (an intent's `notOlderThan`).
+    ViewWait(String, crate::metrics::WaitEnd),
 }
 
 /// One server-side apply to send.

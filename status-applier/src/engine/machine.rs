@@ -10,7 +10,9 @@
 //! * every apply is planned on the newest view of the object the machine has, and carries
 //!   that view's `resourceVersion` and `uid` as preconditions. If the object changed since,
 //!   the API server refuses the apply (409) and the machine reads the object and plans
-//!   again: a plan acts on the fields as they are, never as they were;
+//!   again: a plan acts on the fields as they are, never as they were. A key whose intent
+//!   names a newer version than the view (`notOlderThan`) is not planned on it at all: it
+//!   waits, queued, for the watch to catch up, then reads the object;
 //! * one apply or read at a time per object: the next document of the same object is
 //!   planned on the answer of the one before, not on the view that answer made stale.
 
@@ -25,7 +27,7 @@ use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
 use crate::leadership::Leadership;
-use crate::metrics::Action;
+use crate::metrics::{Action, WaitEnd};
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
 use compact_json::CompactJson;
@@ -101,6 +103,11 @@ struct KeyState {
     /// Paths the API server refused to leave `null`: the manager's values there are kept
     /// until the document changes again.
     pinned: Vec<FieldPath>,
+    /// The newest version of the object an intent's submitter knew (`notOlderThan`), while
+    /// the view is older: the next plan waits for a view at least as new.
+    not_older_than: Option<u64>,
+    /// Since when the key waits for that view.
+    awaiting_view: Option<Instant>,
 }
 
 /// A manager's desired document as the machine keeps it, one per object and manager: compact
@@ -136,6 +143,8 @@ impl KeyState {
             last: None,
             reported: BTreeSet::new(),
             pinned: Vec::new(),
+            not_older_than: None,
+            awaiting_view: None,
         })
     }
 }
@@ -346,18 +355,58 @@ impl Machine {
             if entry.phase != Phase::Ready {
                 continue;
             }
-            let object = self.objects.get_mut(&key.object).expect("an object");
-            if object.busy.is_some() {
+            if self.objects[&key.object].busy.is_some() {
                 waiting.push_back(key);
                 continue;
             }
+            let wait = self.await_view(&key, now, out);
+            if wait == ViewWait::Queued {
+                continue;
+            }
+            let object = self.objects.get_mut(&key.object).expect("an object");
             object.busy = Some(key.clone());
             self.running += 1;
             self.pending -= 1;
-            self.plan_or_read(&key, 0, now, out);
+            if wait == ViewWait::RanOut {
+                self.read_for(&key, Missing::View, 0, out);
+            } else {
+                self.plan_or_read(&key, 0, now, out);
+            }
         }
         waiting.extend(self.ready.drain(..));
         self.ready = waiting;
+    }
+
+    /// Whether `key`, ready, waits for a newer view of its object: an intent's submitter
+    /// knew a newer version (`notOlderThan`) than the view, on which the apply would be
+    /// refused as stale. It waits queued (holding no slot) until a view as new arrives
+    /// ([`Machine::observed`] makes it ready) or the wait runs out: then the object is read.
+    fn await_view(&mut self, key: &DesiredKey, now: Instant, out: &mut Vec<Effect>) -> ViewWait {
+        let view = self.objects[&key.object].view.as_deref();
+        let entry = self.entries.get_mut(key).expect("a key");
+        if !behind(view, entry.not_older_than) {
+            if entry.awaiting_view.take().is_some() {
+                out.push(Effect::Counted(Count::ViewWait(
+                    key.field_manager.clone(),
+                    WaitEnd::caught_up,
+                )));
+            }
+            entry.not_older_than = None;
+            return ViewWait::No;
+        }
+        let since = *entry.awaiting_view.get_or_insert(now);
+        let until = since + self.tuning.view_wait;
+        if now >= until {
+            entry.not_older_than = None;
+            entry.awaiting_view = None;
+            out.push(Effect::Counted(Count::ViewWait(
+                key.field_manager.clone(),
+                WaitEnd::read,
+            )));
+            return ViewWait::RanOut;
+        }
+        self.queue(key, until, false, now, out);
+        ViewWait::Queued
     }
 
     /// Plans `key` on the newest view ([`apply::plan`]) and takes the decision: a read, a
@@ -505,6 +554,8 @@ impl Machine {
         for (key, entry) in &mut self.entries {
             entry.from_intent = false;
             entry.recheck = false;
+            entry.not_older_than = None;
+            entry.awaiting_view = None;
             if entry.phase.is_pending() {
                 set_phase(entry, &mut self.pending, Phase::Idle);
             }
@@ -709,6 +760,27 @@ fn error_action(error: &ApplyError) -> Action {
         ApplyError::Conflict(_) | ApplyError::Stale => Action::conflict,
         _ => Action::rejected,
     }
+}
+
+/// Whether `view` is older than the version an intent named: only a view whose version is
+/// known and smaller. Without a view the plan reads the object anyway.
+fn behind(view: Option<&View>, not_older_than: Option<u64>) -> bool {
+    let revision = |v: &View| v.metadata.resource_version.as_deref()?.parse::<u64>().ok();
+    match (view.and_then(revision), not_older_than) {
+        (Some(have), Some(wanted)) => have < wanted,
+        _ => false,
+    }
+}
+
+/// What [`Machine::await_view`] decided for a ready key.
+#[derive(Debug, PartialEq)]
+enum ViewWait {
+    /// The view is new enough: plan.
+    No,
+    /// Queued until a newer view or the end of the wait.
+    Queued,
+    /// The wait ran out: read the object.
+    RanOut,
 }
 
 /// True when `a` is a later view than `b`: another incarnation (uid), or a larger

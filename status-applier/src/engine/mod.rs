@@ -35,6 +35,10 @@ pub struct Tuning {
     pub apply_lone_intents_at_once: bool,
     /// Keys being read or applied at once (one key per object at a time).
     pub max_concurrent_applies: usize,
+    /// How long a document whose intent names a newer version of its object than the
+    /// applier's view (`notOlderThan`) waits for the watch to deliver it before the object
+    /// is read. It holds no slot meanwhile.
+    pub view_wait: Duration,
     /// First retry delay after an API error; doubles per failure, with jitter.
     pub backoff_base: Duration,
     /// Longest retry delay.
@@ -51,6 +55,7 @@ impl Tuning {
         coalesce_window: Duration::from_millis(10),
         apply_lone_intents_at_once: true,
         max_concurrent_applies: 16,
+        view_wait: Duration::from_secs(1),
         backoff_base: Duration::from_millis(200),
         backoff_max: Duration::from_secs(60),
         wait_timeout: Duration::from_secs(30),

@@ -79,7 +79,26 @@ fn intent(key: &DesiredKey, fragment: Value) -> ValidIntent {
         uid: None,
         fragment,
         release: Vec::new(),
+        not_older_than: None,
     }
+}
+
+/// An intent whose submitter knew the object at `resource_version` (`notOlderThan`).
+fn intent_after(key: &DesiredKey, fragment: Value, resource_version: u64) -> ValidIntent {
+    ValidIntent {
+        not_older_than: Some(resource_version),
+        ..intent(key, fragment)
+    }
+}
+
+fn view_waits(effects: &[Effect]) -> Vec<crate::metrics::WaitEnd> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Counted(Count::ViewWait(_, end)) => Some(*end),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A machine, a clock, and what the driver's watch cache would hold.
@@ -279,6 +298,16 @@ fn core_owns_the_phase(resource_version: u64) -> Arc<View> {
             "status",
             json!({"f:status": {"f:phase": {}}}),
         )],
+    )
+}
+
+/// The widget at `resource_version` after its user resized it.
+fn resized_widget(resource_version: u64) -> Arc<View> {
+    mk_widget(
+        resource_version,
+        UID,
+        json!({"spec": {"size": 2}}),
+        &[("kubectl", "Update", "", json!({"f:spec": {"f:size": {}}}))],
     )
 }
 
@@ -496,6 +525,84 @@ fn an_apply_refused_as_stale_is_planned_again_on_a_fresh_read_never_on_the_stale
         answer(&effects, ticket).map(|o| o.action),
         Some(Action::applied)
     );
+}
+
+#[test]
+fn an_intent_naming_a_newer_version_waits_for_the_watch_and_is_planned_on_that_view() {
+    // The submitter's own write (a finalizer, say) left the widget at rv 8; the watch still
+    // shows rv 5. Planned on rv 5, the apply would be refused as stale.
+    let mut h = Harness::new(Tuning::default());
+    h.observe(fresh_widget());
+    let (ticket, effects) = h.submit(
+        intent_after(&status_key(), json!({"status": {"phase": "Ready"}}), 8),
+        true,
+    );
+    assert!(applies(&effects).is_empty(), "{effects:#?}");
+    assert_eq!(reads(&effects), 0);
+    assert_eq!(
+        wakes(&effects),
+        vec![h.ms(1_000)],
+        "waits at most view_wait"
+    );
+
+    let effects = h.at(40).observe(resized_widget(8));
+    let body = the_apply(&effects);
+    assert_eq!(body["metadata"]["resourceVersion"], "8");
+    assert_eq!(body["status"], json!({"phase": "Ready"}));
+    assert_eq!(
+        view_waits(&effects),
+        vec![crate::metrics::WaitEnd::caught_up]
+    );
+
+    // The end of the wait, long past, changes nothing.
+    let effects = h.at(1_000).timer(&status_key());
+    assert!(applies(&effects).is_empty() && reads(&effects) == 0);
+    let effects = h.at(45).applied(
+        &status_key(),
+        Ok(widget_with_ours(
+            9,
+            json!({"phase": "Ready"}),
+            json!({"f:status": {"f:phase": {}}}),
+        )),
+    );
+    assert_eq!(
+        answer(&effects, ticket).map(|o| o.action),
+        Some(Action::applied)
+    );
+}
+
+#[test]
+fn an_intent_no_newer_than_the_view_is_planned_at_once() {
+    let mut h = Harness::new(Tuning::default());
+    h.observe(fresh_widget());
+    let (_, effects) = h.submit(
+        intent_after(&status_key(), json!({"status": {"phase": "Ready"}}), 5),
+        false,
+    );
+    assert_eq!(the_apply(&effects)["metadata"]["resourceVersion"], "5");
+    assert!(view_waits(&effects).is_empty());
+}
+
+#[test]
+fn a_wait_for_a_view_that_does_not_come_ends_in_one_read() {
+    let mut h = Harness::new(Tuning::default());
+    h.observe(fresh_widget());
+    h.submit(
+        intent_after(&status_key(), json!({"status": {"phase": "Ready"}}), 8),
+        false,
+    );
+    let effects = h.at(999).timer(&status_key());
+    assert!(applies(&effects).is_empty() && reads(&effects) == 0);
+    let effects = h.at(1_000).timer(&status_key());
+    assert_eq!(reads(&effects), 1, "{effects:#?}");
+    assert!(applies(&effects).is_empty());
+    assert_eq!(view_waits(&effects), vec![crate::metrics::WaitEnd::read]);
+    // The read shows the object as it is; the plan is made on it.
+    let effects = h.at(1_005).feed(Event::Observed {
+        object: object(),
+        view: resized_widget(9),
+    });
+    assert_eq!(the_apply(&effects)["metadata"]["resourceVersion"], "9");
 }
 
 #[test]

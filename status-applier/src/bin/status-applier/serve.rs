@@ -216,6 +216,10 @@ struct TuningArgs {
         default_value_t = DEFAULTS.max_concurrent_applies
     )]
     max_concurrent_applies: usize,
+    /// How long a document waits for the watch to show its object at least at the version
+    /// its intent names (`notOlderThan`) before the object is read instead.
+    #[arg(long, env = "STATUS_APPLIER_VIEW_WAIT_MS", default_value_t = DEFAULTS.view_wait.as_millis() as u64)]
+    view_wait_ms: u64,
     /// First retry delay after an API error (doubles per failure, with jitter).
     #[arg(long, env = "STATUS_APPLIER_BACKOFF_BASE_MS", default_value_t = DEFAULTS.backoff_base.as_millis() as u64)]
     backoff_base_ms: u64,
@@ -274,6 +278,7 @@ impl TuningArgs {
             coalesce_window: Duration::from_millis(self.coalesce_window_ms),
             apply_lone_intents_at_once: self.apply_lone_intents_at_once,
             max_concurrent_applies: self.max_concurrent_applies.max(1),
+            view_wait: Duration::from_millis(self.view_wait_ms),
             backoff_base: Duration::from_millis(self.backoff_base_ms),
             backoff_max: Duration::from_secs(self.backoff_max_seconds),
             wait_timeout: Duration::from_secs(self.wait_timeout_seconds),

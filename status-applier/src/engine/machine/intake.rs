@@ -104,6 +104,9 @@ impl Machine {
             return;
         }
         entry.from_intent = true;
+        if let Some(seen) = intent.not_older_than {
+            entry.not_older_than = Some(entry.not_older_than.map_or(seen, |v| v.max(seen)));
+        }
         if changed {
             entry.document = document;
             entry.precondition = intent.uid.or(entry.precondition.take());

@@ -2,7 +2,7 @@
 //! re-checks of the documents of its intents, remembered documents that follow the object,
 //! and documents rebuilt from `managedFields` after a restart.
 
-use super::{KeyState, Machine, Phase, StoredDocument, is_newer};
+use super::{KeyState, Machine, Phase, StoredDocument, behind, is_newer, set_phase};
 use crate::apply::{our_apply_entries, owned_document};
 use crate::conflict::Conflict;
 use crate::engine::events::Effect;
@@ -76,6 +76,13 @@ impl Machine {
                 // when nothing would change.
                 let due = now + self.tuning.coalesce_window;
                 self.queue(&key, due, false, now, out);
+            } else if entry.awaiting_view.is_some()
+                && matches!(entry.phase, Phase::Queued { .. })
+                && !behind(Some(&view), entry.not_older_than)
+            {
+                // The view it waited for: plan at once.
+                set_phase(entry, &mut self.pending, Phase::Ready);
+                self.ready.push_back(key);
             } else if matches!(entry.phase, Phase::Applying { .. })
                 && replanned.as_ref() != Some(&key)
             {

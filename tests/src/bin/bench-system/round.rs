@@ -652,6 +652,7 @@ async fn socket_burst(
             "message": format!("intent {i}"), "lastTransitionTime": "2026-01-01T00:00:00Z"})])
             .collect::<Vec<_>>()}}),
         release: vec![],
+        not_older_than: None,
     };
     let applier = system.applier_client()?;
     let before = round.snapshot(system).await?;
