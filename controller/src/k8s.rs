@@ -15,17 +15,19 @@ pub const FINALIZER_MANAGER: &str = "capt-controller-finalizer";
 pub const SPEC_MANAGER: &str = "capt-controller";
 
 /// Adds (`present`) or removes our finalizer; finalizers are a set, so other owners' stay.
+/// Answers the object as its write left it, when it wrote: a reconcile goes on with that,
+/// not with the cached object, whose version the applier would plan an apply on in vain.
 pub async fn set_finalizer<K>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
     present: bool,
-) -> kube::Result<()>
+) -> kube::Result<Option<K>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     if obj.finalizers().iter().any(|f| f == finalizer) == present {
-        return Ok(());
+        return Ok(None);
     }
     let finalizers: Vec<&str> = if present { vec![finalizer] } else { vec![] };
     let body = identity(obj, json!({"metadata": {"finalizers": finalizers}}));
@@ -41,10 +43,10 @@ where
         Err(kube::Error::Api(s))
             if !present && (s.code == 404 || s.message.contains("uid mismatch")) =>
         {
-            Ok(())
+            Ok(None)
         }
         Err(e) => Err(e),
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(Some(written)),
     }
 }
 

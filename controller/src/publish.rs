@@ -53,6 +53,9 @@ pub struct Publication {
     pub release: Vec<String>,
     /// The `resourceVersion` of the object it was computed from.
     pub computed_on: Option<String>,
+    /// The `resourceVersion` the reconcile's own last write to the object left (its
+    /// finalizer, a recorded name), when it wrote ([`Publication::after`]).
+    pub written: Option<String>,
     /// The `generation` of the object it was computed from.
     pub generation: Option<i64>,
     /// What it was computed from besides the object's own status, when the caller says
@@ -74,6 +77,7 @@ impl Publication {
             fragment,
             release: vec![],
             computed_on: obj.meta().resource_version.clone(),
+            written: None,
             generation: obj.meta().generation,
             observed: None,
         }
@@ -93,9 +97,24 @@ impl Publication {
             fragment,
             release,
             computed_on: obj.meta().resource_version.clone(),
+            written: None,
             generation: obj.meta().generation,
             observed: None,
         }
+    }
+
+    /// Says what the reconcile's own write to the object left (`None`: it wrote nothing).
+    /// The applier's view of the object may not show that write yet, and an apply planned
+    /// on it would be refused as stale: the intent asks for a view at least as new.
+    pub fn after(mut self, written: Option<String>) -> Self {
+        self.written = newest(self.written.take(), written);
+        self
+    }
+
+    /// The newest version of the object this publication knows: the applier plans it on
+    /// no older view (`notOlderThan`).
+    fn not_older_than(&self) -> Option<String> {
+        newest(self.computed_on.clone(), self.written.clone())
     }
 
     /// Says what the fragment was computed from besides the object's spec and own status
@@ -178,6 +197,22 @@ struct Delivered {
 /// one (the API server promises nothing about its form), and nothing is compared then.
 pub(crate) fn revision(version: Option<&str>) -> Option<u64> {
     version?.parse().ok()
+}
+
+/// The newer of two resourceVersions (the one that is a revision, when only one is).
+fn newest(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (revision(a.as_deref()), revision(b.as_deref())) {
+        (Some(x), Some(y)) => {
+            if x >= y {
+                a
+            } else {
+                b
+            }
+        }
+        (Some(_), None) => a,
+        (None, Some(_)) => b,
+        (None, None) => a.or(b),
+    }
 }
 
 /// SHA-256 of a delivery's JSON.
@@ -274,12 +309,14 @@ impl Publisher {
             }
         }
         let subject = p.subject();
+        let not_older_than = p.not_older_than().filter(|v| revision(Some(v)).is_some());
         let intent = Intent {
             target: p.target,
             subresource: p.subresource,
             field_manager: p.field_manager.to_owned(),
             fragment: p.fragment,
             release: p.release,
+            not_older_than,
         };
         self.delivered.lock().expect("lock").remove(&key);
         // Waiting for the apply's outcome means an intent is remembered only once the
@@ -359,6 +396,22 @@ mod tests {
             generation: Some(1),
         };
         publisher.delivered.lock().expect("lock").insert(key, d);
+    }
+
+    #[test]
+    fn an_intent_asks_for_a_view_as_new_as_the_object_it_was_computed_on_or_its_own_write() {
+        let mut cc = capt_cluster("a");
+        cc.metadata.resource_version = Some("7".into());
+        let p = || Publication::status(&cc, "m", serde_json::json!({"status": {}}));
+        assert_eq!(p().not_older_than().as_deref(), Some("7"));
+        assert_eq!(p().after(None).not_older_than().as_deref(), Some("7"));
+        let after_write = p().after(Some("12".into()));
+        assert_eq!(after_write.not_older_than().as_deref(), Some("12"));
+        // Never older than what it was computed on, whatever the caller says.
+        assert_eq!(
+            p().after(Some("3".into())).not_older_than().as_deref(),
+            Some("7")
+        );
     }
 
     #[test]

@@ -49,9 +49,10 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     if apply.meta().deletion_timestamp.is_some() {
         return delete(&apply, &applies, &workspaces, located, &ctx).await;
     }
-    set_finalizer(&applies, &apply, APPLY_FINALIZER, true)
+    let apply = set_finalizer(&applies, &apply, APPLY_FINALIZER, true)
         .await
-        .map_err(kube_err(&*apply, "adding its finalizer"))?;
+        .map_err(kube_err(&*apply, "adding its finalizer"))?
+        .map_or(apply, Arc::new);
     let own = located.own();
     let own_name = own.map(|_| located.placement.name()).unwrap_or_default();
     if let Some(refusal) = spec_refusal(&apply, &ctx, &namespace) {

@@ -82,18 +82,21 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     if cc.meta().deletion_timestamp.is_some() {
         return delete(&cc, &api, &ctx).await;
     }
-    set_finalizer(&api, &cc, CAPT_CLUSTER_FINALIZER, true)
+    let cc = set_finalizer(&api, &cc, CAPT_CLUSTER_FINALIZER, true)
         .await
-        .map_err(kube_err(&*cc, "adding its finalizer"))?;
+        .map_err(kube_err(&*cc, "adding its finalizer"))?
+        .map_or(cc, Arc::new);
     let mut workspace = None;
     let mut vpc_workspace_name = None;
     let mut refusal = None;
     let mut generation = cc.meta().generation;
+    let mut written = None;
     if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
     {
         match owner::ensure_recorded_apply(&ctx, &api, &*cc).await? {
             Ok(recorded) => {
                 generation = recorded.generation;
+                written = recorded.written;
                 let located = locate_workspace(&ctx, &recorded.apply);
                 workspace = located.own().map(|w| {
                     WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default())
@@ -132,7 +135,8 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
         &refusal,
     );
     owner::warn_if_needing_operator(&ctx, &*cc, &desired.status_fragment).await;
-    let status = Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment);
+    let status =
+        Publication::status(&*cc, MANAGER_CAPT_CLUSTER, desired.status_fragment).after(written);
     ctx.publish(status.observing(&observed)).await?;
     Ok(after(owner::recheck(
         &ctx,

@@ -82,13 +82,15 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     if cp.meta().deletion_timestamp.is_some() {
         return delete(&cp, &api, &ctx, cluster).await;
     }
-    set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
+    let cp = set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
         .await
-        .map_err(kube_err(&*cp, "adding its finalizer"))?;
+        .map_err(kube_err(&*cp, "adding its finalizer"))?
+        .map_or(cp, Arc::new);
     let Observed {
         mut input,
         apply,
         refusal,
+        written,
     } = observe_infrastructure(&ctx, &cp, &api, cluster.as_ref()).await?;
     let workspace_ready = input.workspace.as_ref().is_some_and(|w| w.is_ready());
     let mut desired = desired_control_plane(&input);
@@ -114,7 +116,8 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
             MANAGER_CAPT_CONTROL_PLANE,
             json!({"spec": {"controlPlaneEndpoint": endpoint}}),
             vec![],
-        );
+        )
+        .after(written.clone());
         // Our endpoint write makes a new generation, which the cache may not show yet (nor
         // does it to a reconcile that runs right after the one that wrote it). The status
         // observes the generation the write left: computed on the cached one, it would be
@@ -135,7 +138,8 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         refusal.as_ref(),
     ));
     owner::warn_if_needing_operator(&ctx, &*cp, &desired.status_fragment).await;
-    let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment);
+    let status = Publication::status(&*cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment)
+        .after(written);
     ctx.publish(status.observing(&observed)).await?;
     // The kubeconfig Secret last: reading the connection Secret is a request, and the
     // endpoint and status do not wait for it.
@@ -151,6 +155,8 @@ struct Observed {
     input: ControlPlaneInput,
     apply: Option<WorkspaceTemplateApply>,
     refusal: Option<Refusal>,
+    /// The resourceVersion recording the apply's name left, when this reconcile recorded it.
+    written: Option<String>,
 }
 
 /// Observes the control plane's infrastructure: once the VPC is ready, its apply (created or
@@ -168,10 +174,12 @@ async fn observe_infrastructure(
     let mut endpoint_source = None;
     let mut refusal = None;
     let mut generation = cp.meta().generation;
+    let mut written = None;
     let apply = match vpc_ready {
         Some(true) => match owner::ensure_recorded_apply(ctx, api, cp).await? {
             Ok(recorded) => {
                 generation = recorded.generation;
+                written = recorded.written;
                 Some(recorded.apply)
             }
             Err(r) => {
@@ -211,6 +219,7 @@ async fn observe_infrastructure(
         input,
         apply,
         refusal,
+        written,
     })
 }
 

@@ -75,6 +75,9 @@ pub trait ApplyOwner:
 pub struct Recorded {
     /// The WorkspaceTemplateApply.
     pub apply: WorkspaceTemplateApply,
+    /// The owner's resourceVersion after recording the apply's name, when this reconcile
+    /// recorded it ([`crate::publish::Publication::after`]).
+    pub written: Option<String>,
     /// The owner's `metadata.generation` after recording the apply's name: recording it is
     /// a spec change, so a status computed in the same reconcile observes this generation,
     /// not the cached one (else the status is written twice, once for each generation).
@@ -105,14 +108,20 @@ pub async fn ensure_recorded_apply<O: ApplyOwner>(
         Err(refusal) => return Ok(Err(refusal)),
     };
     let mut generation = owner.meta().generation;
+    let mut written_version = None;
     if owner.recorded_apply_name() != Some(apply.name_any().as_str()) {
         let fields = json!({"spec": {"workspaceTemplateApplyName": apply.name_any()}});
         let written = apply_fields(api, owner, fields)
             .await
             .map_err(kube_err(owner, "recording its WorkspaceTemplateApply name"))?;
         generation = written.meta().generation.max(generation);
+        written_version = written.resource_version();
     }
-    Ok(Ok(Recorded { apply, generation }))
+    Ok(Ok(Recorded {
+        apply,
+        written: written_version,
+        generation,
+    }))
 }
 
 /// When to look again: a refused owner within the poll interval, since what would lift the
