@@ -1,6 +1,6 @@
 //! A status-applier running as its own process against the test environment.
 
-use crate::{env, repo_root, unique_name};
+use crate::{env, repo_root};
 use anyhow::{Context, Result, bail};
 use status_applier::client::Client;
 use std::ops::ControlFlow;
@@ -77,6 +77,8 @@ pub struct Applier {
     log: PathBuf,
     args: Vec<String>,
     kubeconfig: PathBuf,
+    /// Its socket and log; after the process, so that it goes once the process has.
+    _dir: crate::Scratch,
 }
 
 impl Applier {
@@ -97,8 +99,7 @@ impl Applier {
         args: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Result<Self> {
-        let dir = std::env::temp_dir().join(unique_name("applier"));
-        std::fs::create_dir_all(&dir)?;
+        let dir = crate::Scratch::new("applier")?;
         let socket = dir.join("applier.sock");
         let log = dir.join("applier.log");
         let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
@@ -113,6 +114,7 @@ impl Applier {
             log,
             args,
             kubeconfig: kubeconfig.to_owned(),
+            _dir: dir,
         };
         applier.wait_healthy().await?;
         Ok(applier)

@@ -16,6 +16,7 @@ pub struct HeldProxy {
     held: watch::Sender<bool>,
     accept: tokio::task::JoinHandle<()>,
     kubeconfig: PathBuf,
+    _dir: crate::Scratch,
 }
 
 impl HeldProxy {
@@ -58,8 +59,7 @@ impl HeldProxy {
         {
             cluster["cluster"]["server"] = format!("https://{addr}").into();
         }
-        let dir = std::env::temp_dir().join(crate::unique_name("held-proxy"));
-        std::fs::create_dir_all(&dir)?;
+        let dir = crate::Scratch::new("held-proxy")?;
         let path = dir.join("kubeconfig");
         std::fs::write(&path, serde_yaml::to_string(&config)?)?;
         Ok(Self {
@@ -67,6 +67,7 @@ impl HeldProxy {
             held,
             accept,
             kubeconfig: path,
+            _dir: dir,
         })
     }
 

@@ -293,6 +293,35 @@ impl Drop for TestNamespace {
     }
 }
 
+/// A directory of its own under the system's temporary directory (`<prefix>-<pid>-<n>`),
+/// removed when dropped, unless the thread is panicking: a failing test's logs and sockets
+/// stay to be read, and its message says where.
+pub struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    /// Creates the directory.
+    pub fn new(prefix: &str) -> Result<Self> {
+        let path = std::env::temp_dir().join(unique_name(prefix));
+        std::fs::create_dir_all(&path)?;
+        Ok(Self(path))
+    }
+
+    /// `name` in the directory.
+    pub fn join(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- kept {} for what the failure left", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// A name unique within this test run: `prefix-<pid>-<n>`.
 pub fn unique_name(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

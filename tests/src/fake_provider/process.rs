@@ -3,7 +3,7 @@
 
 use super::READY_LOG_LINE;
 use crate::applier::binary;
-use crate::{env, unique_name};
+use crate::env;
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct FakeProvider {
     child: Child,
     log: PathBuf,
+    /// Its log's directory, removed after the process (unless a test fails).
+    _dir: crate::Scratch,
 }
 
 impl FakeProvider {
@@ -64,8 +66,7 @@ impl FakeProvider {
         filter: &str,
         kubeconfig: &std::path::Path,
     ) -> Result<Self> {
-        let dir = std::env::temp_dir().join(unique_name("fake-provider"));
-        std::fs::create_dir_all(&dir)?;
+        let dir = crate::Scratch::new("fake-provider")?;
         let log = dir.join("fake-provider.log");
         // `trace` after `crate::log_everything`, whatever the filter says.
         let filter = crate::process_log(filter);
@@ -79,7 +80,11 @@ impl FakeProvider {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting fake-terraform-provider")?;
-        let mut provider = Self { child, log };
+        let mut provider = Self {
+            child,
+            log,
+            _dir: dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if provider.log_text().contains(READY_LOG_LINE) {
