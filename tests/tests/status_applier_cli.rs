@@ -130,7 +130,7 @@ async fn every_metric_the_docs_list_is_served() -> Result<()> {
         ],
         Some(&manifest.to_string()),
     )?;
-    let applier = Applier::start(&[]).await?;
+    let applier = Applier::start(&["--view-wait-ms", "50"]).await?;
     // Exercise every path once: labelled metric families appear with their first sample.
     let intent = |name: &str, data: serde_json::Value| -> status_applier::intent::Intent {
         serde_json::from_value(json!({"target": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": name},
@@ -152,6 +152,11 @@ async fn every_metric_the_docs_list_is_served() -> Result<()> {
         .client
         .submit(&intent("missing", json!({"a": "1"})), true)
         .await?; // 404
+    // A version the applier has not seen (no object has it yet): the wait for a view that
+    // new runs out, and the object is read.
+    let mut ahead = intent("c", json!({"d": "4"}));
+    ahead.not_older_than = Some(u64::MAX.to_string());
+    applier.client.submit(&ahead, true).await?;
     let metrics = applier.client.get("/metrics").await?.body;
     let docs = std::fs::read_to_string(repo_root().join("docs/status-applier.md"))?;
     let documented: Vec<&str> = docs
