@@ -70,11 +70,7 @@ impl Kind {
 /// The resourceVersion as a number: etcd revisions only grow, so for one object a larger
 /// number is newer. An unparseable version counts as newest.
 fn version(obj: &View) -> u64 {
-    obj.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u64::MAX)
+    obj.revision().unwrap_or(u64::MAX)
 }
 
 /// A change the watches saw: the object as cached now, or `None` once it is deleted.

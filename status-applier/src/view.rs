@@ -102,6 +102,12 @@ impl View {
         }
     }
 
+    /// Its resourceVersion as a number: etcd's revision, which only grows, so for one object
+    /// a larger number is newer. `None` when it is not one.
+    pub fn revision(&self) -> Option<u64> {
+        self.metadata.resource_version.as_deref()?.parse().ok()
+    }
+
     /// The object, as kept.
     pub fn object(&self) -> DynamicObject {
         self.object.parse()

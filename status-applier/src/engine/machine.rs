@@ -765,8 +765,7 @@ fn error_action(error: &ApplyError) -> Action {
 /// Whether `view` is older than the version an intent named: only a view whose version is
 /// known and smaller. Without a view the plan reads the object anyway.
 fn behind(view: Option<&View>, not_older_than: Option<u64>) -> bool {
-    let revision = |v: &View| v.metadata.resource_version.as_deref()?.parse::<u64>().ok();
-    match (view.and_then(revision), not_older_than) {
+    match (view.and_then(View::revision), not_older_than) {
         (Some(have), Some(wanted)) => have < wanted,
         _ => false,
     }
@@ -787,13 +786,7 @@ enum ViewWait {
 /// resourceVersion. etcd revisions only grow, so for one object a larger number is newer;
 /// an unparseable version counts as newest.
 fn is_newer(a: &View, b: &View) -> bool {
-    let version = |o: &View| {
-        o.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(u64::MAX)
-    };
+    let version = |o: &View| o.revision().unwrap_or(u64::MAX);
     a.metadata.uid != b.metadata.uid || version(a) > version(b)
 }
 
