@@ -206,6 +206,19 @@ impl Live {
     }
 }
 
+/// Caches a watched object and reports it, unless the cache already held a newer version.
+fn observed(
+    kind: &Kind,
+    obj: DynamicObject,
+    keeps: &Keeps,
+    changes: &mpsc::UnboundedSender<Change>,
+) {
+    let changed = object_ref(kind, &obj);
+    if let Some(kept) = kind.observe(obj, keeps) {
+        let _ = changes.send((changed, Some(kept)));
+    }
+}
+
 fn object_ref(kind: &Kind, obj: &DynamicObject) -> ObjectRef {
     ObjectRef {
         api_version: kind.resource.api_version.clone(),
@@ -240,16 +253,14 @@ async fn watch(
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Init) => listed.clear(),
-            Ok(watcher::Event::InitApply(obj)) | Ok(watcher::Event::Apply(obj)) => {
+            Ok(watcher::Event::InitApply(obj)) => {
                 listed.insert((
                     obj.metadata.namespace.clone(),
                     obj.metadata.name.clone().unwrap_or_default(),
                 ));
-                let changed = object_ref(&kind, &obj);
-                if let Some(kept) = kind.observe(obj, &keeps) {
-                    let _ = changes.send((changed, Some(kept)));
-                }
+                observed(&kind, obj, &keeps, &changes);
             }
+            Ok(watcher::Event::Apply(obj)) => observed(&kind, obj, &keeps, &changes),
             Ok(watcher::Event::InitDone) => {
                 kind.objects
                     .write()
@@ -257,6 +268,9 @@ async fn watch(
                     .retain(|name, _| listed.contains(name));
                 kind.synced.store(true, Ordering::Relaxed);
                 debug!(kind = %kind.resource.kind, objects = listed.len(), "Cache synced");
+                // The names are needed only to sweep after a (re)list: kept past it, every
+                // object ever seen, deleted ones too, would stay here until the next one.
+                listed = HashSet::new();
             }
             Ok(watcher::Event::Delete(obj)) => {
                 let name = (
