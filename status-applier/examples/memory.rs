@@ -5,7 +5,7 @@
 //! CAPTCluster, a CAPTControlPlane, a WorkspaceTemplateApply), each with `managedFields` of
 //! several managers: the creator (an Update with kubectl's last-applied annotation), the
 //! Cluster API core manager (`manager`: a finalizer, owner references, and on the Cluster a
-//! large status of conditions and v1beta2 conditions). It then runs `status-applier serve`
+//! large v1beta2 status, its v1beta1 conditions kept under `deprecated`). It then runs `status-applier serve`
 //! (the release binary) with the four kinds watched, reads VmHWM/VmRSS from /proc once the
 //! kinds are listed, submits every intent at once (six documents per set, under four
 //! managers), reads them again, submits a second wave that changes every document, and reads
@@ -30,7 +30,7 @@ use status_applier_api::intent::{Intent, Subresource, Target};
 use std::time::{Duration, Instant};
 
 const NS: &str = "applier-mem";
-const CLUSTER: (&str, &str, &str) = ("cluster.x-k8s.io", "v1beta1", "Cluster");
+const CLUSTER: (&str, &str, &str) = ("cluster.x-k8s.io", "v1beta2", "Cluster");
 const CAPT_CLUSTER: (&str, &str, &str) =
     ("infrastructure.cluster.x-k8s.io", "v1beta1", "CAPTCluster");
 const CONTROL_PLANE: (&str, &str, &str) = (
@@ -54,15 +54,16 @@ fn api(client: &Client, kind: (&str, &str, &str)) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), NS, &resource(kind))
 }
 
-/// A condition as Cluster API core writes it.
-fn condition(kind: &str, i: usize, n: usize) -> Value {
+/// A condition of core's v1beta1 contract, which v1beta2 keeps under `deprecated.v1beta1`.
+fn v1beta1_condition(kind: &str, i: usize, n: usize) -> Value {
     json!({"type": format!("{kind}{n}"), "status": "False", "severity": "Info",
            "reason": "WaitingForInfrastructure",
            "message": format!("* {kind}{n}: waiting for the infrastructure of cluster c-{i} to be provisioned by its provider"),
            "lastTransitionTime": "2026-01-01T00:00:00Z"})
 }
 
-fn v1beta2_condition(i: usize, n: usize) -> Value {
+/// A condition as Cluster API core writes it (v1beta2).
+fn condition(i: usize, n: usize) -> Value {
     json!({"type": format!("V2Condition{n}"), "status": "Unknown", "reason": "NotYetReported",
            "message": format!("* CAPTControlPlane c-{i}: condition V2Condition{n} not yet reported"),
            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1})
@@ -87,8 +88,8 @@ fn set(i: usize) -> Vec<Created> {
     let labels = json!({"cluster.x-k8s.io/cluster-name": name});
     let cluster_spec = json!({
         "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}, "services": {"cidrBlocks": ["10.128.0.0/12"]}},
-        "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster", "name": name, "namespace": NS},
-        "controlPlaneRef": {"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane", "name": name, "namespace": NS}});
+        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "CAPTCluster", "name": name},
+        "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "CAPTControlPlane", "name": name}});
     let cc_spec = json!({"region": "ap-northeast-1", "vpcTemplateRef": {"name": "vpc"},
         "vpcConfig": {"name": format!("{name}-vpc")}, "workspaceTemplateApplyName": format!("{name}-vpc")});
     let cp_spec = json!({"version": "1.31", "workspaceTemplateRef": {"name": "eks"},
@@ -107,9 +108,10 @@ fn set(i: usize) -> Vec<Created> {
         object
     };
     let core_status = json!({"status": {
-        "phase": "Provisioning", "infrastructureReady": false, "controlPlaneReady": false, "observedGeneration": 1,
-        "conditions": (0..8).map(|n| condition("Cluster", i, n)).collect::<Vec<_>>(),
-        "v1beta2": {"conditions": (0..10).map(|n| v1beta2_condition(i, n)).collect::<Vec<_>>()}}});
+        "phase": "Provisioning", "observedGeneration": 1,
+        "initialization": {"infrastructureProvisioned": false, "controlPlaneInitialized": false},
+        "conditions": (0..10).map(|n| condition(i, n)).collect::<Vec<_>>(),
+        "deprecated": {"v1beta1": {"conditions": (0..8).map(|n| v1beta1_condition("Cluster", i, n)).collect::<Vec<_>>()}}}});
     vec![
         (
             CLUSTER,
