@@ -28,7 +28,7 @@ use managed_fields::FieldSet;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Deref;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What to keep of one object.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -64,12 +64,28 @@ pub struct View {
     kept: Option<Arc<Keep>>,
 }
 
-/// The identity of a viewed object: `name`, `namespace`, `uid`, `resourceVersion` and
-/// `generation` only.
+/// The identity of a viewed object.
 #[derive(Debug, Clone)]
 pub struct Identity {
     /// Its metadata, less everything else.
-    pub metadata: ObjectMeta,
+    pub metadata: Metadata,
+}
+
+/// The fields of an object's metadata a view keeps at hand, named as in `ObjectMeta`: one of
+/// these per object the applier watches, where an `ObjectMeta` would cost three times the
+/// bytes in fields that are always empty here.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metadata {
+    /// `name`.
+    pub name: Option<String>,
+    /// `namespace`.
+    pub namespace: Option<String>,
+    /// `uid`.
+    pub uid: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `generation`.
+    pub generation: Option<i64>,
 }
 
 impl Deref for View {
@@ -87,13 +103,12 @@ impl View {
     }
 
     fn new(object: DynamicObject, kept: Option<Arc<Keep>>) -> Self {
-        let metadata = ObjectMeta {
+        let metadata = Metadata {
             name: object.metadata.name.clone(),
             namespace: object.metadata.namespace.clone(),
             uid: object.metadata.uid.clone(),
             resource_version: object.metadata.resource_version.clone(),
             generation: object.metadata.generation,
-            ..ObjectMeta::default()
         };
         Self {
             identity: Identity { metadata },
@@ -256,6 +271,10 @@ fn region<'a>(keep: &Keep, kept: impl Iterator<Item = &'a ManagedFieldsEntry>) -
 pub struct Keeps {
     base: Arc<Keep>,
     objects: RwLock<HashMap<ObjectRef, Arc<Keep>>>,
+    /// The keeps that name managers alone, one of each: most objects keep the same few
+    /// managers, and a copy of the set per object was the applier's largest table after
+    /// its views.
+    shared: Mutex<Vec<Arc<Keep>>>,
 }
 
 impl Keeps {
@@ -264,7 +283,28 @@ impl Keeps {
         Self {
             base: Arc::new(Keep::managers(managers.iter().cloned())),
             objects: Default::default(),
+            shared: Default::default(),
         }
+    }
+
+    /// `keep`, as the one shared copy of it when it names managers alone.
+    fn shared(&self, keep: Keep) -> Arc<Keep> {
+        if keep == *self.base {
+            return self.base.clone();
+        }
+        if !keep.claimed.is_empty() {
+            return Arc::new(keep);
+        }
+        let mut shared = self.shared.lock().expect("lock");
+        if let Some(found) = shared.iter().find(|s| ***s == keep) {
+            return found.clone();
+        }
+        // Those no object keeps any more go; the rest are as many as the sets of managers
+        // that write to one object.
+        shared.retain(|s| Arc::strong_count(s) > 1);
+        let keep = Arc::new(keep);
+        shared.push(keep.clone());
+        keep
     }
 
     /// What to keep of `object`.
@@ -281,7 +321,7 @@ impl Keeps {
     pub fn set(&self, object: ObjectRef, keep: &Keep) {
         let mut managers = self.base.managers.clone();
         managers.extend(keep.managers.iter().cloned());
-        let keep = Arc::new(Keep {
+        let keep = self.shared(Keep {
             managers,
             claimed: keep.claimed.clone(),
         });
@@ -538,5 +578,34 @@ mod tests {
             keeps.of(&object).managers,
             ["allowed".to_string(), "dynamic".to_string()].into()
         );
+    }
+
+    #[test]
+    fn objects_that_keep_the_same_managers_share_one_keep() {
+        let keeps = Keeps::new(&["allowed".to_string()]);
+        let object = |name: &str| ObjectRef {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: None,
+            name: name.into(),
+        };
+        keeps.set(object("a"), &Keep::managers(["dynamic".to_string()]));
+        keeps.set(object("b"), &Keep::managers(["dynamic".to_string()]));
+        keeps.set(object("c"), &Keep::managers(["allowed".to_string()]));
+        assert!(Arc::ptr_eq(
+            &keeps.of(&object("a")),
+            &keeps.of(&object("b"))
+        ));
+        assert!(Arc::ptr_eq(&keeps.of(&object("c")), &keeps.base));
+        // A keep with claims is the object's own, and equal to what it asked.
+        let mut claimed = Keep::managers(["dynamic".to_string()]);
+        claimed.claimed =
+            FieldSet::from_apply_document(&serde_json::json!({"status": {"x": 1}}), &|_| None);
+        keeps.set(object("d"), &claimed);
+        assert!(!Arc::ptr_eq(
+            &keeps.of(&object("d")),
+            &keeps.of(&object("a"))
+        ));
+        assert_eq!(keeps.of(&object("d")).claimed, claimed.claimed);
     }
 }

@@ -205,7 +205,8 @@ pub struct Machine {
     /// Boxed: a key's state is about 400 bytes, and the table keeps room for up to twice as
     /// many keys as it holds.
     entries: HashMap<DesiredKey, Box<KeyState>>,
-    objects: HashMap<ObjectRef, Object>,
+    /// Boxed, as the keys' states are: one per object with documents, in a table that doubles.
+    objects: HashMap<ObjectRef, Box<Object>>,
     ready: VecDeque<DesiredKey>,
     /// Keys holding a slot (reading or applying).
     running: usize,
