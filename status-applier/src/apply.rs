@@ -492,9 +492,11 @@ mod tests {
         let mut whole = object(Some(json!({"f:status": {"f:ready": {}}})));
         whole.data["status"]["ready"] = json!(true);
         whole.metadata.uid = Some("u1".into());
+        let dictionaries = compact_json::Dictionaries::default();
         let cut = View::strip(
             whole.clone(),
             std::sync::Arc::new(crate::view::Keep::managers(["widget-controller".into()])),
+            &dictionaries,
         );
         let claimed = claimed_fields(&document);
         assert_eq!(
@@ -508,6 +510,7 @@ mod tests {
                 managers: ["widget-controller".to_string()].into(),
                 claimed,
             }),
+            &dictionaries,
         );
         let Decision::Unchanged {
             conflicts,

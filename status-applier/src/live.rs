@@ -9,6 +9,7 @@
 use crate::error::ApplyError;
 use crate::intent::ObjectRef;
 use crate::view::{Keep, Keeps, View};
+use compact_json::Dictionaries;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -29,6 +30,8 @@ pub struct Kind {
     /// Whether objects of the kind live in namespaces.
     pub namespaced: bool,
     objects: RwLock<HashMap<ObjectName, Arc<View>>>,
+    /// What its views are compacted against: views of one kind are alike.
+    dictionaries: Dictionaries,
     synced: AtomicBool,
 }
 
@@ -53,7 +56,7 @@ impl Kind {
             obj.metadata.name.clone().unwrap_or_default(),
         );
         let keep = keeps.of(&object_ref(self, &obj));
-        let obj = View::strip(obj, keep);
+        let obj = View::strip(obj, keep, &self.dictionaries);
         let mut objects = self.objects.write().expect("lock");
         if let Some(current) = objects.get(&name)
             && current.metadata.uid == obj.metadata.uid
@@ -148,6 +151,7 @@ impl Live {
             resource,
             namespaced: caps.scope == Scope::Namespaced,
             objects: Default::default(),
+            dictionaries: Dictionaries::default(),
             synced: AtomicBool::new(false),
         });
         tokio::spawn(watch(

@@ -21,7 +21,7 @@
 //! ([`crate::engine::events::Effect::Keep`]) and reads the object again.
 
 use crate::intent::ObjectRef;
-use compact_json::CompactJson;
+use compact_json::{CompactJson, Dictionaries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use kube::api::DynamicObject;
 use managed_fields::FieldSet;
@@ -52,9 +52,10 @@ impl Keep {
 
 /// An object as the applier holds it: cut down to a [`Keep`], or whole.
 ///
-/// Held compact ([`CompactJson`]), and parsed when an apply is planned on it
-/// ([`View::object`]): the applier holds one view of every object it watches, and a
-/// `serde_json::Value` costs about ten times that. Its identity is at hand (`Deref`).
+/// Held compact ([`CompactJson`], against a recent view of the same kind: [`Dictionaries`]),
+/// and parsed when an apply is planned on it ([`View::object`]): the applier holds one view
+/// of every object it watches, and a `serde_json::Value` costs about ten times that alone.
+/// Its identity is at hand (`Deref`).
 #[derive(Debug, Clone)]
 pub struct View {
     identity: Identity,
@@ -99,10 +100,11 @@ impl Deref for View {
 impl View {
     /// The whole object, uncut (tests, and callers that need everything).
     pub fn whole(object: DynamicObject) -> Self {
-        Self::new(object, None)
+        let compact = CompactJson::new(&object);
+        Self::new(object, compact, None)
     }
 
-    fn new(object: DynamicObject, kept: Option<Arc<Keep>>) -> Self {
+    fn new(object: DynamicObject, compact: CompactJson, kept: Option<Arc<Keep>>) -> Self {
         let metadata = Metadata {
             name: object.metadata.name.clone(),
             namespace: object.metadata.namespace.clone(),
@@ -112,7 +114,7 @@ impl View {
         };
         Self {
             identity: Identity { metadata },
-            object: CompactJson::new(&object),
+            object: compact,
             kept,
         }
     }
@@ -133,8 +135,9 @@ impl View {
         self.object().metadata.managed_fields.unwrap_or_default()
     }
 
-    /// `object` cut down to what `keep` names (see the module documentation).
-    pub fn strip(object: DynamicObject, keep: Arc<Keep>) -> Self {
+    /// `object` cut down to what `keep` names (see the module documentation), compacted
+    /// against `dictionaries` (those of its kind).
+    pub fn strip(object: DynamicObject, keep: Arc<Keep>, dictionaries: &Dictionaries) -> Self {
         let DynamicObject {
             types,
             metadata,
@@ -179,14 +182,13 @@ impl View {
             managed_fields: (!managed_fields.is_empty()).then_some(managed_fields),
             ..ObjectMeta::default()
         };
-        Self::new(
-            DynamicObject {
-                types,
-                metadata,
-                data,
-            },
-            Some(keep),
-        )
+        let object = DynamicObject {
+            types,
+            metadata,
+            data,
+        };
+        let compact = dictionaries.compact(&object);
+        Self::new(object, compact, Some(keep))
     }
 
     /// True when this view was cut down to something else than `other`: of two views of the
@@ -411,7 +413,11 @@ mod tests {
 
     #[test]
     fn an_object_no_kept_manager_touched_keeps_its_identity_and_generation_alone() {
-        let view = View::strip(control_plane(), keep(&["someone-else"], json!({})));
+        let view = View::strip(
+            control_plane(),
+            keep(&["someone-else"], json!({})),
+            &Dictionaries::default(),
+        );
         let mut kept = serde_json::to_value(view.object()).unwrap();
         // Of each manager, where its fields are: enough to know what nobody owns.
         assert_eq!(
@@ -454,7 +460,11 @@ mod tests {
 
     #[test]
     fn a_kept_manager_keeps_its_apply_whole_with_its_values_and_the_others_where_it_owns() {
-        let view = View::strip(control_plane(), keep(&["ours-status"], json!({})));
+        let view = View::strip(
+            control_plane(),
+            keep(&["ours-status"], json!({})),
+            &Dictionaries::default(),
+        );
         assert_eq!(view.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(view.metadata.resource_version.as_deref(), Some("7"));
         let object = view.object();
@@ -503,7 +513,11 @@ mod tests {
         // A document that wants the phase and the endpoint, which ours does not own yet.
         let claimed =
             json!({"f:status": {"f:phase": {}}, "f:spec": {"f:endpoint": {"f:host": {}}}});
-        let view = View::strip(control_plane(), keep(&["ours-status"], claimed.clone()));
+        let view = View::strip(
+            control_plane(),
+            keep(&["ours-status"], claimed.clone()),
+            &Dictionaries::default(),
+        );
         let object = view.object();
         assert_eq!(object.data["status"]["phase"], json!("Provisioning"));
         assert_eq!(object.data["spec"], json!({"endpoint": {"host": "h"}}));
@@ -534,6 +548,8 @@ mod tests {
             field_manager: "ours-status".into(),
         };
         let whole = control_plane();
+        // One kind's dictionaries: every view but the first is compacted against another.
+        let dictionaries = Dictionaries::default();
         for document in [
             json!({"status": {"ready": true, "outputs": {"a": "1"},
                    "conditions": [{"type": "Ours", "status": "True"}]}}),
@@ -548,6 +564,7 @@ mod tests {
                     managers: ["ours-status".to_string()].into(),
                     claimed: claimed.clone(),
                 }),
+                &dictionaries,
             );
             assert!(stripped.covers("ours-status", &claimed));
             let a = plan_on_object(&Policy::default(), &key, &document, &whole);

@@ -1333,7 +1333,11 @@ fn an_intent_that_rides_a_queued_check_is_still_told_what_it_kept() {
 
 /// `view` cut down as the driver's cache would with `keep`.
 fn stripped(view: &Arc<View>, keep: &crate::view::Keep) -> Arc<View> {
-    Arc::new(View::strip(view.object(), Arc::new(keep.clone())))
+    Arc::new(View::strip(
+        view.object(),
+        Arc::new(keep.clone()),
+        &compact_json::Dictionaries::default(),
+    ))
 }
 
 /// The one `Keep` among `effects`, and where it is among them.
