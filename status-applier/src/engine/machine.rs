@@ -30,7 +30,7 @@ use crate::leadership::Leadership;
 use crate::metrics::{Action, WaitEnd};
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
-use compact_json::CompactJson;
+use compact_json::{CompactJson, Dictionaries};
 use managed_fields::FieldSet;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -116,7 +116,24 @@ struct KeyState {
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct StoredDocument(CompactJson);
 
+/// What documents are compacted against, per manager: a manager's documents for its objects
+/// are alike, and compacted against one another take a few times less.
+#[derive(Default)]
+struct DocumentDictionaries(HashMap<String, Dictionaries>);
+
+impl DocumentDictionaries {
+    /// `document`, as `key`'s manager's documents are stored.
+    fn store(&mut self, key: &DesiredKey, document: &Value) -> StoredDocument {
+        let dictionaries = match self.0.get(&key.field_manager) {
+            Some(found) => found,
+            None => self.0.entry(key.field_manager.clone()).or_default(),
+        };
+        StoredDocument(dictionaries.compact(document))
+    }
+}
+
 impl StoredDocument {
+    #[cfg(test)]
     fn new(document: &Value) -> Self {
         Self(CompactJson::new(document))
     }
@@ -127,9 +144,9 @@ impl StoredDocument {
 }
 
 impl KeyState {
-    fn new(document: &Value, object_uid: Option<String>) -> Box<Self> {
+    fn new(document: StoredDocument, object_uid: Option<String>) -> Box<Self> {
         Box::new(Self {
-            document: StoredDocument::new(document),
+            document,
             from_intent: false,
             precondition: None,
             object_uid,
@@ -207,6 +224,7 @@ pub struct Machine {
     entries: HashMap<DesiredKey, Box<KeyState>>,
     /// Boxed, as the keys' states are: one per object with documents, in a table that doubles.
     objects: HashMap<ObjectRef, Box<Object>>,
+    documents: DocumentDictionaries,
     ready: VecDeque<DesiredKey>,
     /// Keys holding a slot (reading or applying).
     running: usize,
@@ -225,6 +243,7 @@ impl Machine {
             tuning,
             entries: HashMap::new(),
             objects: HashMap::new(),
+            documents: DocumentDictionaries::default(),
             ready: VecDeque::new(),
             running: 0,
             pending: 0,
@@ -563,7 +582,9 @@ impl Machine {
             if let Some(view) = self.objects.get(&key.object).and_then(|o| o.view.as_ref())
                 && view.keeps(&key.field_manager)
             {
-                entry.document = StoredDocument::new(&apply::owned_document(&view.object(), key));
+                entry.document = self
+                    .documents
+                    .store(key, &apply::owned_document(&view.object(), key));
             }
             for (_, ticket, _) in entry.waiters.drain(..) {
                 out.push(Effect::Answer {
@@ -801,8 +822,45 @@ pub(crate) fn backoff(tuning: &Tuning, failures: u32, jitter: &mut fastrand::Rng
 
 #[cfg(test)]
 mod stored_document_tests {
-    use super::StoredDocument;
+    use super::{DocumentDictionaries, StoredDocument};
+    use crate::intent::{DesiredKey, ObjectRef};
     use serde_json::json;
+
+    fn key(manager: &str, name: &str) -> DesiredKey {
+        DesiredKey {
+            object: ObjectRef {
+                api_version: "controlplane.cluster.x-k8s.io/v1beta1".into(),
+                kind: "CAPTControlPlane".into(),
+                namespace: Some("tenant-a".into()),
+                name: name.into(),
+            },
+            subresource: Some(crate::intent::Subresource::Status),
+            field_manager: manager.into(),
+        }
+    }
+
+    #[test]
+    fn a_managers_documents_are_stored_against_one_another_and_read_back_whole() {
+        let mut documents = DocumentDictionaries::default();
+        let (mut alone, mut stored) = (0, 0);
+        for i in 0..100 {
+            let document = json!({"status": {"ready": true, "initialized": true,
+                "controlPlaneEndpoint": {"host": format!("https://{i:x}.eks.amazonaws.com"), "port": 443},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"},
+                               {"type": "EndpointReady", "status": "True", "reason": "Provisioned"}]}});
+            let compact =
+                documents.store(&key("capt-captcontrolplane", &format!("c{i}")), &document);
+            assert_eq!(compact.value(), document);
+            assert_eq!(compact, StoredDocument::new(&document));
+            alone += StoredDocument::new(&document).0.compressed_len();
+            stored += compact.0.compressed_len();
+        }
+        assert!(stored * 2 < alone, "{stored} stored, {alone} alone");
+        // Another manager's documents have their own dictionary, and compare all the same.
+        let other = documents.store(&key("capt-cluster", "c0"), &json!({"status": {"x": 1}}));
+        assert_eq!(other, StoredDocument::new(&json!({"status": {"x": 1}})));
+        assert_eq!(documents.0.len(), 2);
+    }
 
     #[test]
     fn equal_documents_are_equal_texts_whatever_the_order_of_their_keys() {

@@ -4,7 +4,7 @@
 //! incarnation), refused for a conflict between managers of this applier, and where the key
 //! goes next (queued, coalesced, or answered at once).
 
-use super::{KeyState, Machine, Parked, Phase, StoredDocument};
+use super::{KeyState, Machine, Parked, Phase};
 use crate::apply::owned_document;
 use crate::conflict::{self, Conflict};
 use crate::engine::events::{Count, Effect, Ticket};
@@ -93,7 +93,7 @@ impl Machine {
         let entry = self.entries.get_mut(&key).expect("loaded");
         let after_quiet = entry.last_intent.is_none_or(|at| now - at >= window);
         entry.last_intent = Some(now);
-        let document = StoredDocument::new(&merged.document);
+        let document = self.documents.store(&key, &merged.document);
         let changed = document != entry.document
             || (intent.uid.is_some() && intent.uid != entry.precondition);
         if !changed
@@ -259,9 +259,10 @@ impl Machine {
         let view = self.objects.get(&key.object).and_then(|o| o.view.clone());
         let mut fresh = match view {
             Some(v) if uid.is_none() || v.metadata.uid.as_deref() == uid => {
-                KeyState::new(&owned_document(&v.object(), key), v.metadata.uid.clone())
+                let owned = self.documents.store(key, &owned_document(&v.object(), key));
+                KeyState::new(owned, v.metadata.uid.clone())
             }
-            _ => KeyState::new(&Value::Object(Default::default()), None),
+            _ => KeyState::new(self.documents.store(key, &empty()), None),
         };
         if let Some(mut old) = self.entries.remove(key) {
             // The key keeps its place in the cycle and its version count, so that it is
@@ -320,7 +321,7 @@ impl Machine {
             if !found && !self.entries.contains_key(&key) {
                 self.entries.insert(
                     key.clone(),
-                    KeyState::new(&Value::Object(Default::default()), None),
+                    KeyState::new(self.documents.store(&key, &empty()), None),
                 );
             }
             self.take_in(parked, true, now, out);
@@ -408,4 +409,9 @@ fn answer_as_last(
         ticket,
         outcome: answer,
     });
+}
+
+/// The document of a key nothing is known of yet.
+fn empty() -> Value {
+    Value::Object(Default::default())
 }

@@ -2,7 +2,7 @@
 //! re-checks of the documents of its intents, remembered documents that follow the object,
 //! and documents rebuilt from `managedFields` after a restart.
 
-use super::{KeyState, Machine, Phase, StoredDocument, behind, is_newer, set_phase};
+use super::{KeyState, Machine, Phase, behind, is_newer, set_phase};
 use crate::apply::{our_apply_entries, owned_document};
 use crate::conflict::Conflict;
 use crate::engine::events::Effect;
@@ -69,7 +69,7 @@ impl Machine {
                     continue;
                 }
                 // A remembered document follows the object.
-                entry.document = StoredDocument::new(&owned_document(&whole, &key));
+                entry.document = self.documents.store(&key, &owned_document(&whole, &key));
                 entry.object_uid = view.metadata.uid.clone();
             } else if entry.phase.is_idle() {
                 // Re-check: restores drifted fields and retries conflicts; sends nothing
@@ -147,7 +147,8 @@ impl Machine {
                 continue;
             }
             info!(subject = %key.object, manager = key.field_manager, "Rebuilt desired document from managedFields");
-            let mut entry = KeyState::new(&owned_document(&whole, &key), view.metadata.uid.clone());
+            let owned = self.documents.store(&key, &owned_document(&whole, &key));
+            let mut entry = KeyState::new(owned, view.metadata.uid.clone());
             entry.last = Some(
                 crate::outcome::for_key(&key, Action::unchanged)
                     .with_message("rebuilt from managedFields"),
