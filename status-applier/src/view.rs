@@ -326,7 +326,14 @@ impl Keeps {
             managers,
             claimed: keep.claimed.clone(),
         });
-        self.objects.write().expect("lock").insert(object, keep);
+        let mut objects = self.objects.write().expect("lock");
+        // An object kept as every other needs no entry: with the allowed managers writing,
+        // that is most of them.
+        if Arc::ptr_eq(&keep, &self.base) {
+            objects.remove(&object);
+        } else {
+            objects.insert(object, keep);
+        }
     }
 
     /// Forgets `object` (deleted): it is kept as any other from now on.
@@ -613,6 +620,11 @@ mod tests {
             &keeps.of(&object("b"))
         ));
         assert!(Arc::ptr_eq(&keeps.of(&object("c")), &keeps.base));
+        // Kept as every other, "c" has no entry of its own; nor has "b" once it is again.
+        assert_eq!(keeps.len(), 2);
+        keeps.set(object("b"), &Keep::managers(["allowed".to_string()]));
+        assert_eq!(keeps.len(), 1);
+        assert!(Arc::ptr_eq(&keeps.of(&object("b")), &keeps.base));
         // A keep with claims is the object's own, and equal to what it asked.
         let mut claimed = Keep::managers(["dynamic".to_string()]);
         claimed.claimed =
