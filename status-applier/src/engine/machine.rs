@@ -646,7 +646,15 @@ impl Machine {
                 // never shows our own write as news, so plan once more on the answer.
                 entry.recheck |= !conflicts.is_empty();
                 outcome.conflicts = conflicts;
+                // The apply made the manager the owner of what it claimed (unless a conflict
+                // left some out): kept with its applies from now on, its claims need not be.
+                let owned = self
+                    .objects
+                    .get(&key.object)
+                    .and_then(|o| o.claims.get(key))
+                    .is_some_and(|claimed| view.owned_covers(&key.field_manager, claimed));
                 self.take_view(&key.object, view);
+                self.release_claims_if(owned, key, out);
                 self.finish_version(key, version, outcome, false, now, out);
             }
             // The object changed after the view the plan was made on (or, for a 409 with

@@ -1430,6 +1430,44 @@ fn a_document_claiming_beyond_the_view_is_planned_only_on_a_read_that_keeps_its_
 }
 
 #[test]
+fn claims_are_released_once_an_apply_made_their_manager_own_them() {
+    let mut h = Harness::default();
+    let ours = crate::view::Keep::managers([OURS.to_string()]);
+    // Core owns the phase; ours owns nothing yet, so `a` is a claim the views must keep.
+    let whole = core_owns_the_phase(6);
+    h.observe(stripped(&whole, &ours));
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    let effects = h.at(10).timer(&status_key());
+    let (_, keep) = the_keep(&effects);
+    assert!(!keep.claimed.is_empty(), "{keep:?}");
+    let effects = h.at(11).observe(stripped(&whole, &keep));
+    assert_eq!(the_apply(&effects)["status"], json!({"a": "1"}));
+    // The apply's answer: ours owns `a` now, kept with its applies; the claim need not stay.
+    let answered = h.at(12).applied(
+        &status_key(),
+        Ok(stripped(
+            &mk_widget(
+                7,
+                UID,
+                json!({"status": {"phase": "Creating", "a": "1"}}),
+                &[
+                    (
+                        "core",
+                        "Update",
+                        "status",
+                        json!({"f:status": {"f:phase": {}}}),
+                    ),
+                    (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
+                ],
+            ),
+            &keep,
+        )),
+    );
+    let (_, released) = the_keep(&answered);
+    assert_eq!(released, ours);
+}
+
+#[test]
 fn a_read_of_the_same_version_cut_to_what_was_asked_last_is_planned_on() {
     let mut h = Harness::default();
     // Held: the widget cut to ours and `status.x` (what an earlier document claimed).
