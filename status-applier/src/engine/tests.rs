@@ -1379,6 +1379,24 @@ fn a_first_intent_on_a_view_cut_without_its_manager_waits_for_a_read_that_keeps_
     );
 }
 
+/// The widget as our apply of `status.a` left it (core owns the phase).
+fn ours_applied_a() -> Arc<View> {
+    mk_widget(
+        7,
+        UID,
+        json!({"status": {"phase": "Creating", "a": "1"}}),
+        &[
+            (
+                "core",
+                "Update",
+                "status",
+                json!({"f:status": {"f:phase": {}}}),
+            ),
+            (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
+        ],
+    )
+}
+
 #[test]
 fn a_document_claiming_beyond_the_view_is_planned_only_on_a_read_that_keeps_its_paths() {
     let mut h = Harness::default();
@@ -1404,26 +1422,9 @@ fn a_document_claiming_beyond_the_view_is_planned_only_on_a_read_that_keeps_its_
     let effects = h.at(11).observe(stripped(&whole, &keep));
     let body = the_apply(&effects);
     assert_eq!(body["status"], json!({"a": "1"}));
-    let answered = h.at(12).applied(
-        &status_key(),
-        Ok(stripped(
-            &mk_widget(
-                7,
-                UID,
-                json!({"status": {"phase": "Creating", "a": "1"}}),
-                &[
-                    (
-                        "core",
-                        "Update",
-                        "status",
-                        json!({"f:status": {"f:phase": {}}}),
-                    ),
-                    (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
-                ],
-            ),
-            &keep,
-        )),
-    );
+    let answered = h
+        .at(12)
+        .applied(&status_key(), Ok(stripped(&ours_applied_a(), &keep)));
     let outcome = answer(&answered, ticket).expect("answered");
     assert_eq!(outcome.action, Action::conflict);
     assert_eq!(outcome.conflicts[0].owner, "core");
@@ -1443,26 +1444,9 @@ fn claims_are_released_once_an_apply_made_their_manager_own_them() {
     let effects = h.at(11).observe(stripped(&whole, &keep));
     assert_eq!(the_apply(&effects)["status"], json!({"a": "1"}));
     // The apply's answer: ours owns `a` now, kept with its applies; the claim need not stay.
-    let answered = h.at(12).applied(
-        &status_key(),
-        Ok(stripped(
-            &mk_widget(
-                7,
-                UID,
-                json!({"status": {"phase": "Creating", "a": "1"}}),
-                &[
-                    (
-                        "core",
-                        "Update",
-                        "status",
-                        json!({"f:status": {"f:phase": {}}}),
-                    ),
-                    (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
-                ],
-            ),
-            &keep,
-        )),
-    );
+    let answered = h
+        .at(12)
+        .applied(&status_key(), Ok(stripped(&ours_applied_a(), &keep)));
     let (_, released) = the_keep(&answered);
     assert_eq!(released, ours);
 }
