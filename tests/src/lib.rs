@@ -305,10 +305,62 @@ impl Scratch {
         std::fs::create_dir_all(&path)?;
         Ok(Self(path))
     }
+}
 
-    /// `name` in the directory.
-    pub fn join(&self, name: &str) -> std::path::PathBuf {
-        self.0.join(name)
+/// The directory's path.
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+/// As a command's argument or environment value.
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+/// A file in a [`Scratch`] directory that holds it alone: its path, the directory removed
+/// with it.
+pub struct ScratchFile {
+    path: std::path::PathBuf,
+    _dir: Scratch,
+}
+
+impl ScratchFile {
+    /// `path`, in `dir`, goes with `dir`.
+    pub fn new(dir: Scratch, path: std::path::PathBuf) -> Self {
+        Self { path, _dir: dir }
+    }
+}
+
+impl std::ops::Deref for ScratchFile {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for ScratchFile {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+/// As a command's argument or environment value.
+impl AsRef<std::ffi::OsStr> for ScratchFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
     }
 }
 

@@ -44,6 +44,8 @@ pub struct Pod {
     kubeconfig: PathBuf,
     /// Its shard: the value of the `cluster.x-k8s.io/watch-filter` label it manages.
     shard: Option<String>,
+    /// Its kubeconfig's directory; after the processes, so that it goes once they have.
+    _dir: crate::Scratch,
 }
 
 impl Pod {
@@ -64,7 +66,7 @@ impl Pod {
         shard: Option<&str>,
     ) -> Result<Self> {
         install_rbac()?;
-        let dir = std::env::temp_dir().join(format!("{namespace}-{name}"));
+        let dir = crate::Scratch::new(&format!("{namespace}-{name}"))?;
         let kubeconfig = pod_kubeconfig(name, &dir)?;
         let mut applier_args = vec![
             "--leader-election-lease".to_owned(),
@@ -90,6 +92,7 @@ impl Pod {
             election: election.clone(),
             kubeconfig,
             shard: shard.map(str::to_owned),
+            _dir: dir,
         };
         pod.start_controller()?;
         Ok(pod)

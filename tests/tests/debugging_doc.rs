@@ -65,8 +65,7 @@ async fn every_command_of_the_debugging_page_runs_as_documented() -> Result<()> 
         "the page has its blocks: {}",
         blocks.len()
     );
-    let workdir = std::env::temp_dir().join(capt_tests::unique_name("debugging"));
-    std::fs::create_dir_all(&workdir)?;
+    let workdir = capt_tests::Scratch::new("debugging")?;
     let bin = binary("status-applier");
     let path = format!(
         "{}:{}:{}",

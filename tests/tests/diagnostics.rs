@@ -19,7 +19,7 @@ use capt_tests::applier::{Applier, binary, metric_value};
 use capt_tests::audit_log::AuditLog;
 use capt_tests::held_proxy::HeldProxy;
 use capt_tests::system::{free_local_addr, free_local_addrs, impersonating_kubeconfig, plain_get};
-use capt_tests::{TestNamespace, env, repo_root, unique_name};
+use capt_tests::{Scratch, ScratchFile, TestNamespace, env, repo_root, unique_name};
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -40,12 +40,11 @@ fn install_rbac() -> Result<()> {
 }
 
 /// A kubeconfig acting as the pod's ServiceAccount, `capt-system/capt-controller`.
-fn pod_kubeconfig() -> Result<PathBuf> {
+fn pod_kubeconfig() -> Result<ScratchFile> {
     install_rbac()?;
-    impersonating_kubeconfig(
-        "system:serviceaccount:capt-system:capt-controller",
-        &std::env::temp_dir().join(unique_name("diagnostics")),
-    )
+    let dir = Scratch::new("diagnostics")?;
+    let path = impersonating_kubeconfig("system:serviceaccount:capt-system:capt-controller", &dir)?;
+    Ok(ScratchFile::new(dir, path))
 }
 
 /// Two scrapers' tokens: `reader`, bound to `capt-controller-metrics-reader`, and
@@ -274,8 +273,7 @@ async fn the_controller_serves_metrics_with_the_certificate_of_its_cert_dir() ->
     let scrapers = Scrapers::create().await?;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "diag-controller").await?;
-    let dir = std::env::temp_dir().join(unique_name("controller-cert"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new("controller-cert")?;
     // A certificate for 127.0.0.1, as cert-manager would mount one.
     let openssl = Command::new("openssl")
         .args([
@@ -367,8 +365,7 @@ impl Drop for KilledOnDrop {
 
 #[tokio::test]
 async fn the_debug_listener_refuses_any_address_but_loopback() -> Result<()> {
-    let dir = std::env::temp_dir().join(unique_name("debug-tcp"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new("debug-tcp")?;
     for addr in [
         "0.0.0.0:9999",
         "[::]:9999",
@@ -489,8 +486,7 @@ fn assert_final_mode(view: &FirstView, how: &str) {
 async fn the_socket_has_its_final_mode_from_the_moment_it_appears() -> Result<()> {
     // As it runs: the first view must already have the mode. A bind followed by a chmod
     // leaves a window of microseconds, which this look catches only by luck ...
-    let dir = std::env::temp_dir().join(unique_name("socket-mode"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new("socket-mode")?;
     let command = serve_on(&dir, Path::new("env"), &[]);
     assert_final_mode(&first_view(&dir, command, |_| None).await?, "as it runs");
 
@@ -508,8 +504,7 @@ async fn the_socket_has_its_final_mode_from_the_moment_it_appears() -> Result<()
         probe.status,
         String::from_utf8_lossy(&probe.stderr)
     );
-    let dir = std::env::temp_dir().join(unique_name("socket-mode-slow"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new("socket-mode-slow")?;
     let slowed = [
         "-f",
         "-qq",
@@ -569,9 +564,11 @@ async fn applier_as_pod(
 }
 
 /// A kubeconfig acting as the pod's ServiceAccount with `pod` as the user extra `pod`.
-fn kubeconfig_of_pod(pod: &str) -> Result<PathBuf> {
+fn kubeconfig_of_pod(pod: &str) -> Result<ScratchFile> {
     install_rbac()?;
-    capt_tests::pod::pod_kubeconfig(pod, &std::env::temp_dir().join(unique_name(pod)))
+    let dir = Scratch::new(pod)?;
+    let path = capt_tests::pod::pod_kubeconfig(pod, &dir)?;
+    Ok(ScratchFile::new(dir, path))
 }
 
 /// Hole 7 of the hostile-tenant review: whoever reaches the metrics port makes the pod ask the

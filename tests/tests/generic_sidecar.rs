@@ -31,6 +31,8 @@ struct Fixture {
     ns: TestNamespace,
     api: Api<ConfigMap>,
     policy: PathBuf,
+    /// The policy's directory, removed with the fixture.
+    _dir: capt_tests::Scratch,
 }
 
 async fn fixture(prefix: &str) -> Result<Fixture> {
@@ -42,11 +44,15 @@ async fn fixture(prefix: &str) -> Result<Fixture> {
         &serde_json::from_value(json!({"metadata": {"name": "settings"}}))?,
     )
     .await?;
-    let dir = std::env::temp_dir().join(&ns.name);
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new(&ns.name)?;
     let policy = dir.join("policy.yaml");
     std::fs::write(&policy, POLICY)?;
-    Ok(Fixture { ns, api, policy })
+    Ok(Fixture {
+        ns,
+        api,
+        policy,
+        _dir: dir,
+    })
 }
 
 impl Fixture {
@@ -203,8 +209,7 @@ async fn without_a_policy_nothing_is_protected() -> Result<()> {
 
 #[tokio::test]
 async fn a_bad_policy_file_is_named_with_its_entry() -> Result<()> {
-    let dir = std::env::temp_dir().join(capt_tests::unique_name("bad-policy"));
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new("bad-policy")?;
     let policy = dir.join("policy.yaml");
     std::fs::write(
         &policy,

@@ -955,7 +955,8 @@ async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()
     let audit = AuditLog::from_now()?;
     install_rbac()?;
     let user = "system:serviceaccount:capt-system:capt-controller";
-    let kubeconfig = impersonating_kubeconfig(user, &std::env::temp_dir().join(&ns.name))?;
+    let dir = capt_tests::Scratch::new(&ns.name)?;
+    let kubeconfig = impersonating_kubeconfig(user, &dir)?;
     let options = kube::config::KubeConfigOptions::default();
     let config = kube::config::Kubeconfig::read_from(&kubeconfig)?;
     let account =

@@ -60,8 +60,7 @@ async fn kubectl_finds_the_plugin_and_it_audits_with_kubectls_conventions() -> R
     apply_config_map(&other.name, "carol", json!({"elsewhere": "x"}), false)?;
 
     // A kubeconfig whose current context's namespace is the test's, as `kubens` would leave it.
-    let dir = std::env::temp_dir().join(format!("kubectl-ownership-{}", ns.name));
-    std::fs::create_dir_all(&dir)?;
+    let dir = capt_tests::Scratch::new(&format!("kubectl-ownership-{}", ns.name))?;
     let kubeconfig = dir.join("kubeconfig");
     std::fs::copy(&env().kubeconfig, &kubeconfig)?;
     let set_ns = env()

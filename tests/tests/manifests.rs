@@ -13,11 +13,15 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 /// The applier and the controller of a system in a new namespace, both impersonating the
 /// ServiceAccount `capt-system/<account>`, electing their leader on a Lease in capt-system.
-async fn start_as_service_account(prefix: &str, account: &str) -> Result<(TestNamespace, System)> {
+async fn start_as_service_account(
+    prefix: &str,
+    account: &str,
+) -> Result<(TestNamespace, System, capt_tests::Scratch)> {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, prefix).await?;
     let user = format!("system:serviceaccount:capt-system:{account}");
-    let kubeconfig = impersonating_kubeconfig(&user, &std::env::temp_dir().join(&ns.name))?;
+    let dir = capt_tests::Scratch::new(&ns.name)?;
+    let kubeconfig = impersonating_kubeconfig(&user, &dir)?;
     let lease = format!("capt-{}", ns.name);
     let args = [
         "--leader-election-namespace",
@@ -26,7 +30,7 @@ async fn start_as_service_account(prefix: &str, account: &str) -> Result<(TestNa
         &lease,
     ];
     let system = System::start_as(&ns.name, 50, &args, &kubeconfig).await?;
-    Ok((ns, system))
+    Ok((ns, system, dir))
 }
 
 #[tokio::test]
@@ -71,7 +75,7 @@ async fn the_kustomization_passes_a_server_side_dry_run() -> Result<()> {
 async fn the_service_accounts_rbac_is_enough_to_provision_a_cluster() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     install_rbac()?;
-    let (_ns, system) = start_as_service_account("rbac", "capt-controller").await?;
+    let (_ns, system, _kubeconfig) = start_as_service_account("rbac", "capt-controller").await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     let conflicts = system.applier.client.get("/v1/conflicts").await?.json();
@@ -116,7 +120,8 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
              "subjects": [{"kind": "ServiceAccount", "name": "capt-limited", "namespace": "capt-system"}]},
         ]});
     env().kubectl_ok(&["apply", "-f", "-"], Some(&limited.to_string()))?;
-    let (_ns, system) = start_as_service_account("rbac-missing", "capt-limited").await?;
+    let (_ns, system, _kubeconfig) =
+        start_as_service_account("rbac-missing", "capt-limited").await?;
     system.apply_samples(false).await?;
     // The CAPT objects still progress; the applies' status is refused, and said so.
     system
@@ -169,7 +174,7 @@ async fn a_missing_permission_is_reported_clearly_and_crashes_nothing() -> Resul
 
 #[tokio::test]
 async fn a_lease_the_controller_may_not_use_is_reported_and_retried_not_a_crash() -> Result<()> {
-    let dir = std::env::temp_dir().join(capt_tests::unique_name("lease-forbidden"));
+    let dir = capt_tests::Scratch::new("lease-forbidden")?;
     let kubeconfig = impersonating_kubeconfig("system:serviceaccount:capt-system:nobody", &dir)?;
     let log = dir.join("controller.log");
     let mut controller = std::process::Command::new(capt_tests::applier::binary("capt-controller"))
