@@ -653,7 +653,9 @@ impl Machine {
                     .get(&key.object)
                     .and_then(|o| o.claims.get(key))
                     .is_some_and(|claimed| view.owned_covers(&key.field_manager, claimed));
-                self.take_view(&key.object, view);
+                if self.take_view(&key.object, view) {
+                    self.follow_view(&key.object, Some(key), now, out);
+                }
                 self.release_claims_if(owned, key, out);
                 self.finish_version(key, version, outcome, false, now, out);
             }

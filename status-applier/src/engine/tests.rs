@@ -775,6 +775,53 @@ fn an_intent_during_an_apply_rides_the_next_one_and_is_answered_by_it() {
 }
 
 #[test]
+fn an_apply_answer_that_shows_another_writers_change_rechecks_the_objects_other_keys() {
+    let mut h = Harness::default();
+    h.observe(fresh_widget());
+    h.submit(
+        intent(&main_key(), json!({"spec": {"colour": "red"}})),
+        false,
+    );
+    h.at(10).timer(&main_key());
+    let spec_applied = |rv: u64, status: Value, managed: &[Managed]| {
+        mk_widget(
+            rv,
+            UID,
+            json!({"spec": {"size": 1, "colour": "red"}, "status": status}),
+            managed,
+        )
+    };
+    let ours = (
+        "widget-spec",
+        "Apply",
+        "",
+        json!({"f:spec": {"f:colour": {}}}),
+    );
+    h.at(12).applied(
+        &main_key(),
+        Ok(spec_applied(6, json!({}), std::slice::from_ref(&ours))),
+    );
+    h.submit(intent(&status_key(), json!({"status": {"a": "1"}})), false);
+    let effects = h.at(22).timer(&status_key());
+    assert_eq!(applies(&effects).len(), 1);
+    // Between the two applies an admin took the colour (version 7); the status apply's
+    // answer (8) shows it before the watch does, and the watch's event for 7 is then old.
+    let answer = mk_widget(
+        8,
+        UID,
+        json!({"spec": {"size": 1, "colour": "blue"}, "status": {"a": "1"}}),
+        &[
+            ("admin", "Apply", "", json!({"f:spec": {"f:colour": {}}})),
+            (OURS, "Apply", "status", json!({"f:status": {"f:a": {}}})),
+        ],
+    );
+    let effects = h.at(24).applied(&status_key(), Ok(answer));
+    assert_eq!(wakes(&effects), vec![h.ms(34)], "{effects:#?}");
+    let effects = h.at(34).timer(&main_key());
+    assert_eq!(attempts(&effects), vec![Action::conflict], "{effects:#?}");
+}
+
+#[test]
 fn a_field_another_writer_removed_is_restored_after_the_observation() {
     let mut h = Harness::default();
     h.apply_a1(6);

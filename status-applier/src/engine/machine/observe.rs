@@ -55,13 +55,26 @@ impl Machine {
             };
             self.plan_or_read(key, stale, now, out);
         }
-        if !newer {
-            return;
+        if newer {
+            self.follow_view(object, replanned.as_ref(), now, out);
         }
-        let view = self.objects[object].view.clone().expect("just taken");
+    }
+
+    /// What every key of `object` but `except` does on a newer view of it: remembered
+    /// documents follow it, idle ones are checked again, one waiting for it is planned.
+    /// Whether the view came from the watch or from an apply's answer: an answer can show
+    /// another writer's change first, and the watch's event for it is then no news.
+    pub(super) fn follow_view(
+        &mut self,
+        object: &ObjectRef,
+        except: Option<&DesiredKey>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let view = self.objects[object].view.clone().expect("a view");
         let whole = view.object();
         let keys: Vec<DesiredKey> = self.objects[object].keys.to_vec();
-        for key in keys {
+        for key in keys.into_iter().filter(|k| Some(k) != except) {
             let entry = self.entries.get_mut(&key).expect("a key");
             if !entry.from_intent {
                 if !view.keeps(&key.field_manager) {
@@ -83,9 +96,7 @@ impl Machine {
                 // The view it waited for: plan at once.
                 set_phase(entry, &mut self.pending, Phase::Ready);
                 self.ready.push_back(key);
-            } else if matches!(entry.phase, Phase::Applying { .. })
-                && replanned.as_ref() != Some(&key)
-            {
+            } else if matches!(entry.phase, Phase::Applying { .. }) {
                 // The apply in flight was planned on an older view.
                 entry.recheck = true;
             }
