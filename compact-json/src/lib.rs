@@ -149,7 +149,7 @@ impl Dictionaries {
             let mut current = self.current.lock().expect("lock");
             let sampled = current.sampled_len;
             let replace = current.dictionary.is_none()
-                || (text.len() * 4 >= sampled * 5 && text.len() > sampled)
+                || text.len() * 4 >= sampled * 5
                 || (current.compacted_since >= Self::REFRESH && text.len() * 2 >= sampled);
             if replace {
                 current.dictionary = Some(Dictionary::new(&text));
