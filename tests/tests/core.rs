@@ -9,7 +9,7 @@ use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions, wr
 use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::fake_provider::APPLY_GATE_ANNOTATION;
 use capt_tests::system::System;
-use capt_tests::{CLUSTER_V1BETA1, CLUSTER_V1BETA2, TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA1, CLUSTER_V1BETA2, Scratch, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -738,8 +738,9 @@ type Histories = Arc<std::sync::Mutex<BTreeMap<String, Vec<Value>>>>;
 
 /// The value of `field` in `obj`: a JSON pointer, `condition:<Type>` for that condition's
 /// `[status, reason]` in `status.conditions` (its message, with its countdowns, left out), or
-/// `condition-status:<Type>` for its status alone (`Deleting` once its reason says so: the
-/// deletion is the one way back to False that is no flip).
+/// `condition-status:<Type>` for its status alone (its reason instead once that is deletion's
+/// `Deleting`, ours, or `ObjectDeleted`, core's once the control plane is gone: the deletion is
+/// the one way back to False that is no flip).
 fn field_value(obj: &Value, field: &str) -> Value {
     if let Some(type_) = field.strip_prefix("condition:") {
         return condition(obj, type_)
@@ -747,10 +748,12 @@ fn field_value(obj: &Value, field: &str) -> Value {
             .unwrap_or(Value::Null);
     }
     if let Some(type_) = field.strip_prefix("condition-status:") {
+        // Core may never mirror our `Deleting` (its reconcile can fall after the control plane
+        // is gone): True, then straight to False with `ObjectDeleted`.
         return condition(obj, type_)
-            .map(|c| match c["reason"] == "Deleting" {
-                true => json!("Deleting"),
-                false => c["status"].clone(),
+            .map(|c| match c["reason"].as_str() {
+                Some(reason @ ("Deleting" | "ObjectDeleted")) => json!(reason),
+                _ => c["status"].clone(),
             })
             .unwrap_or(Value::Null);
     }
@@ -880,7 +883,28 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         histories.clone(),
     );
     let system = System::start_with(&ns.name, 200, &[]).await?;
-    system.apply_samples(false).await?;
+    // The control plane's Workspace stays creating until core has mirrored its Available as
+    // False: the round then always goes False → True → False (deleted), as it does under load.
+    let gates = Scratch::new("core-flips-gate")?;
+    let gate = gates.join("gate");
+    system.apply_samples_edited(|doc| {
+        if doc["kind"] == "WorkspaceTemplate" && doc["metadata"]["name"] == "eks" {
+            doc["spec"]["template"]["metadata"]["annotations"][APPLY_GATE_ANNOTATION] =
+                json!(gate.display().to_string());
+        }
+    })?;
+    system
+        .wait_for(
+            "core's mirror of the creating control plane's Available",
+            Duration::from_secs(60),
+            || async {
+                let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
+                Ok(condition(&cluster, "ControlPlaneAvailable")
+                    .is_some_and(|c| c["status"] == "False"))
+            },
+        )
+        .await?;
+    std::fs::write(&gate, "")?;
     system.wait_provisioned().await?;
     merge_patch(
         "captcontrolplane",
@@ -905,7 +929,8 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         .metric("status_applier_conflicts_total", &[])
         .await?;
     let histories = histories.lock().unwrap().clone();
-    for (field, history) in &histories {
+    let reasons = reasons.lock().unwrap().clone();
+    for (field, history) in histories.iter().chain(&reasons) {
         println!("{field}: {history:?}");
     }
     assert_eq!(conflicts, 0.0, "no conflict at the applier");
@@ -924,7 +949,6 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
         "the version moves once, when the upgrade is done"
     );
     // The v1beta2 conditions were seen following ours, to their deletion.
-    let reasons = reasons.lock().unwrap().clone();
     for (field, value) in [
         (
             "Cluster condition:InfrastructureReady",
@@ -957,7 +981,8 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
     let (_ns, system) = started("core-ready", 200, &[]).await?;
     // The control plane's Workspace stays creating until the gate file exists: core's mirror
     // is seen in that state whatever the load on the machine.
-    let gate = std::env::temp_dir().join(capt_tests::unique_name("core-ready-gate"));
+    let gates = Scratch::new("core-ready-gate")?;
+    let gate = gates.join("gate");
     system.apply_samples_edited(|doc| {
         if doc["kind"] == "WorkspaceTemplate" && doc["metadata"]["name"] == "eks" {
             doc["spec"]["template"]["metadata"]["annotations"][APPLY_GATE_ANNOTATION] =
