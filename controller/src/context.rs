@@ -6,11 +6,10 @@ use crate::rewake::Rewake;
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
 use crate::watches::Caches;
 use crate::workspace_policy::WorkspacePolicy;
-use crate::write_loops::{Basis, WriteLoops};
+use crate::write_loops::{Basis, WriteLoops, Written};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
-use status_applier_api::intent::Subresource;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -80,26 +79,8 @@ impl Context {
         self.write_loops
             .lock()
             .expect("lock")
-            .forget(|w| w.kind == kind && w.namespace == namespace && w.name == name);
+            .forget(|w| w.is_of(&kind, namespace.as_deref(), &name));
     }
-}
-
-/// An object and the manager (and subresource) that wrote it: what the write-loop guard
-/// counts writes of.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Written {
-    /// The object's apiVersion.
-    pub api_version: String,
-    /// The object's kind.
-    pub kind: String,
-    /// Its namespace (`None`: cluster-scoped).
-    pub namespace: Option<String>,
-    /// Its name.
-    pub name: String,
-    /// The field manager of the write.
-    pub manager: String,
-    /// The subresource written (`None`: the main resource).
-    pub subresource: Option<Subresource>,
 }
 
 impl Context {
@@ -109,14 +90,7 @@ impl Context {
             manager: publication.field_manager.into(),
         };
         let target = publication.target.clone();
-        let written = Written {
-            api_version: target.api_version.clone(),
-            kind: target.kind.clone(),
-            namespace: target.namespace.clone(),
-            name: target.name.clone(),
-            manager: publication.field_manager.into(),
-            subresource: publication.subresource,
-        };
+        let written = publication.key.clone();
         let basis = publication.basis();
         let published = self.publisher.publish(publication).await?;
         if let Published::Behind { awaiting, .. } = published {
@@ -151,14 +125,14 @@ impl Context {
         };
         let Some(found) = found else { return };
         let labels = crate::metrics::WriteLoopLabels {
-            kind: written.kind.clone(),
-            manager: written.manager.clone(),
+            kind: written.kind.to_string(),
+            manager: written.manager.to_owned(),
         };
         self.metrics.write_loops.get_or_create(&labels).inc();
         tracing::warn!(
-            kind = written.kind,
-            namespace = written.namespace,
-            name = written.name,
+            kind = &*written.kind,
+            namespace = written.namespace.as_deref(),
+            name = &*written.name,
             manager = written.manager,
             writes = found.writes,
             "Write loop"
@@ -221,13 +195,13 @@ fn write_loop_event(
     // The written object, when it is not the one the Event is about (a Workspace, an apply,
     // a Secret written for its owner): it tells the Event apart from the owner's own loops,
     // which the recorder would otherwise fold into one series with theirs.
-    let related = (regarding.kind.as_ref() != Some(&written.kind)
-        || regarding.name.as_ref() != Some(&written.name))
+    let related = (regarding.kind.as_deref() != Some(&*written.kind)
+        || regarding.name.as_deref() != Some(&*written.name))
     .then(|| ObjectReference {
-        api_version: Some(written.api_version.clone()),
-        kind: Some(written.kind.clone()),
-        namespace: written.namespace.clone(),
-        name: Some(written.name.clone()),
+        api_version: Some(written.api_version.to_string()),
+        kind: Some(written.kind.to_string()),
+        namespace: written.namespace.as_deref().map(Into::into),
+        name: Some(written.name.to_string()),
         ..ObjectReference::default()
     });
     Event {
@@ -251,14 +225,15 @@ pub fn recorder(client: kube::Client) -> Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use status_applier_api::intent::Subresource;
 
-    fn written(kind: &str, name: &str, subresource: Option<Subresource>) -> Written {
+    fn written(kind: &'static str, name: &str, subresource: Option<Subresource>) -> Written {
         Written {
             api_version: "v".into(),
             kind: kind.into(),
             namespace: Some("team".into()),
             name: name.into(),
-            manager: "capt-controller".into(),
+            manager: "capt-controller",
             subresource,
         }
     }

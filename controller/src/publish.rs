@@ -7,7 +7,7 @@
 //! out first, `queued` (kept, not applied yet); a failed delivery is forgotten, so the next
 //! reconcile sends it again.
 
-use crate::write_loops::Basis;
+use crate::write_loops::{Basis, Written};
 use serde_json::Value;
 use status_applier_api::client::{Client, ClientError};
 use status_applier_api::intent::{Intent, Subresource, Target};
@@ -43,6 +43,8 @@ pub enum PublishError {
 pub struct Publication {
     /// The object.
     pub target: Target,
+    /// What its delivery is remembered by (the object, the subresource, the manager).
+    pub key: Written,
     /// `Some(Status)` for the status subresource.
     pub subresource: Option<Subresource>,
     /// The field manager.
@@ -72,6 +74,12 @@ impl Publication {
     ) -> Self {
         Self {
             target: target(obj),
+            key: Written::of::<K>(
+                obj.meta().namespace.as_deref(),
+                obj.meta().name.as_deref().unwrap_or_default(),
+                manager,
+                Some(Subresource::Status),
+            ),
             subresource: Some(Subresource::Status),
             field_manager: manager,
             fragment,
@@ -92,6 +100,12 @@ impl Publication {
     ) -> Self {
         Self {
             target: target(obj),
+            key: Written::of::<K>(
+                obj.meta().namespace.as_deref(),
+                obj.meta().name.as_deref().unwrap_or_default(),
+                manager,
+                None,
+            ),
             subresource: None,
             field_manager: manager,
             fragment,
@@ -154,31 +168,6 @@ pub fn target<K: kube::Resource<DynamicType = ()>>(obj: &K) -> Target {
         namespace: obj.namespace(),
         name: obj.name_any(),
         uid: obj.uid(),
-    }
-}
-
-/// What a delivery is remembered by: the object, the subresource and the manager.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Key {
-    api_version: String,
-    kind: String,
-    namespace: Option<String>,
-    name: String,
-    subresource: Option<Subresource>,
-    manager: &'static str,
-}
-
-impl Key {
-    /// The key `p` is delivered under.
-    fn of(p: &Publication) -> Self {
-        Self {
-            api_version: p.target.api_version.clone(),
-            kind: p.target.kind.clone(),
-            namespace: p.target.namespace.clone(),
-            name: p.target.name.clone(),
-            subresource: p.subresource,
-            manager: p.field_manager,
-        }
     }
 }
 
@@ -271,7 +260,7 @@ impl Published {
 /// Delivers intents, skipping repeats.
 pub struct Publisher {
     client: Client,
-    delivered: Mutex<HashMap<Key, Delivered>>,
+    delivered: Mutex<HashMap<Written, Delivered>>,
 }
 
 impl Publisher {
@@ -286,7 +275,7 @@ impl Publisher {
     /// Publishes unless the same fragment was delivered last time.
     pub async fn publish(&self, p: Publication) -> Result<Published, PublishError> {
         let client = &self.client;
-        let key = Key::of(&p);
+        let key = p.key.clone();
         let sent = digest(&p.target.uid, &p.fragment, &p.release);
         if let Some(last) = self.delivered.lock().expect("lock").get(&key) {
             if last.digest == sent {
@@ -353,9 +342,7 @@ impl Publisher {
 
     /// Forgets what was delivered for an object (it was deleted).
     pub fn forget(&self, kind: &str, namespace: Option<&str>, name: &str) {
-        self.delivered.lock().expect("lock").retain(|k, _| {
-            !(k.kind == kind && k.namespace.as_deref() == namespace && k.name == name)
-        });
+        (self.delivered.lock().expect("lock")).retain(|k, _| !k.is_of(kind, namespace, name));
     }
 
     /// Forgets what was delivered for `obj`, which was deleted: what the publisher keeps
@@ -389,7 +376,7 @@ mod tests {
     /// Remembers a delivery for `obj` as a sent intent would.
     fn delivered(publisher: &Publisher, obj: &CAPTCluster, manager: &'static str) {
         let p = Publication::status(obj, manager, serde_json::json!({"status": {}}));
-        let key = Key::of(&p);
+        let key = p.key.clone();
         let d = Delivered {
             digest: digest(&p.target.uid, &p.fragment, &p.release),
             version: Some(1),

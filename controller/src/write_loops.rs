@@ -11,10 +11,56 @@
 //!
 //! Pure: no client, no clock. The caller passes `now`, so the tests move time by hand.
 
+use status_applier_api::intent::Subresource;
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
+
+/// An object, the manager that wrote it and the subresource written: what the write-loop
+/// guard counts writes of, and what the publisher remembers deliveries by. One is kept per
+/// object and manager, so the kind and the manager are the program's own strings, not
+/// copies (`Resource::kind` borrows them for every kind CAPT writes).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Written {
+    /// The object's apiVersion.
+    pub api_version: Cow<'static, str>,
+    /// The object's kind.
+    pub kind: Cow<'static, str>,
+    /// Its namespace (`None`: cluster-scoped).
+    pub namespace: Option<Box<str>>,
+    /// Its name.
+    pub name: Box<str>,
+    /// The field manager of the write.
+    pub manager: &'static str,
+    /// The subresource written (`None`: the main resource).
+    pub subresource: Option<Subresource>,
+}
+
+impl Written {
+    /// A write of the `K` `namespace`/`name` by `manager`.
+    pub fn of<K: kube::Resource<DynamicType = ()>>(
+        namespace: Option<&str>,
+        name: &str,
+        manager: &'static str,
+        subresource: Option<Subresource>,
+    ) -> Self {
+        Self {
+            api_version: K::api_version(&()),
+            kind: K::kind(&()),
+            namespace: namespace.map(Into::into),
+            name: name.into(),
+            manager,
+            subresource,
+        }
+    }
+
+    /// Whether it is a write of the `kind` `namespace`/`name`.
+    pub fn is_of(&self, kind: &str, namespace: Option<&str>, name: &str) -> bool {
+        self.kind == kind && self.namespace.as_deref() == namespace && &*self.name == name
+    }
+}
 
 /// How many writes within how long, with the same [`Basis`], are a loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

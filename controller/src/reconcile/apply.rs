@@ -9,7 +9,7 @@
 use super::shared::{Located, contains, locate_workspace};
 use super::{Result, after, kube_err};
 use crate::api::{TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
-use crate::context::{Context, Written};
+use crate::context::Context;
 use crate::k8s::{SPEC_MANAGER, set_finalizer};
 use crate::publish::Publication;
 use crate::render::render_workspace;
@@ -19,6 +19,7 @@ use crate::tenancy::{
 };
 use crate::watches::cached;
 use crate::write_loops::Basis;
+use crate::write_loops::Written;
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -221,14 +222,7 @@ async fn apply_workspace(
         template.meta().resource_version.as_deref(),
         name,
     );
-    let written = Written {
-        api_version: TerraformWorkspace::api_version(&()).into(),
-        kind: TerraformWorkspace::kind(&()).into(),
-        namespace: None,
-        name: name.to_owned(),
-        manager: SPEC_MANAGER.into(),
-        subresource: None,
-    };
+    let written = Written::of::<TerraformWorkspace>(None, name, SPEC_MANAGER, None);
     let basis = Basis::of(apply.meta().generation, &observed);
     ctx.wrote(written, basis, apply.object_ref(&())).await;
     Ok(())

@@ -5,10 +5,11 @@
 
 use super::{Result, kube_err};
 use crate::api::{CAPTControlPlane, Cluster, WorkspaceTemplateApply};
-use crate::context::{Context, Written};
+use crate::context::Context;
 use crate::k8s::SPEC_MANAGER;
 use crate::kubeconfig::{self, SecretAction};
 use crate::write_loops::Basis;
+use crate::write_loops::Written;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -78,14 +79,7 @@ pub async fn ensure_kubeconfig(
         let Some(value) = value else { continue };
         let desired = kubeconfig::desired_secret(&name, &cluster, &ns, owner.clone(), value);
         if ensure_secret(ctx, cp, &secrets, desired).await? {
-            let written = Written {
-                api_version: Secret::api_version(&()).into(),
-                kind: Secret::kind(&()).into(),
-                namespace: Some(ns.clone()),
-                name,
-                manager: SPEC_MANAGER.into(),
-                subresource: None,
-            };
+            let written = Written::of::<Secret>(Some(&ns), &name, SPEC_MANAGER, None);
             let basis = Basis::of(cp.meta().generation, &(&source, &cluster, region));
             ctx.wrote(written, basis, cp.object_ref(&())).await;
         }

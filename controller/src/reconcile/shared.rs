@@ -6,13 +6,14 @@ use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, ContractVersionedObjectReference, TerraformWorkspace,
     WorkspaceTemplateApply,
 };
-use crate::context::{Context, Written};
+use crate::context::Context;
 use crate::k8s::SPEC_MANAGER;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use crate::watches::{cached, cached_beside};
 use crate::write_loops::Basis;
+use crate::write_loops::Written;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -114,14 +115,7 @@ where
         .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))?;
     // The apply is a function of its owner (spec, Cluster) and of whether it was adopted.
     let observed = (&name, cluster_name(owner), adopted);
-    let written = Written {
-        api_version: WorkspaceTemplateApply::api_version(&()).into(),
-        kind: WorkspaceTemplateApply::kind(&()).into(),
-        namespace: Some(ns),
-        name: name.clone(),
-        manager: SPEC_MANAGER.into(),
-        subresource: None,
-    };
+    let written = Written::of::<WorkspaceTemplateApply>(Some(&ns), &name, SPEC_MANAGER, None);
     let basis = Basis::of(owner.meta().generation, &observed);
     ctx.wrote(written, basis, owner.object_ref(&())).await;
     Ok(Ok(applied))
