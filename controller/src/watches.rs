@@ -11,7 +11,7 @@ use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
     WorkspaceTemplateApply,
 };
-use compact_json::CompactJson;
+use compact_json::Dictionaries;
 use futures::StreamExt;
 use futures::channel::mpsc;
 use kube::Resource;
@@ -19,7 +19,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// Annotation `kubectl apply` (client-side) leaves: a copy of the whole object, never read.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -76,8 +76,13 @@ impl Watched for WorkspaceTemplate {
 
 /// A Workspace's inline module is most of its size, and no reconciler reads it: the apply
 /// only compares it with what it renders. The cache keeps its digest ([`module_digest`]).
+/// The Workspaces are rendered from a few templates, and their specs and statuses repeat one
+/// another: each is compressed against a recent one (a third of its size alone, measured on
+/// the benchmark's).
 impl Watched for TerraformWorkspace {
     fn trim(&mut self) {
+        static SPECS: LazyLock<Dictionaries> = LazyLock::new(Dictionaries::default);
+        static STATUSES: LazyLock<Dictionaries> = LazyLock::new(Dictionaries::default);
         let mut spec = self.spec_value();
         let module = spec
             .get_mut("forProvider")
@@ -86,7 +91,10 @@ impl Watched for TerraformWorkspace {
             && let Some(text) = module.as_str()
         {
             *module = serde_json::Value::String(module_digest(text));
-            self.spec.fields = CompactJson::new(&spec);
+        }
+        self.spec.fields = SPECS.compact(&spec);
+        if let Some(status) = self.status.as_mut() {
+            *status = STATUSES.compact(&status.value());
         }
     }
 }
@@ -151,6 +159,18 @@ impl<K: Resource<DynamicType = ()> + 'static> Trigger<K> {
     }
 }
 
+/// The reference to `obj` by its namespace and name, which is all the caches and the
+/// controllers compare (`ObjectRef::from_obj` copies its uid and resourceVersion as well: two
+/// strings more per object a subscriber keeps).
+fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
+    let meta = obj.meta();
+    let name = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    match meta.namespace.as_deref() {
+        Some(namespace) => name.within(namespace),
+        None => name,
+    }
+}
+
 /// Whether a watch event created or changed an object, or deleted it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ChangeKind {
@@ -182,7 +202,7 @@ impl<K: Watched> Subscribers<K> {
         let sender = trigger.sender.clone();
         let seen: Mutex<HashMap<ObjectRef<K>, Option<u64>>> = Mutex::default();
         self.each.push(Box::new(move |obj, change| {
-            let key = ObjectRef::from_obj(obj);
+            let key = reference(obj);
             let mut seen = seen.lock().expect("lock");
             match change {
                 ChangeKind::Deleted => {
@@ -521,5 +541,48 @@ mod tests {
         assert_eq!(module, module_digest(&"x".repeat(100_000)));
         assert_ne!(module, module_digest("y"));
         assert_eq!(spec["forProvider"]["source"], "Inline");
+    }
+
+    #[test]
+    fn cached_workspaces_are_compressed_against_one_another() {
+        let workspace = |i: usize| -> TerraformWorkspace {
+            serde_json::from_value(json!({
+                "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+                "metadata": {"name": format!("w{i}")},
+                "spec": {"forProvider": {"module": "m", "source": "Inline",
+                    "vars": [{"key": "cluster_name", "value": format!("c{i}")},
+                             {"key": "region", "value": "ap-northeast-1"}]},
+                    "providerConfigRef": {"name": "default"},
+                    "writeConnectionSecretToRef": {"name": format!("c{i}-eks-connection"),
+                                                   "namespace": "team-a"}},
+                "status": {"atProvider": {"checksum": format!("{i:032x}"),
+                    "outputs": {"cluster_endpoint": format!("https://c{i}.eks.amazonaws.com"),
+                                "cluster_name": format!("c{i}")}},
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "Available",
+                         "lastTransitionTime": "2026-11-28T07:33:49Z"},
+                        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess",
+                         "lastTransitionTime": "2026-11-28T07:33:48Z"}]},
+            }))
+            .expect("a Workspace")
+        };
+        let (mut cached, mut alone) = (0, 0);
+        for i in 0..20 {
+            let mut ws = workspace(i);
+            alone += ws.spec.fields.compressed_len();
+            alone += ws.status.as_ref().map_or(0, |s| s.compressed_len());
+            let (spec, status) = (ws.spec_value(), ws.status_value());
+            ws.trim();
+            cached += ws.spec.fields.compressed_len();
+            cached += ws.status.as_ref().map_or(0, |s| s.compressed_len());
+            assert_eq!(ws.status_value(), status, "the status reads back whole");
+            let mut digested = spec;
+            digested["forProvider"]["module"] = json!(module_digest("m"));
+            assert_eq!(ws.spec_value(), digested, "the spec reads back whole");
+        }
+        assert!(
+            cached * 2 < alone,
+            "{cached} bytes cached, {alone} bytes compressed alone"
+        );
     }
 }
