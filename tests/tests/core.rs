@@ -9,7 +9,7 @@ use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions, wr
 use capt_tests::deletion_order::{Check, DeletionOrder};
 use capt_tests::fake_provider::APPLY_GATE_ANNOTATION;
 use capt_tests::system::System;
-use capt_tests::{CLUSTER_V1BETA1, CLUSTER_V1BETA2, Scratch, TestNamespace, env};
+use capt_tests::{CLUSTER_V1BETA1, CLUSTER_V1BETA2, Scratch, ScratchFile, TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -788,6 +788,21 @@ fn record(api: Api<DynamicObject>, name: &str, fields: &'static [&'static str], 
     });
 }
 
+/// Applies the samples with the control plane's Workspace held creating by the fake
+/// provider's apply gate, until the gate file returned is written.
+fn apply_samples_holding_the_control_plane(system: &System, prefix: &str) -> Result<ScratchFile> {
+    let dir = Scratch::new(prefix)?;
+    let path = dir.join("gate");
+    let gate = ScratchFile::new(dir, path);
+    system.apply_samples_edited(|doc| {
+        if doc["kind"] == "WorkspaceTemplate" && doc["metadata"]["name"] == "eks" {
+            doc["spec"]["template"]["metadata"]["annotations"][APPLY_GATE_ANNOTATION] =
+                json!(gate.display().to_string());
+        }
+    })?;
+    Ok(gate)
+}
+
 /// A value that comes back after another: `A → B → A`.
 fn flips(history: &[Value]) -> Option<String> {
     history.iter().enumerate().find_map(|(i, v)| {
@@ -885,14 +900,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
     let system = System::start_with(&ns.name, 200, &[]).await?;
     // The control plane's Workspace stays creating until core has mirrored its Available as
     // False: the round then always goes False → True → False (deleted), as it does under load.
-    let gates = Scratch::new("core-flips-gate")?;
-    let gate = gates.join("gate");
-    system.apply_samples_edited(|doc| {
-        if doc["kind"] == "WorkspaceTemplate" && doc["metadata"]["name"] == "eks" {
-            doc["spec"]["template"]["metadata"]["annotations"][APPLY_GATE_ANNOTATION] =
-                json!(gate.display().to_string());
-        }
-    })?;
+    let gate = apply_samples_holding_the_control_plane(&system, "core-flips-gate")?;
     system
         .wait_for(
             "core's mirror of the creating control plane's Available",
@@ -981,14 +989,7 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
     let (_ns, system) = started("core-ready", 200, &[]).await?;
     // The control plane's Workspace stays creating until the gate file exists: core's mirror
     // is seen in that state whatever the load on the machine.
-    let gates = Scratch::new("core-ready-gate")?;
-    let gate = gates.join("gate");
-    system.apply_samples_edited(|doc| {
-        if doc["kind"] == "WorkspaceTemplate" && doc["metadata"]["name"] == "eks" {
-            doc["spec"]["template"]["metadata"]["annotations"][APPLY_GATE_ANNOTATION] =
-                json!(gate.display().to_string());
-        }
-    })?;
+    let gate = apply_samples_holding_the_control_plane(&system, "core-ready-gate")?;
     system
         .wait_for(
             "the VPC ready and the control plane creating",
