@@ -87,7 +87,7 @@ impl Context {
     /// Publishes an intent, counting it when it was sent.
     pub async fn publish(&self, publication: Publication) -> Result<Published, PublishError> {
         let label = crate::metrics::ManagerLabel {
-            manager: publication.field_manager.into(),
+            manager: publication.key.manager.into(),
         };
         let target = publication.target.clone();
         let written = publication.key.clone();

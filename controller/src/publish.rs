@@ -43,12 +43,9 @@ pub enum PublishError {
 pub struct Publication {
     /// The object.
     pub target: Target,
-    /// What its delivery is remembered by (the object, the subresource, the manager).
+    /// The object again, the subresource (`Some(Status)` for the status) and the field
+    /// manager: what its delivery is remembered by.
     pub key: Written,
-    /// `Some(Status)` for the status subresource.
-    pub subresource: Option<Subresource>,
-    /// The field manager.
-    pub field_manager: &'static str,
     /// The fragment.
     pub fragment: Value,
     /// Protected paths released.
@@ -80,8 +77,6 @@ impl Publication {
                 manager,
                 Some(Subresource::Status),
             ),
-            subresource: Some(Subresource::Status),
-            field_manager: manager,
             fragment,
             release: vec![],
             computed_on: obj.meta().resource_version.clone(),
@@ -106,8 +101,6 @@ impl Publication {
                 manager,
                 None,
             ),
-            subresource: None,
-            field_manager: manager,
             fragment,
             release,
             computed_on: obj.meta().resource_version.clone(),
@@ -154,7 +147,7 @@ impl Publication {
             self.target.kind,
             self.target.namespace.as_deref().unwrap_or(""),
             self.target.name,
-            self.field_manager
+            self.key.manager
         )
     }
 }
@@ -301,8 +294,8 @@ impl Publisher {
         let not_older_than = p.not_older_than().filter(|v| revision(Some(v)).is_some());
         let intent = Intent {
             target: p.target,
-            subresource: p.subresource,
-            field_manager: p.field_manager.to_owned(),
+            subresource: p.key.subresource,
+            field_manager: p.key.manager.to_owned(),
             fragment: p.fragment,
             release: p.release,
             not_older_than,
