@@ -355,7 +355,7 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::api::CAPTCluster;
-    use crate::watches::{ChangeKind, Subscribers};
+    use crate::watches::{Change, Subscribers};
 
     fn capt_cluster(name: &str) -> CAPTCluster {
         serde_json::from_value(serde_json::json!({
@@ -404,9 +404,12 @@ mod tests {
         let mut subscribers = Subscribers::<CAPTCluster>::default();
         let p = publisher.clone();
         subscribers.on_deleted(move |o| p.forget_object(o));
-        subscribers.deliver(&a, ChangeKind::Applied);
+        subscribers.deliver(Change::Applied {
+            object: &a,
+            previous: Some(&a),
+        });
         assert_eq!(publisher.remembered(), 3, "a change forgets nothing");
-        subscribers.deliver(&a, ChangeKind::Deleted);
+        subscribers.deliver(Change::Deleted(&a));
         assert_eq!(publisher.remembered(), 1, "only b's delivery is left");
     }
 }

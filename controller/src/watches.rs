@@ -18,8 +18,7 @@ use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 /// Annotation `kubectl apply` (client-side) leaves: a copy of the whole object, never read.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -171,13 +170,28 @@ fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
     }
 }
 
-/// Whether a watch event created or changed an object, or deleted it.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ChangeKind {
-    /// Created or changed.
-    Applied,
+/// One change of an object, as its watch saw it.
+#[derive(Clone, Copy, Debug)]
+pub enum Change<'a, K> {
+    /// Created or changed: the object now, and as the cache held it before the change
+    /// (`None`: new to the cache).
+    Applied {
+        /// The object now.
+        object: &'a K,
+        /// The object before.
+        previous: Option<&'a K>,
+    },
     /// Deleted.
-    Deleted,
+    Deleted(&'a K),
+}
+
+impl<'a, K> Change<'a, K> {
+    /// The object the change is of (as it is now, or as it was when deleted).
+    pub fn object(&self) -> &'a K {
+        match *self {
+            Change::Applied { object, .. } | Change::Deleted(object) => object,
+        }
+    }
 }
 
 /// Who is woken by the changes of one kind, and with which references.
@@ -186,7 +200,7 @@ pub struct Subscribers<K> {
 }
 
 /// One subscriber: told of every change.
-type Subscriber<K> = Box<dyn Fn(&K, ChangeKind) + Send + Sync>;
+type Subscriber<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
 
 impl<K> Default for Subscribers<K> {
     fn default() -> Self {
@@ -197,24 +211,15 @@ impl<K> Default for Subscribers<K> {
 impl<K: Watched> Subscribers<K> {
     /// Wakes the controller of `K` itself when `lifecycle` of an object changes (a new
     /// object, or a change the hash sees); deletions do not wake it (a finalizer turns the
-    /// deletion into a change first).
+    /// deletion into a change first). What it compares with is the cache's copy from
+    /// before the change: nothing is kept per object beside the cache.
     pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
         let sender = trigger.sender.clone();
-        let seen: Mutex<HashMap<ObjectRef<K>, Option<u64>>> = Mutex::default();
-        self.each.push(Box::new(move |obj, change| {
-            let key = reference(obj);
-            let mut seen = seen.lock().expect("lock");
-            match change {
-                ChangeKind::Deleted => {
-                    seen.remove(&key);
-                }
-                ChangeKind::Applied => {
-                    let hash = lifecycle(obj);
-                    if seen.get(&key) != Some(&hash) {
-                        seen.insert(key.clone(), hash);
-                        let _ = sender.unbounded_send(key);
-                    }
-                }
+        self.each.push(Box::new(move |change| {
+            if let Change::Applied { object, previous } = *change
+                && previous.map(lifecycle) != Some(lifecycle(object))
+            {
+                let _ = sender.unbounded_send(reference(object));
             }
         }));
     }
@@ -222,9 +227,9 @@ impl<K: Watched> Subscribers<K> {
     /// Calls `forget` with each deleted object of this kind, so that what is kept per object
     /// goes with it.
     pub fn on_deleted(&mut self, forget: impl Fn(&K) + Send + Sync + 'static) {
-        self.each.push(Box::new(move |obj, change| {
-            if change == ChangeKind::Deleted {
-                forget(obj);
+        self.each.push(Box::new(move |change| {
+            if let Change::Deleted(object) = *change {
+                forget(object);
             }
         }));
     }
@@ -240,17 +245,17 @@ impl<K: Watched> Subscribers<K> {
         I: IntoIterator<Item = ObjectRef<P>>,
     {
         let sender = trigger.sender.clone();
-        self.each.push(Box::new(move |obj, _| {
-            for r in map(obj) {
+        self.each.push(Box::new(move |change| {
+            for r in map(change.object()) {
                 let _ = sender.unbounded_send(r);
             }
         }));
     }
 
     /// Hands one change to every subscriber.
-    pub fn deliver(&self, obj: &K, change: ChangeKind) {
+    pub fn deliver(&self, change: Change<'_, K>) {
         for subscriber in &self.each {
-            subscriber(obj, change);
+            subscriber(&change);
         }
     }
 }
@@ -289,33 +294,50 @@ impl<K: Watched> Watch<K> {
         let Self {
             api,
             config,
+            store,
             writer,
             subscribers,
-            ..
         } = self;
-        let kind = K::kind(&()).into_owned();
-        let mut events = watcher(api, config)
-            .default_backoff()
-            .modify(|o| {
-                strip(o);
-                o.trim();
-            })
-            .reflect(writer)
-            .boxed();
-        tokio::spawn(async move {
-            while let Some(event) = events.next().await {
-                match &event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                        subscribers.deliver(o, ChangeKind::Applied)
-                    }
-                    Ok(watcher::Event::Delete(o)) => subscribers.deliver(o, ChangeKind::Deleted),
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-                    Err(error) => {
-                        tracing::warn!(kind, %error, "Watch failed; retrying with backoff")
-                    }
-                }
-            }
+        let events = watcher(api, config).default_backoff().modify(|o| {
+            strip(o);
+            o.trim();
         });
+        tokio::spawn(follow(events, store, writer, subscribers));
+    }
+}
+
+/// Keeps the cache from `events` and hands each change to `subscribers`: what `reflect`
+/// does, with the cache's copy from before each change handed over too (during a relist the
+/// cache keeps the old list until the new one is whole, so that copy is the last one seen).
+async fn follow<K: Watched>(
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>>,
+    store: Store<K>,
+    mut writer: reflector::store::Writer<K>,
+    subscribers: Subscribers<K>,
+) {
+    let kind = K::kind(&());
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(%kind, %error, "Watch failed; retrying with backoff");
+                continue;
+            }
+        };
+        match &event {
+            watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
+                let previous = store.get(&reference(object));
+                writer.apply_watcher_event(&event);
+                let previous = previous.as_deref();
+                subscribers.deliver(Change::Applied { object, previous });
+            }
+            watcher::Event::Delete(object) => {
+                writer.apply_watcher_event(&event);
+                subscribers.deliver(Change::Deleted(object));
+            }
+            watcher::Event::Init | watcher::Event::InitDone => writer.apply_watcher_event(&event),
+        }
     }
 }
 
@@ -375,6 +397,7 @@ mod tests {
     use crate::api::WorkspaceTemplateSpec;
     use crate::reconcile::lifecycle;
     use serde_json::json;
+    use std::collections::HashMap;
 
     fn apply(name: &str, generation: i64, status: &str) -> WorkspaceTemplateApply {
         serde_json::from_value(json!({
@@ -397,21 +420,75 @@ mod tests {
         out
     }
 
+    fn made_again(mut apply: WorkspaceTemplateApply) -> WorkspaceTemplateApply {
+        apply.metadata.uid = Some("another".into());
+        apply
+    }
+
+    /// Hands `object` to `subs` as its watch would, with `cache` standing for the watch's cache.
+    fn applied<K: Watched>(subs: &Subscribers<K>, cache: &mut HashMap<String, K>, object: K) {
+        let name = object.meta().name.clone().unwrap_or_default();
+        let previous = cache.remove(&name);
+        subs.deliver(Change::Applied {
+            object: &object,
+            previous: previous.as_ref(),
+        });
+        cache.insert(name, object);
+    }
+
+    fn deleted<K: Watched>(subs: &Subscribers<K>, cache: &mut HashMap<String, K>, object: K) {
+        cache.remove(object.meta().name.as_deref().unwrap_or_default());
+        subs.deliver(Change::Deleted(&object));
+    }
+
     #[test]
     fn its_own_controller_wakes_on_lifecycle_changes_only() {
         let mut trigger = Trigger::default();
         let mut subs = Subscribers::default();
         subs.wakes_own(&trigger, lifecycle);
-        subs.deliver(&apply("a", 1, ""), ChangeKind::Applied);
-        subs.deliver(&apply("a", 1, "ws-1"), ChangeKind::Applied); // status: ours, no wake
-        subs.deliver(&apply("b", 1, ""), ChangeKind::Applied);
-        subs.deliver(&apply("a", 2, "ws-1"), ChangeKind::Applied); // spec: wakes
+        let cache = &mut HashMap::new();
+        applied(&subs, cache, apply("a", 1, ""));
+        applied(&subs, cache, apply("a", 1, "ws-1")); // status: ours, no wake
+        applied(&subs, cache, apply("b", 1, ""));
+        applied(&subs, cache, apply("a", 2, "ws-1")); // spec: wakes
         assert_eq!(drain(&mut trigger), ["a", "b", "a"]);
         // Deleted, then created again under the same name: a new object wakes it.
-        subs.deliver(&apply("b", 1, ""), ChangeKind::Deleted);
+        deleted(&subs, cache, apply("b", 1, ""));
         assert!(drain(&mut trigger).is_empty());
-        subs.deliver(&apply("b", 1, ""), ChangeKind::Applied);
+        applied(&subs, cache, apply("b", 1, ""));
         assert_eq!(drain(&mut trigger), ["b"]);
+    }
+
+    #[tokio::test]
+    async fn a_relist_wakes_only_what_changed_while_the_watch_was_away() {
+        use watcher::Event::{Init, InitApply, InitDone};
+        let mut trigger = Trigger::default();
+        let mut subs = Subscribers::default();
+        subs.wakes_own(&trigger, lifecycle);
+        let (store, writer) = reflector::store();
+        let events = [
+            Init,
+            InitApply(apply("a", 1, "")),
+            InitApply(apply("b", 1, "")),
+            InitApply(apply("d", 1, "")),
+            InitDone,
+            // The watch fell behind and lists again: "a" changed its spec meanwhile, "b"
+            // only its status, "c" is new, "d" was deleted and made again.
+            Init,
+            InitApply(apply("a", 2, "")),
+            InitApply(apply("b", 1, "ws-1")),
+            InitApply(apply("c", 1, "")),
+            InitApply(made_again(apply("d", 1, ""))),
+            InitDone,
+        ];
+        let events = futures::stream::iter(events.map(Ok));
+        follow(events, store.clone(), writer, subs).await;
+        assert_eq!(drain(&mut trigger), ["a", "b", "d", "a", "c", "d"]);
+        let b = cached(&store, Some("ns"), "b").expect("b is cached");
+        assert_eq!(
+            b.status.as_ref().unwrap().workspace_name.as_deref(),
+            Some("ws-1")
+        );
     }
 
     #[test]
@@ -421,9 +498,10 @@ mod tests {
         subs.wakes(&trigger, |a: &WorkspaceTemplateApply| {
             Some(ObjectRef::new(&format!("owner-of-{}", a.metadata.name.clone()?)).within("ns"))
         });
-        subs.deliver(&apply("a", 1, ""), ChangeKind::Applied);
-        subs.deliver(&apply("a", 1, "ws-1"), ChangeKind::Applied);
-        subs.deliver(&apply("a", 1, "ws-1"), ChangeKind::Deleted);
+        let cache = &mut HashMap::new();
+        applied(&subs, cache, apply("a", 1, ""));
+        applied(&subs, cache, apply("a", 1, "ws-1"));
+        deleted(&subs, cache, apply("a", 1, "ws-1"));
         assert_eq!(drain(&mut trigger), ["owner-of-a"; 3]);
     }
 

@@ -101,13 +101,15 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The hash of what should make a primary object reconcile again: its generation (spec
-/// changes), finalizers, labels, deletion and the pause annotation. Status changes, ours
-/// included, do not.
+/// The hash of what should make a primary object reconcile again: its uid (an object made
+/// again under the same name while the watch was away), its generation (spec changes),
+/// finalizers, labels, deletion and the pause annotation. Status changes, ours included, do
+/// not.
 pub fn lifecycle<K: Resource>(obj: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let meta = obj.meta();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.uid.hash(&mut hasher);
     meta.generation.hash(&mut hasher);
     meta.finalizers.hash(&mut hasher);
     meta.deletion_timestamp.is_some().hash(&mut hasher);
