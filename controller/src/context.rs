@@ -6,7 +6,7 @@ use crate::rewake::Rewake;
 use crate::status::deletion::DEFAULT_STUCK_AFTER;
 use crate::watches::Caches;
 use crate::workspace_policy::WorkspacePolicy;
-use crate::write_loops::{Basis, WriteLoops, Written};
+use crate::write_loops::{Basis, ObjectId, WriteId, WriteLoops, Written};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -66,20 +66,17 @@ pub struct Context {
     /// Wakes an object whose publication was computed on a cache behind our own write.
     pub rewake: Rewake,
     /// Our recent writes per object, to notice one written in a loop ([`Context::wrote`]).
-    pub write_loops: Mutex<WriteLoops<Written>>,
+    pub write_loops: Mutex<WriteLoops<WriteId>>,
 }
 
 impl Context {
     /// Forgets everything kept about `obj`, which was deleted: the publisher's deliveries and
     /// the write-loop guard's counts (the caches drop it themselves).
     pub fn forget<K: Resource<DynamicType = ()>>(&self, obj: &K) {
-        use kube::ResourceExt;
-        self.publisher.forget_object(obj);
-        let (kind, namespace, name) = (K::kind(&()), obj.namespace(), obj.name_any());
-        self.write_loops
-            .lock()
-            .expect("lock")
-            .forget(|w| w.is_of(&kind, namespace.as_deref(), &name));
+        let object = ObjectId::of_object(obj);
+        self.publisher.forget(object);
+        let loops = &mut self.write_loops.lock().expect("lock");
+        loops.forget(|w| w.object == object);
     }
 }
 
@@ -120,7 +117,7 @@ impl Context {
     pub async fn wrote(&self, written: Written, basis: Basis, regarding: ObjectReference) {
         let (found, limit) = {
             let mut loops = self.write_loops.lock().expect("lock");
-            let found = loops.wrote(written.clone(), basis, Instant::now());
+            let found = loops.wrote(written.id(), basis, Instant::now());
             (found, loops.limit())
         };
         let Some(found) = found else { return };

@@ -7,7 +7,7 @@
 //! out first, `queued` (kept, not applied yet); a failed delivery is forgotten, so the next
 //! reconcile sends it again.
 
-use crate::write_loops::{Basis, Written};
+use crate::write_loops::{Basis, ObjectId, WriteId, Written};
 use serde_json::Value;
 use status_applier_api::client::{Client, ClientError};
 use status_applier_api::intent::{Intent, Subresource, Target};
@@ -253,7 +253,7 @@ impl Published {
 /// Delivers intents, skipping repeats.
 pub struct Publisher {
     client: Client,
-    delivered: Mutex<HashMap<Written, Delivered>>,
+    delivered: Mutex<HashMap<WriteId, Delivered>>,
 }
 
 impl Publisher {
@@ -268,7 +268,7 @@ impl Publisher {
     /// Publishes unless the same fragment was delivered last time.
     pub async fn publish(&self, p: Publication) -> Result<Published, PublishError> {
         let client = &self.client;
-        let key = p.key.clone();
+        let key = p.key.id();
         let sent = digest(&p.target.uid, &p.fragment, &p.release);
         if let Some(last) = self.delivered.lock().expect("lock").get(&key) {
             if last.digest == sent {
@@ -333,16 +333,10 @@ impl Publisher {
         })
     }
 
-    /// Forgets what was delivered for an object (it was deleted).
-    pub fn forget(&self, kind: &str, namespace: Option<&str>, name: &str) {
-        (self.delivered.lock().expect("lock")).retain(|k, _| !k.is_of(kind, namespace, name));
-    }
-
-    /// Forgets what was delivered for `obj`, which was deleted: what the publisher keeps
+    /// Forgets what was delivered for an object, which was deleted: what the publisher keeps
     /// stays bounded by the objects that exist (churn leaves nothing behind).
-    pub fn forget_object<K: kube::Resource<DynamicType = ()>>(&self, obj: &K) {
-        use kube::ResourceExt;
-        self.forget(&K::kind(&()), obj.namespace().as_deref(), &obj.name_any());
+    pub fn forget(&self, object: ObjectId) {
+        (self.delivered.lock().expect("lock")).retain(|k, _| k.object != object);
     }
 
     /// How many (object, subresource, manager) deliveries are remembered.
@@ -369,7 +363,7 @@ mod tests {
     /// Remembers a delivery for `obj` as a sent intent would.
     fn delivered(publisher: &Publisher, obj: &CAPTCluster, manager: &'static str) {
         let p = Publication::status(obj, manager, serde_json::json!({"status": {}}));
-        let key = p.key.clone();
+        let key = p.key.id();
         let d = Delivered {
             digest: digest(&p.target.uid, &p.fragment, &p.release),
             version: Some(1),
@@ -403,7 +397,7 @@ mod tests {
         delivered(&publisher, &b, "capt-captcluster");
         let mut subscribers = Subscribers::<CAPTCluster>::default();
         let p = publisher.clone();
-        subscribers.on_deleted(move |o| p.forget_object(o));
+        subscribers.on_deleted(move |o| p.forget(ObjectId::of_object(o)));
         subscribers.deliver(Change::Applied {
             object: &a,
             previous: Some(&a),

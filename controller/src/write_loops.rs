@@ -56,10 +56,61 @@ impl Written {
         }
     }
 
-    /// Whether it is a write of the `kind` `namespace`/`name`.
-    pub fn is_of(&self, kind: &str, namespace: Option<&str>, name: &str) -> bool {
-        self.kind == kind && self.namespace.as_deref() == namespace && &*self.name == name
+    /// What the tables that remember writes key this one by.
+    pub fn id(&self) -> WriteId {
+        WriteId {
+            object: ObjectId::of(
+                &self.api_version,
+                &self.kind,
+                self.namespace.as_deref(),
+                &self.name,
+            ),
+            manager: self.manager,
+            subresource: self.subresource,
+        }
     }
+}
+
+/// An object (apiVersion, kind, namespace and name) by a 128-bit fingerprint: what is kept
+/// per object for as long as it exists holds no copy of its strings (they were a tenth of
+/// the controller's memory per cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectId(u128);
+
+impl ObjectId {
+    /// The object `kind` `namespace`/`name` of `api_version`.
+    pub fn of(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Self {
+        use sha2::Digest as _;
+        let text =
+            serde_json::to_vec(&(api_version, kind, namespace, name)).expect("strings serialize");
+        let digest = sha2::Sha256::digest(&text);
+        let mut first = [0; 16];
+        first.copy_from_slice(&digest[..16]);
+        Self(u128::from_le_bytes(first))
+    }
+
+    /// `obj`.
+    pub fn of_object<K: kube::Resource<DynamicType = ()>>(obj: &K) -> Self {
+        let meta = obj.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        Self::of(
+            &K::api_version(&()),
+            &K::kind(&()),
+            meta.namespace.as_deref(),
+            name,
+        )
+    }
+}
+
+/// A [`Written`] as it is remembered: its object's fingerprint, its manager and subresource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WriteId {
+    /// The object written.
+    pub object: ObjectId,
+    /// The field manager of the write.
+    pub manager: &'static str,
+    /// The subresource written (`None`: the main resource).
+    pub subresource: Option<Subresource>,
 }
 
 /// How many writes within how long, with the same [`Basis`], are a loop.
@@ -230,6 +281,18 @@ mod tests {
 
     fn basis(generation: i64, observed: &str) -> Basis {
         Basis::of(Some(generation), &observed)
+    }
+
+    #[test]
+    fn objects_are_told_apart_by_every_part_of_their_name() {
+        let id = |ns: Option<&str>, name: &str| ObjectId::of("v1", "Secret", ns, name);
+        assert_eq!(id(Some("a"), "b"), id(Some("a"), "b"));
+        assert_ne!(id(Some("a"), "bc"), id(Some("ab"), "c"));
+        assert_ne!(id(None, "b"), id(Some(""), "b"));
+        assert_ne!(
+            ObjectId::of("v1", "Secret", None, "b"),
+            ObjectId::of("v1", "ConfigMap", None, "b")
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::tenancy::{
 };
 use crate::watches::cached;
 use crate::write_loops::Basis;
-use crate::write_loops::Written;
+use crate::write_loops::{ObjectId, Written};
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -502,11 +502,7 @@ async fn delete(
         .await
         .map_err(kube_err(apply, "removing its finalizer"))?;
     super::observe_deletion(ctx, apply);
-    ctx.publisher.forget(
-        "WorkspaceTemplateApply",
-        apply.namespace().as_deref(),
-        &apply.name_any(),
-    );
+    ctx.publisher.forget(ObjectId::of_object(apply));
     Ok(Action::await_change())
 }
 

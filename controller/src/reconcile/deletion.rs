@@ -11,6 +11,7 @@ use crate::publish::Publication;
 use crate::status::deletion::{
     DeletionFacts, DeletionStep, deletion_status_fragment, plan_deletion,
 };
+use crate::write_loops::ObjectId;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Preconditions};
@@ -156,8 +157,7 @@ where
                 .await
                 .map_err(kube_err(obj, "removing its finalizer"))?;
             super::observe_deletion(ctx, obj);
-            ctx.publisher
-                .forget(&K::kind(&()), obj.namespace().as_deref(), &obj.name_any());
+            ctx.publisher.forget(ObjectId::of_object(obj));
             return Ok(Action::await_change());
         }
         DeletionStep::WaitForControlPlane
