@@ -173,6 +173,9 @@ fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
 /// One change of an object, as its watch saw it.
 #[derive(Clone, Copy, Debug)]
 pub enum Change<'a, K> {
+    /// In the watch's first list, before any controller runs: each controller reconciles
+    /// every object of its own first list, so this wakes no other kind's.
+    Listed(&'a K),
     /// Created or changed: the object now, and as the cache held it before the change
     /// (`None`: new to the cache).
     Applied {
@@ -189,7 +192,9 @@ impl<'a, K> Change<'a, K> {
     /// The object the change is of (as it is now, or as it was when deleted).
     pub fn object(&self) -> &'a K {
         match *self {
-            Change::Applied { object, .. } | Change::Deleted(object) => object,
+            Change::Listed(object) | Change::Applied { object, .. } | Change::Deleted(object) => {
+                object
+            }
         }
     }
 }
@@ -216,9 +221,14 @@ impl<K: Watched> Subscribers<K> {
     pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
         let sender = trigger.sender.clone();
         self.each.push(Box::new(move |change| {
-            if let Change::Applied { object, previous } = *change
-                && previous.map(lifecycle) != Some(lifecycle(object))
-            {
+            let wake = match *change {
+                Change::Listed(object) => Some(object),
+                Change::Applied { object, previous } => {
+                    (previous.map(lifecycle) != Some(lifecycle(object))).then_some(object)
+                }
+                Change::Deleted(_) => None,
+            };
+            if let Some(object) = wake {
                 let _ = sender.unbounded_send(reference(object));
             }
         }));
@@ -235,7 +245,8 @@ impl<K: Watched> Subscribers<K> {
     }
 
     /// Wakes the controller of `P` for the objects `map` finds, on every change of an object
-    /// of this kind, its deletion included.
+    /// of this kind, its deletion included, after the first list (at the start every object
+    /// of `P` is reconciled anyway: a wake per related object then only filled the queues).
     pub fn wakes<P, I>(
         &mut self,
         trigger: &Trigger<P>,
@@ -246,6 +257,9 @@ impl<K: Watched> Subscribers<K> {
     {
         let sender = trigger.sender.clone();
         self.each.push(Box::new(move |change| {
+            if let Change::Listed(_) = change {
+                return;
+            }
             for r in map(change.object()) {
                 let _ = sender.unbounded_send(r);
             }
@@ -308,7 +322,8 @@ impl<K: Watched> Watch<K> {
 
 /// Keeps the cache from `events` and hands each change to `subscribers`: what `reflect`
 /// does, with the cache's copy from before each change handed over too (during a relist the
-/// cache keeps the old list until the new one is whole, so that copy is the last one seen).
+/// cache keeps the old list until the new one is whole, so that copy is the last one seen),
+/// and the objects of the first list told apart ([`Change::Listed`]).
 async fn follow<K: Watched>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>>,
     store: Store<K>,
@@ -317,6 +332,7 @@ async fn follow<K: Watched>(
 ) {
     let kind = K::kind(&());
     let mut events = std::pin::pin!(events);
+    let mut listed = false;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -326,6 +342,10 @@ async fn follow<K: Watched>(
             }
         };
         match &event {
+            watcher::Event::InitApply(object) if !listed => {
+                writer.apply_watcher_event(&event);
+                subscribers.deliver(Change::Listed(object));
+            }
             watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
                 let previous = store.get(&reference(object));
                 writer.apply_watcher_event(&event);
@@ -336,7 +356,11 @@ async fn follow<K: Watched>(
                 writer.apply_watcher_event(&event);
                 subscribers.deliver(Change::Deleted(object));
             }
-            watcher::Event::Init | watcher::Event::InitDone => writer.apply_watcher_event(&event),
+            watcher::Event::Init => writer.apply_watcher_event(&event),
+            watcher::Event::InitDone => {
+                writer.apply_watcher_event(&event);
+                listed = true;
+            }
         }
     }
 }
@@ -460,11 +484,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_relist_wakes_only_what_changed_while_the_watch_was_away() {
+    async fn the_first_list_wakes_its_own_a_relist_what_changed_while_the_watch_was_away() {
         use watcher::Event::{Init, InitApply, InitDone};
         let mut trigger = Trigger::default();
+        let mut owners = Trigger::<CAPTCluster>::default();
         let mut subs = Subscribers::default();
         subs.wakes_own(&trigger, lifecycle);
+        subs.wakes(&owners, |a: &WorkspaceTemplateApply| {
+            Some(ObjectRef::new(&format!("owner-of-{}", a.metadata.name.clone()?)).within("ns"))
+        });
         let (store, writer) = reflector::store();
         let events = [
             Init,
@@ -484,6 +512,13 @@ mod tests {
         let events = futures::stream::iter(events.map(Ok));
         follow(events, store.clone(), writer, subs).await;
         assert_eq!(drain(&mut trigger), ["a", "b", "d", "a", "c", "d"]);
+        // The owners are listed and reconciled at the start themselves: only the relist,
+        // every object of it, wakes them through the mapper.
+        let owners = drain(&mut owners);
+        assert_eq!(
+            owners,
+            ["owner-of-a", "owner-of-b", "owner-of-c", "owner-of-d"]
+        );
         let b = cached(&store, Some("ns"), "b").expect("b is cached");
         assert_eq!(
             b.status.as_ref().unwrap().workspace_name.as_deref(),
