@@ -10,6 +10,7 @@ use crate::write_loops::{Basis, ObjectId, WriteId, WriteLoops, Written};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
+use status_applier_api::Action;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -98,6 +99,8 @@ impl Context {
         }
         if published.was_sent() {
             self.metrics.intents.get_or_create(&label).inc();
+        }
+        if is_write(&published) {
             let regarding = ObjectReference {
                 api_version: Some(target.api_version),
                 kind: Some(target.kind),
@@ -168,6 +171,14 @@ impl Context {
             );
         }
     }
+}
+
+/// Whether a publication counts as a write for the write-loop guard: it was sent, and the
+/// status-applier did not find it already in place. `unchanged` wrote nothing and never will
+/// (after a restart, when the publisher remembers nothing, that is every intent); every other
+/// outcome was a write or is kept for one.
+fn is_write(published: &Published) -> bool {
+    matches!(published, Published::Sent { action, .. } if *action != Action::unchanged)
 }
 
 /// The Warning Event about a write loop of `written`, on `regarding`.
@@ -241,6 +252,24 @@ mod tests {
             namespace: Some("team".into()),
             name: Some("alone".into()),
             ..ObjectReference::default()
+        }
+    }
+
+    #[test]
+    fn an_intent_found_in_place_is_not_a_write() {
+        let sent = |action| Published::Sent {
+            action,
+            generation: None,
+        };
+        assert!(!is_write(&sent(Action::unchanged)));
+        assert!(!is_write(&Published::Repeat { generation: None }));
+        for action in [
+            Action::applied,
+            Action::coalesced,
+            Action::queued,
+            Action::conflict,
+        ] {
+            assert!(is_write(&sent(action)), "{action:?}");
         }
     }
 
