@@ -13,7 +13,7 @@ use super::duration::format_duration;
 use super::endpoint;
 use super::pause::{PAUSED_CONDITION, paused_condition};
 use super::wait::{self, Deadline, recheck_after};
-use super::workspace::{WorkspaceObservation, WorkspaceState};
+use super::workspace::{WorkspaceObservation, WorkspaceState, keep_output_names};
 use crate::api::{ApiEndpoint, CAPTClusterStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -88,9 +88,11 @@ pub struct CaptClusterInput {
 }
 
 /// Drops what of our own status nothing reads back (the controller's cache keeps the rest):
-/// `deprecated`, derived from the conditions on every computation.
+/// `deprecated`, derived from the conditions on every computation, and of
+/// `workspaceTemplateStatus` all but the outputs' names ([`keep_output_names`]).
 pub fn keep_what_is_read(status: &mut CAPTClusterStatus) {
     status.deprecated = None;
+    keep_output_names(&mut status.workspace_template_status);
 }
 
 /// The desired CAPTCluster status.

@@ -31,7 +31,7 @@ use super::duration::{DurationError, format_duration, parse_duration};
 use super::endpoint::{self, EndpointError, parse_endpoint};
 use super::pause::{PAUSED_CONDITION, paused_condition};
 use super::wait::{self, Deadline, recheck_after};
-use super::workspace::{Applied, WorkspaceObservation, WorkspaceState};
+use super::workspace::{Applied, WorkspaceObservation, WorkspaceState, keep_output_names};
 use crate::api::{ApiEndpoint, CAPTControlPlaneStatus, ControlPlanePhase, Timeouts};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -102,11 +102,13 @@ pub struct ControlPlaneInput {
 }
 
 /// Drops what of our own status nothing reads back (the controller's cache keeps the rest):
-/// `deprecated`, derived from the conditions on every computation, and `workspaceStatus`,
-/// the Workspace's status copied from the cached Workspace every time.
+/// `deprecated`, derived from the conditions on every computation; `workspaceStatus`, the
+/// Workspace's status copied from the cached Workspace every time; and of
+/// `workspaceTemplateStatus` all but the outputs' names ([`keep_output_names`]).
 pub fn keep_what_is_read(status: &mut CAPTControlPlaneStatus) {
     status.deprecated = None;
     status.workspace_status = None;
+    keep_output_names(&mut status.workspace_template_status);
 }
 
 /// The desired control-plane status and endpoint.
