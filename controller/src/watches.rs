@@ -75,13 +75,15 @@ impl Watched for WorkspaceTemplate {
 
 /// A Workspace's inline module is most of its size, and no reconciler reads it: the apply
 /// only compares it with what it renders. The cache keeps its digest ([`module_digest`]).
-/// The Workspaces are rendered from a few templates, and their specs and statuses repeat one
-/// another: each is compressed against a recent one (a third of its size alone, measured on
-/// the benchmark's).
+/// The Workspaces are rendered from a few templates, and their specs, statuses and
+/// annotations repeat one another: each is compressed against a recent one (a third of its
+/// size alone, measured on the benchmark's).
 impl Watched for TerraformWorkspace {
     fn trim(&mut self) {
         static SPECS: LazyLock<Dictionaries> = LazyLock::new(Dictionaries::default);
         static STATUSES: LazyLock<Dictionaries> = LazyLock::new(Dictionaries::default);
+        static ANNOTATIONS: LazyLock<Dictionaries> = LazyLock::new(Dictionaries::default);
+        self.compact_annotations(|a| ANNOTATIONS.compact(a));
         let mut spec = self.spec_value();
         let module = spec
             .get_mut("forProvider")
@@ -420,6 +422,7 @@ mod tests {
     use super::*;
     use crate::api::WorkspaceTemplateSpec;
     use crate::reconcile::lifecycle;
+    use compact_json::CompactJson;
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -661,11 +664,14 @@ mod tests {
     }
 
     #[test]
-    fn cached_workspaces_are_compressed_against_one_another() {
+    fn cached_workspaces_are_compressed_against_one_another_and_read_back_whole() {
         let workspace = |i: usize| -> TerraformWorkspace {
             serde_json::from_value(json!({
                 "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
-                "metadata": {"name": format!("w{i}")},
+                "metadata": {"name": format!("w{i}"), "annotations": {
+                    "crossplane.io/external-name": format!("w{i}"),
+                    "crossplane.io/external-create-succeeded": "2026-11-28T07:33:48Z",
+                    "infrastructure.cluster.x-k8s.io/workspace-revision": format!("{i:064x}")}},
                 "spec": {"forProvider": {"module": "m", "source": "Inline",
                     "vars": [{"key": "cluster_name", "value": format!("c{i}")},
                              {"key": "region", "value": "ap-northeast-1"}]},
@@ -688,11 +694,29 @@ mod tests {
             let mut ws = workspace(i);
             alone += ws.spec.fields.compressed_len();
             alone += ws.status.as_ref().map_or(0, |s| s.compressed_len());
+            alone += CompactJson::new(&ws.metadata.annotations).compressed_len();
             let (spec, status) = (ws.spec_value(), ws.status_value());
+            let annotations = ws.metadata.annotations.clone().unwrap();
             ws.trim();
             cached += ws.spec.fields.compressed_len();
             cached += ws.status.as_ref().map_or(0, |s| s.compressed_len());
+            cached += ws.compact_annotations_len();
             assert_eq!(ws.status_value(), status, "the status reads back whole");
+            assert!(
+                ws.metadata.annotations.is_none(),
+                "no map of annotations is kept"
+            );
+            assert_eq!(
+                ws.annotations(),
+                annotations,
+                "the annotations read back whole"
+            );
+            let json = serde_json::to_value(&ws).unwrap();
+            assert_eq!(
+                json["metadata"]["annotations"],
+                json!(annotations),
+                "and as JSON"
+            );
             let mut digested = spec;
             digested["forProvider"]["module"] = json!(module_digest("m"));
             assert_eq!(ws.spec_value(), digested, "the spec reads back whole");

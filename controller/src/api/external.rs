@@ -2,9 +2,12 @@
 //! and provider-terraform's `Workspace`. Their CRDs are upstream's; we never generate them.
 
 use compact_json::CompactJson;
-use kube::CustomResource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{CustomResource, Resource};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use super::ApiEndpoint;
 
@@ -101,19 +104,63 @@ pub struct ClusterInitialization {
 /// renders the spec from templates and reads the status through [`crate::status`], never
 /// field by field, and the controller caches every Workspace. As `serde_json::Value`s a
 /// provisioned stack's two Workspaces were about 20 KB, the largest part of the cache.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "tf.upbound.io",
-    version = "v1beta1",
-    kind = "Workspace",
-    root = "TerraformWorkspace",
-    schema = "disabled",
-    status = "CompactJson"
-)]
+///
+/// In the cache its annotations are compact too ([`TerraformWorkspace::compact_annotations`]:
+/// a map costs a 544-byte B-tree node and two strings per entry, about a kilobyte per
+/// Workspace). Every reader reads them as the Workspace's JSON (`Serialize` puts them back in
+/// `metadata.annotations`) or with [`TerraformWorkspace::annotations`], never from
+/// `metadata` itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TerraformWorkspace {
+    /// Metadata (without its annotations once they are compact).
+    pub metadata: ObjectMeta,
+    /// The spec.
+    pub spec: TerraformWorkspaceSpec,
+    /// The status.
+    pub status: Option<CompactJson>,
+    /// `metadata.annotations`, once compact.
+    annotations: Option<CompactJson>,
+}
+
+/// The spec of a Workspace, whole.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(transparent)]
 pub struct TerraformWorkspaceSpec {
     /// The whole spec.
     pub fields: CompactJson,
+}
+
+impl Resource for TerraformWorkspace {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Workspace".into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        "tf.upbound.io".into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1beta1".into()
+    }
+
+    fn api_version(_: &()) -> Cow<'_, str> {
+        "tf.upbound.io/v1beta1".into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        "workspaces".into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 impl TerraformWorkspace {
@@ -128,6 +175,90 @@ impl TerraformWorkspace {
             .as_ref()
             .map(CompactJson::value)
             .unwrap_or_default()
+    }
+
+    /// Its annotations, compact or not.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let mut annotations = self.metadata.annotations.clone().unwrap_or_default();
+        if let Some(compact) = &self.annotations {
+            annotations.extend(compact.parse::<BTreeMap<String, String>>());
+        }
+        annotations
+    }
+
+    /// The size of its compact annotations (0: none are compact).
+    pub fn compact_annotations_len(&self) -> usize {
+        self.annotations
+            .as_ref()
+            .map_or(0, CompactJson::compressed_len)
+    }
+
+    /// Moves its annotations out of `metadata` into their compact form, by `compact`.
+    pub fn compact_annotations(&mut self, compact: impl FnOnce(&Value) -> CompactJson) {
+        let Some(annotations) = self.metadata.annotations.take() else {
+            return;
+        };
+        let mut all = self
+            .annotations
+            .take()
+            .map(|c| c.value())
+            .unwrap_or_default();
+        if !all.is_object() {
+            all = Value::Object(Map::new());
+        }
+        for (k, v) in annotations {
+            all[k] = Value::String(v);
+        }
+        self.annotations = Some(compact(&all));
+    }
+}
+
+impl Serialize for TerraformWorkspace {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let metadata = match &self.annotations {
+            None => Cow::Borrowed(&self.metadata),
+            Some(_) => Cow::Owned(ObjectMeta {
+                annotations: Some(self.annotations()),
+                ..self.metadata.clone()
+            }),
+        };
+        let fields = if self.status.is_some() { 5 } else { 4 };
+        let mut out = serializer.serialize_struct("Workspace", fields)?;
+        out.serialize_field("apiVersion", &Self::api_version(&()))?;
+        out.serialize_field("kind", &Self::kind(&()))?;
+        out.serialize_field("metadata", &metadata)?;
+        out.serialize_field("spec", &self.spec)?;
+        if let Some(status) = &self.status {
+            out.serialize_field("status", status)?;
+        }
+        out.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for TerraformWorkspace {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// A Workspace as the API server sends it.
+        #[derive(Deserialize)]
+        struct Sent {
+            #[serde(default)]
+            metadata: ObjectMeta,
+            #[serde(default)]
+            spec: TerraformWorkspaceSpec,
+            #[serde(default)]
+            status: Option<CompactJson>,
+        }
+        let Sent {
+            metadata,
+            spec,
+            status,
+        } = Sent::deserialize(deserializer)?;
+        Ok(Self {
+            metadata,
+            spec,
+            status,
+            annotations: None,
+        })
     }
 }
 
