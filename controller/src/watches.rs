@@ -76,8 +76,8 @@ impl Watched for WorkspaceTemplate {
 /// A Workspace's inline module is most of its size, and no reconciler reads it: the apply
 /// only compares it with what it renders. The cache keeps its digest ([`module_digest`]).
 /// The Workspaces are rendered from a few templates, and their specs, statuses and
-/// annotations repeat one another: each is compressed against a recent one (a third of its
-/// size alone, measured on the benchmark's).
+/// annotations repeat one another: each is compressed against a recent one (a spec or a
+/// status to a third of its size alone, measured on the benchmark's).
 impl Watched for TerraformWorkspace {
     fn trim(&mut self) {
         static SPECS: LazyLock<Dictionaries> = LazyLock::new(Dictionaries::default);

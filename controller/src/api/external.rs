@@ -106,8 +106,8 @@ pub struct ClusterInitialization {
 /// provisioned stack's two Workspaces were about 20 KB, the largest part of the cache.
 ///
 /// In the cache its annotations are compact too ([`TerraformWorkspace::compact_annotations`]:
-/// a map costs a 544-byte B-tree node and two strings per entry, about a kilobyte per
-/// Workspace). Every reader reads them as the Workspace's JSON (`Serialize` puts them back in
+/// a map costs a 544-byte B-tree node and two strings per entry; with its labels, a cached
+/// Workspace's `ObjectMeta` was 1.9 KB at 1,000 clusters). Every reader reads them as the Workspace's JSON (`Serialize` puts them back in
 /// `metadata.annotations`) or with [`TerraformWorkspace::annotations`], never from
 /// `metadata` itself.
 #[derive(Clone, Debug, Default, PartialEq)]
