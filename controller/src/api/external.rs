@@ -107,9 +107,9 @@ pub struct ClusterInitialization {
 ///
 /// In the cache its annotations are compact too ([`TerraformWorkspace::compact_annotations`]:
 /// a map costs a 544-byte B-tree node and two strings per entry; with its labels, a cached
-/// Workspace's `ObjectMeta` was 1.9 KB at 1,000 clusters). Every reader reads them as the Workspace's JSON (`Serialize` puts them back in
-/// `metadata.annotations`) or with [`TerraformWorkspace::annotations`], never from
-/// `metadata` itself.
+/// Workspace's `ObjectMeta` was 1.9 KB at 1,000 clusters). Every reader reads them as the
+/// Workspace's JSON (`Serialize` puts them back in `metadata.annotations`) or with
+/// [`TerraformWorkspace::annotations`], never from `metadata` itself.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TerraformWorkspace {
     /// Metadata (without its annotations once they are compact).
@@ -195,21 +195,12 @@ impl TerraformWorkspace {
 
     /// Moves its annotations out of `metadata` into their compact form, by `compact`.
     pub fn compact_annotations(&mut self, compact: impl FnOnce(&Value) -> CompactJson) {
-        let Some(annotations) = self.metadata.annotations.take() else {
+        if self.metadata.annotations.is_none() {
             return;
-        };
-        let mut all = self
-            .annotations
-            .take()
-            .map(|c| c.value())
-            .unwrap_or_default();
-        if !all.is_object() {
-            all = Value::Object(Map::new());
         }
-        for (k, v) in annotations {
-            all[k] = Value::String(v);
-        }
-        self.annotations = Some(compact(&all));
+        let all = self.annotations();
+        self.metadata.annotations = None;
+        self.annotations = Some(compact(&serde_json::json!(all)));
     }
 }
 
