@@ -15,6 +15,7 @@ pub mod render;
 pub mod rewake;
 pub mod run;
 pub mod status;
+pub mod sweep;
 pub mod tenancy;
 pub mod variables;
 pub mod watches;

@@ -16,9 +16,11 @@ use crate::reconcile::{
     control_plane, error_policy, lifecycle,
 };
 use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
+use crate::sweep::Sweep;
 use crate::watches::{Caches, Trigger, Watch, Watched};
 use futures::StreamExt;
 use kube::api::Api;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
@@ -139,18 +141,22 @@ pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
     tracing::info!("Caches synced; controllers started");
 
     let c = assignment.concurrency;
-    let apply_loop = controller(caches.applies.clone(), t.applies, c)
+    let (applies, apply_sweep) = controller(caches.applies.clone(), t.applies, c);
+    let apply_loop = applies
         .run(apply::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "WorkspaceTemplateApply"));
-    let cp_loop = controller(caches.control_planes.clone(), t.control_planes, c)
+        .for_each(finished(&ctx, apply_sweep));
+    let (control_planes, cp_sweep) = controller(caches.control_planes.clone(), t.control_planes, c);
+    let cp_loop = control_planes
         .run(control_plane::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "CAPTControlPlane"));
-    let cc_loop = controller(caches.capt_clusters.clone(), t.capt_clusters, c)
+        .for_each(finished(&ctx, cp_sweep));
+    let (capt_clusters, cc_sweep) = controller(caches.capt_clusters.clone(), t.capt_clusters, c);
+    let cc_loop = capt_clusters
         .run(capt_cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "CAPTCluster"));
-    let cluster_loop = controller(caches.clusters.clone(), t.clusters, c)
+        .for_each(finished(&ctx, cc_sweep));
+    let (clusters, cluster_sweep) = controller(caches.clusters.clone(), t.clusters, c);
+    let cluster_loop = clusters
         .run(cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, "Cluster"));
+        .for_each(finished(&ctx, cluster_sweep));
     futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
 }
 
@@ -225,33 +231,52 @@ fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
     w.clusters.subscribers.on_deleted(move |o| c.forget(o));
 }
 
-/// Counts each reconcile of `kind` once it has finished (with or without an error), so that a
-/// rising count says a reconcile has made its decisions.
-fn finished<T, E, Q>(
+/// Counts each reconcile of `K` once it has finished (with or without an error), so that a
+/// rising count says a reconcile has made its decisions, and tells the sweep the object is
+/// done.
+fn finished<K: Watched, E, Q>(
     ctx: &Arc<Context>,
-    kind: &'static str,
-) -> impl FnMut(Result<T, kube::runtime::controller::Error<E, Q>>) -> std::future::Ready<()>
+    sweep: Arc<Sweep>,
+) -> impl FnMut(ReconcileResult<K, E, Q>) -> std::future::Ready<()>
 where
     E: std::error::Error + 'static,
     Q: std::error::Error + 'static,
 {
     let ctx = ctx.clone();
+    let kind = K::kind(&());
     move |result| {
         use kube::runtime::controller::Error;
+        sweep.reported(&result);
         if matches!(result, Ok(_) | Err(Error::ReconcilerFailed(..))) {
-            ctx.metrics.reconciled(kind);
+            ctx.metrics.reconciled(&kind);
         }
         std::future::ready(())
     }
 }
 
+/// What a controller of `K` reports of each reconcile.
+type ReconcileResult<K, E, Q> =
+    Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<E, Q>>;
+
 /// A controller of `K` reading `store`, woken by `trigger` only, `concurrency` reconciles at
-/// once.
-fn controller<K: Watched>(store: Store<K>, trigger: Trigger<K>, concurrency: u16) -> Controller<K> {
-    Controller::for_stream(futures::stream::empty(), store)
+/// once, and the sweep that hands it every cached object once it runs ([`crate::sweep`]:
+/// twice `concurrency` at a time keeps it busy).
+fn controller<K: Watched>(
+    store: Store<K>,
+    trigger: Trigger<K>,
+    concurrency: u16,
+) -> (Controller<K>, Arc<Sweep>) {
+    let sweep = Arc::new(Sweep::new(2 * usize::from(concurrency)));
+    let sender = trigger.sender();
+    tokio::spawn({
+        let (sweep, store) = (sweep.clone(), store.clone());
+        async move { sweep.feed(&store, &sender).await }
+    });
+    let controller = Controller::for_stream(futures::stream::empty(), store)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(trigger.into_stream())
-        .shutdown_on_signal()
+        .shutdown_on_signal();
+    (controller, sweep)
 }
 
 /// What else wakes the owner `O` of an apply (a CAPTCluster or a CAPTControlPlane): its

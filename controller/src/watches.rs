@@ -163,7 +163,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Trigger<K> {
 /// The reference to `obj` by its namespace and name, which is all the caches and the
 /// controllers compare (`ObjectRef::from_obj` copies its uid and resourceVersion as well: two
 /// strings more per object a subscriber keeps).
-fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
+pub(crate) fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
     let meta = obj.meta();
     let name = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
     match meta.namespace.as_deref() {
@@ -175,8 +175,8 @@ fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
 /// One change of an object, as its watch saw it.
 #[derive(Clone, Copy, Debug)]
 pub enum Change<'a, K> {
-    /// In the watch's first list, before any controller runs: each controller reconciles
-    /// every object of its own first list, so this wakes no other kind's.
+    /// In the watch's first list, before any controller runs: each controller's sweep
+    /// ([`crate::sweep`]) hands it every object of its own first list, so this wakes none.
     Listed(&'a K),
     /// Created or changed: the object now, and as the cache held it before the change
     /// (`None`: new to the cache).
@@ -217,18 +217,18 @@ impl<K> Default for Subscribers<K> {
 
 impl<K: Watched> Subscribers<K> {
     /// Wakes the controller of `K` itself when `lifecycle` of an object changes (a new
-    /// object, or a change the hash sees); deletions do not wake it (a finalizer turns the
-    /// deletion into a change first). What it compares with is the cache's copy from
-    /// before the change: nothing is kept per object beside the cache.
+    /// object, or a change the hash sees) after the first list (that one is the sweep's:
+    /// [`crate::sweep`]); deletions do not wake it (a finalizer turns the deletion into a
+    /// change first). What it compares with is the cache's copy from before the change:
+    /// nothing is kept per object beside the cache.
     pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
         let sender = trigger.sender.clone();
         self.each.push(Box::new(move |change| {
             let wake = match *change {
-                Change::Listed(object) => Some(object),
+                Change::Listed(_) | Change::Deleted(_) => None,
                 Change::Applied { object, previous } => {
                     (previous.map(lifecycle) != Some(lifecycle(object))).then_some(object)
                 }
-                Change::Deleted(_) => None,
             };
             if let Some(object) = wake {
                 let _ = sender.unbounded_send(reference(object));
@@ -247,8 +247,9 @@ impl<K: Watched> Subscribers<K> {
     }
 
     /// Wakes the controller of `P` for the objects `map` finds, on every change of an object
-    /// of this kind, its deletion included, after the first list (at the start every object
-    /// of `P` is reconciled anyway: a wake per related object then only filled the queues).
+    /// of this kind, its deletion included, after the first list (at the start the sweep
+    /// hands every object of `P` to its controller anyway: a wake per related object then
+    /// only filled the queues).
     pub fn wakes<P, I>(
         &mut self,
         trigger: &Trigger<P>,
@@ -487,7 +488,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_first_list_wakes_its_own_a_relist_what_changed_while_the_watch_was_away() {
+    async fn the_first_list_wakes_nothing_a_relist_what_changed_while_the_watch_was_away() {
         use watcher::Event::{Init, InitApply, InitDone};
         let mut trigger = Trigger::default();
         let mut owners = Trigger::<CAPTCluster>::default();
@@ -514,9 +515,10 @@ mod tests {
         ];
         let events = futures::stream::iter(events.map(Ok));
         follow(events, store.clone(), writer, subs).await;
-        assert_eq!(drain(&mut trigger), ["a", "b", "d", "a", "c", "d"]);
-        // The owners are listed and reconciled at the start themselves: only the relist,
-        // every object of it, wakes them through the mapper.
+        // The first list is the sweep's; of the relist, what a reconcile must see.
+        assert_eq!(drain(&mut trigger), ["a", "c", "d"]);
+        // Nor does the first list wake the owners (their own sweep reconciles them): only the
+        // relist, every object of it, wakes them through the mapper.
         let owners = drain(&mut owners);
         assert_eq!(
             owners,
