@@ -141,23 +141,24 @@ pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
     tracing::info!("Caches synced; controllers started");
 
     let c = assignment.concurrency;
-    let (applies, apply_sweep) = controller(caches.applies.clone(), t.applies, c);
-    let apply_loop = applies
-        .run(apply::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, apply_sweep));
-    let (control_planes, cp_sweep) = controller(caches.control_planes.clone(), t.control_planes, c);
-    let cp_loop = control_planes
-        .run(control_plane::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, cp_sweep));
-    let (capt_clusters, cc_sweep) = controller(caches.capt_clusters.clone(), t.capt_clusters, c);
-    let cc_loop = capt_clusters
-        .run(capt_cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, cc_sweep));
-    let (clusters, cluster_sweep) = controller(caches.clusters.clone(), t.clusters, c);
-    let cluster_loop = clusters
-        .run(cluster::reconcile, error_policy, ctx.clone())
-        .for_each(finished(&ctx, cluster_sweep));
-    futures::join!(apply_loop, cp_loop, cc_loop, cluster_loop);
+    futures::join!(
+        reconcile_all(caches.applies, t.applies, c, apply::reconcile, &ctx),
+        reconcile_all(
+            caches.control_planes,
+            t.control_planes,
+            c,
+            control_plane::reconcile,
+            &ctx
+        ),
+        reconcile_all(
+            caches.capt_clusters,
+            t.capt_clusters,
+            c,
+            capt_cluster::reconcile,
+            &ctx
+        ),
+        reconcile_all(caches.clusters, t.clusters, c, cluster::reconcile, &ctx),
+    );
 }
 
 /// What wakes each controller: the references it is sent.
@@ -231,52 +232,43 @@ fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
     w.clusters.subscribers.on_deleted(move |o| c.forget(o));
 }
 
-/// Counts each reconcile of `K` once it has finished (with or without an error), so that a
-/// rising count says a reconcile has made its decisions, and tells the sweep the object is
-/// done.
-fn finished<K: Watched, E, Q>(
-    ctx: &Arc<Context>,
-    sweep: Arc<Sweep>,
-) -> impl FnMut(ReconcileResult<K, E, Q>) -> std::future::Ready<()>
-where
-    E: std::error::Error + 'static,
-    Q: std::error::Error + 'static,
-{
-    let ctx = ctx.clone();
-    let kind = K::kind(&());
-    move |result| {
-        use kube::runtime::controller::Error;
-        sweep.reported(&result);
-        if matches!(result, Ok(_) | Err(Error::ReconcilerFailed(..))) {
-            ctx.metrics.reconciled(&kind);
-        }
-        std::future::ready(())
-    }
-}
-
-/// What a controller of `K` reports of each reconcile.
-type ReconcileResult<K, E, Q> =
-    Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<E, Q>>;
-
-/// A controller of `K` reading `store`, woken by `trigger` only, `concurrency` reconciles at
-/// once, and the sweep that hands it every cached object once it runs ([`crate::sweep`]:
-/// twice `concurrency` at a time keeps it busy).
-fn controller<K: Watched>(
+/// Runs the controller of `K` with `reconcile` until a shutdown signal: reading `store`, woken
+/// by `trigger` only, `concurrency` reconciles at once, and handed every cached object first
+/// by a sweep ([`crate::sweep`]: twice `concurrency` at a time keeps it busy). Each reconcile
+/// that finished (with or without an error) is counted, so that a rising count says a
+/// reconcile has made its decisions.
+async fn reconcile_all<K, F, Fut>(
     store: Store<K>,
     trigger: Trigger<K>,
     concurrency: u16,
-) -> (Controller<K>, Arc<Sweep>) {
+    reconcile: F,
+    ctx: &Arc<Context>,
+) where
+    K: Watched,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = crate::reconcile::Result<Action>> + Send + 'static,
+{
+    use kube::runtime::controller::Error;
     let sweep = Arc::new(Sweep::new(2 * usize::from(concurrency)));
     let sender = trigger.sender();
     tokio::spawn({
         let (sweep, store) = (sweep.clone(), store.clone());
         async move { sweep.feed(&store, &sender).await }
     });
-    let controller = Controller::for_stream(futures::stream::empty(), store)
+    let kind = K::kind(&());
+    Controller::for_stream(futures::stream::empty(), store)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(trigger.into_stream())
-        .shutdown_on_signal();
-    (controller, sweep)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            sweep.reported(&result);
+            if matches!(result, Ok(_) | Err(Error::ReconcilerFailed(..))) {
+                ctx.metrics.reconciled(&kind);
+            }
+            std::future::ready(())
+        })
+        .await;
 }
 
 /// What else wakes the owner `O` of an apply (a CAPTCluster or a CAPTControlPlane): its

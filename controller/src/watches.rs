@@ -175,9 +175,6 @@ pub(crate) fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
 /// One change of an object, as its watch saw it.
 #[derive(Clone, Copy, Debug)]
 pub enum Change<'a, K> {
-    /// In the watch's first list, before any controller runs: each controller's sweep
-    /// ([`crate::sweep`]) hands it every object of its own first list, so this wakes none.
-    Listed(&'a K),
     /// Created or changed: the object now, and as the cache held it before the change
     /// (`None`: new to the cache).
     Applied {
@@ -194,9 +191,7 @@ impl<'a, K> Change<'a, K> {
     /// The object the change is of (as it is now, or as it was when deleted).
     pub fn object(&self) -> &'a K {
         match *self {
-            Change::Listed(object) | Change::Applied { object, .. } | Change::Deleted(object) => {
-                object
-            }
+            Change::Applied { object, .. } | Change::Deleted(object) => object,
         }
     }
 }
@@ -225,7 +220,7 @@ impl<K: Watched> Subscribers<K> {
         let sender = trigger.sender.clone();
         self.each.push(Box::new(move |change| {
             let wake = match *change {
-                Change::Listed(_) | Change::Deleted(_) => None,
+                Change::Deleted(_) => None,
                 Change::Applied { object, previous } => {
                     (previous.map(lifecycle) != Some(lifecycle(object))).then_some(object)
                 }
@@ -260,9 +255,6 @@ impl<K: Watched> Subscribers<K> {
     {
         let sender = trigger.sender.clone();
         self.each.push(Box::new(move |change| {
-            if let Change::Listed(_) = change {
-                return;
-            }
             for r in map(change.object()) {
                 let _ = sender.unbounded_send(r);
             }
@@ -325,8 +317,8 @@ impl<K: Watched> Watch<K> {
 
 /// Keeps the cache from `events` and hands each change to `subscribers`: what `reflect`
 /// does, with the cache's copy from before each change handed over too (during a relist the
-/// cache keeps the old list until the new one is whole, so that copy is the last one seen),
-/// and the objects of the first list told apart ([`Change::Listed`]).
+/// cache keeps the old list until the new one is whole, so that copy is the last one seen).
+/// The objects of the first list are cached and handed to no one.
 async fn follow<K: Watched>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>>,
     store: Store<K>,
@@ -345,10 +337,10 @@ async fn follow<K: Watched>(
             }
         };
         match &event {
-            watcher::Event::InitApply(object) if !listed => {
-                writer.apply_watcher_event(&event);
-                subscribers.deliver(Change::Listed(object));
-            }
+            // The first list wakes no one: each controller's sweep hands it every object of
+            // its own kind ([`crate::sweep`]), and wakes of related objects would only fill
+            // the queues.
+            watcher::Event::InitApply(_) if !listed => writer.apply_watcher_event(&event),
             watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
                 let previous = store.get(&reference(object));
                 writer.apply_watcher_event(&event);
