@@ -620,6 +620,8 @@ async fn failing_destroy(provider: Provider) -> Result<Outcome> {
     if provider == Provider::Real {
         assert_eq!(state_secrets(&stack.system)?, Vec::<String>::new());
     }
+    // Only now: the destroy reads the file until it ends.
+    std::fs::remove_dir_all(&dir)?;
     shown?;
     Ok(outcome)
 }
@@ -777,6 +779,8 @@ async fn held_update(provider: Provider) -> Result<HeldUpdate> {
         .unwrap_or_default()
         .to_owned();
     stack.clean_up().await?;
+    // Only now: the gates are read by the provider's apply until it ends.
+    std::fs::remove_dir_all(&dir)?;
     Ok(HeldUpdate {
         during,
         during_version,
