@@ -109,6 +109,11 @@ struct Args {
     /// probe waits on the provider's requeues, seconds), and the tables say how many.
     #[arg(long, default_value_t = 1)]
     probe_concurrency: usize,
+    /// What the floor's control planes carry besides what the floor writes: `as-ours`, the
+    /// status of one of the round's provisioned control planes (an object of our size), or
+    /// `bare` (only the `Paused` condition; the floor of the rounds before 2026-11-28).
+    #[arg(long, value_enum, default_value_t = FloorObject::AsOurs)]
+    floor_object: FloorObject,
     /// How long a probe stack may take to get its Cluster's endpoint (a whole new stack: two
     /// Workspaces applied, core's reconciles), or a changed output to reach the
     /// CAPTControlPlane, before it counts as missed. On a loaded machine a probe takes tens of
@@ -133,8 +138,8 @@ struct Args {
     /// (default: 120 s plus 2 s per stack).
     #[arg(long)]
     provision_timeout_seconds: Option<u64>,
-    /// How long the baseline's provisioning may take (it provisions nothing beside Cluster API
-    /// core, whose Cluster writes its full updates fight: the tables say how many it did).
+    /// How long the baseline's provisioning may take: one reconcile at a time per controller,
+    /// each a full status write, is slower than ours (the tables say how many it provisioned).
     #[arg(long, default_value_t = 300)]
     baseline_provision_timeout_seconds: u64,
     /// Instead of the rounds: this many churn waves at each `--clusters` (the system as
@@ -204,6 +209,15 @@ fn restart_environment() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the floor's control planes carry (`floor::Padding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum FloorObject {
+    /// The status of one of the round's provisioned control planes of ours.
+    AsOurs,
+    /// Nothing but the `Paused` condition our controller keeps.
+    Bare,
 }
 
 #[tokio::main]

@@ -4,14 +4,14 @@
 
 use crate::census::{self, StatusCensus};
 use crate::deployed::{Launch, Pod};
-use crate::floor::{self, create_floor_stack, floor_name, floor_workspace};
+use crate::floor::{self, Padding, create_floor_stack, floor_name, floor_workspace};
 use crate::probe::{Delta, Probe, ProcessStats, process_stats};
 use crate::stacks::{
     Watches, change_output, create_stack, create_templates, endpoint_host, own_template,
     probe_name, resource, stack_name,
 };
 use crate::system::{BenchSystem, process_name};
-use crate::{Args, Mode};
+use crate::{Args, FloorObject, Mode};
 use anyhow::{Context, Result};
 use capt_controller::render::workspace_name;
 use capt_tests::applier::metric_value;
@@ -88,6 +88,8 @@ pub(crate) struct Probes {
     pub(crate) floor_ms: Vec<f64>,
     pub(crate) floor_made: usize,
     pub(crate) floor_missed: usize,
+    /// The status each floor control plane carries (`floor::Padding`), in bytes.
+    pub(crate) floor_padding_bytes: usize,
     pub(crate) made: usize,
     pub(crate) missed: usize,
     pub(crate) delta: Delta,
@@ -183,7 +185,16 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         ),
         Mode::Baseline => (args.baseline_changes, 3 * crate::upstream::REQUEUE),
     };
-    let floor_task = (mode == Mode::Sidecar).then(|| floor::spawn(client.clone(), ns.clone()));
+    let padding = match (mode, args.floor_object) {
+        (Mode::Baseline, _) => None,
+        (Mode::Sidecar, FloorObject::Bare) => Some(Padding::Bare),
+        (Mode::Sidecar, FloorObject::AsOurs) => {
+            Some(Padding::of(&client, &ns, &stack_name(0)).await?)
+        }
+    };
+    let floor_task = padding
+        .is_some()
+        .then(|| floor::spawn(client.clone(), ns.clone()));
     let probes = probe_stacks(
         &round,
         &system,
@@ -195,7 +206,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
             Mode::Baseline => 1,
         },
         timeout,
-        floor_task.is_some(),
+        padding.as_ref(),
     )
     .await?;
     if let Some(t) = floor_task {
@@ -409,7 +420,7 @@ async fn probe_one(
     watches: &Watches,
     i: usize,
     timeout: Duration,
-    floor: bool,
+    floor: Option<&Padding>,
 ) -> Result<ProbeTimes> {
     let stack = probe_name(i);
     let name = floor_name(i);
@@ -422,10 +433,10 @@ async fn probe_one(
         anyhow::Ok(t2)
     };
     let theirs = async {
-        if !floor {
+        let Some(padding) = floor else {
             return anyhow::Ok(None);
-        }
-        create_floor_stack(client, ns, &name).await?;
+        };
+        create_floor_stack(client, ns, &name, padding).await?;
         let tr = watches
             .control_planes
             .wait(timeout, |s| {
@@ -466,7 +477,7 @@ async fn probe_stacks(
     count: usize,
     concurrency: usize,
     timeout: Duration,
-    floor: bool,
+    floor: Option<&Padding>,
 ) -> Result<Probes> {
     let mut p = Probes::default();
     let before = round.snapshot(system).await?;
@@ -536,6 +547,7 @@ async fn probe_stacks(
         .await?;
     p.delta = round.delta(&before, &round.snapshot(system).await?)?;
     p.concurrency = concurrency.max(1);
+    p.floor_padding_bytes = floor.map_or(0, Padding::bytes);
     eprintln!("  {} probe stacks ({} missed)", p.made, p.missed);
     Ok(p)
 }

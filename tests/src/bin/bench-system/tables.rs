@@ -238,6 +238,10 @@ fn probe_rows(rows: &mut Rows) {
     rows.row("floor stacks made / missed", &|r| {
         format!("{} / {}", r.probes.floor_made, r.probes.floor_missed)
     });
+    rows.row(
+        "floor's control planes: status copied from one of ours (bytes; 0: bare)",
+        &|r| r.probes.floor_padding_bytes.to_string(),
+    );
     rows.row("our hop / the floor's, p50 and p99", &|r| {
         let sorted = |v: &[f64]| {
             let mut v = v.to_vec();
