@@ -3,7 +3,8 @@
 # timestamps (received → response complete), for three applies made in turn N times each:
 #   bare  the floor's two-field apply ({status: {ready}}) to a control plane with no status;
 #   full  the same apply to one carrying a provisioned control plane's status;
-#   ours  that whole status applied by one manager, as the status-applier applies ours.
+#   ours  that whole status applied by one manager, as the status-applier applies ours (under
+#         a manager of its own: under ours, the running status-applier would answer each).
 # Each apply flips `ready`, so each is a real change. Needs a local environment with a ready
 # CAPTControlPlane to copy and its audit log, e.g. after `hack/demo.sh --fake-provider --keep`:
 #   KUBECONFIG=.testenv/kubeconfig PATH=<testenv bin>:$PATH hack/apply-cost.sh [N]
@@ -33,7 +34,7 @@ for i in $(seq 1 "$N"); do
 	r=$([ $((i % 2)) = 0 ] && echo true || echo false)
 	ready bare "$r" | apply capt-floor
 	ready full "$r" | apply capt-floor
-	status ours "$r" | apply capt-captcontrolplane
+	status ours "$r" | apply apply-cost-document
 done
 python3 - "$AUDIT" $ns "$start" <<'PY'
 import json, sys
