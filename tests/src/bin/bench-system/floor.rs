@@ -19,12 +19,12 @@
 //! Workspace exists, the status of one of the round's provisioned control planes
 //! ([`Padding`]), applied by the benchmark's own field manager.
 
-use crate::stacks::resource;
+use crate::stacks::{BENCH_MANAGER, bench_creates, resource};
 use anyhow::{Context, Result};
 use capt_tests::fake_provider::{OUTPUTS_ANNOTATION, workspace_resource};
 use capt_tests::system::APPLY_NAMESPACE_LABEL;
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -159,10 +159,7 @@ pub(crate) async fn create_floor_stack(
     name: &str,
     padding: &Padding,
 ) -> Result<()> {
-    let pp = PostParams {
-        field_manager: Some("capt-bench".into()),
-        ..Default::default()
-    };
+    let pp = bench_creates();
     let control_planes: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
@@ -182,7 +179,7 @@ pub(crate) async fn create_floor_stack(
         control_planes
             .patch_status(
                 name,
-                &PatchParams::apply("capt-bench"),
+                &PatchParams::apply(BENCH_MANAGER),
                 &Patch::Apply(&body),
             )
             .await

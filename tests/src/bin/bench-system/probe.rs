@@ -3,6 +3,7 @@
 //! them (from the API server's audit log), waiting for writes to settle, and the processes'
 //! peak RSS and CPU time.
 
+use crate::stacks::BENCH_MANAGER;
 use crate::system::BenchSystem;
 use anyhow::{Context, Result, bail};
 use capt_tests::applier::metric_value;
@@ -24,7 +25,7 @@ pub(crate) const STATUS_MANAGERS: [&str; 4] = [
 pub(crate) fn ours(by_manager: &BTreeMap<String, u64>) -> u64 {
     by_manager
         .iter()
-        .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
+        .filter(|(m, _)| m.starts_with("capt-") && *m != BENCH_MANAGER)
         .map(|(_, n)| n)
         .sum()
 }
@@ -312,12 +313,7 @@ impl Probe<'_> {
             tokio::time::sleep(quiet).await;
             let now = self.audit_end()?;
             let writes = self.writes(last, now)?;
-            let ours: u64 = writes
-                .iter()
-                .filter(|(m, _)| m.starts_with("capt-") && *m != "capt-bench")
-                .map(|(_, n)| n)
-                .sum();
-            if ours == 0 {
+            if ours(&writes) == 0 {
                 return Ok(true);
             }
             if started.elapsed() > limit {

@@ -17,10 +17,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The benchmark's own field manager, named in the audit log (not one of ours).
+pub(crate) const BENCH_MANAGER: &str = "capt-bench";
+
 /// The benchmark's own creates, named in the audit log.
-fn bench_creates() -> PostParams {
+pub(crate) fn bench_creates() -> PostParams {
     PostParams {
-        field_manager: Some("capt-bench".into()),
+        field_manager: Some(BENCH_MANAGER.into()),
         ..Default::default()
     }
 }
@@ -110,7 +113,7 @@ pub(crate) async fn change_output(
         .patch(
             &own_template(stack),
             &PatchParams {
-                field_manager: Some("capt-bench".into()),
+                field_manager: Some(BENCH_MANAGER.into()),
                 ..Default::default()
             },
             &Patch::Merge(&patch),
