@@ -3,10 +3,10 @@
 server's own timestamps in the audit log `hack/testenv.sh` keeps: the provider's second status
 update of the control plane's Workspace (the pass that reports Ready=True with the output)
 completed -> the next status patch of the CAPTControlPlane by capt-captcontrolplane (ours) or
-capt-floor (the floor) received and completed, how long the API server took over it, how many of
-those were preceded by a 409 or a GET of the control plane, and when the hop also patched the
-endpoint first, when that patch was received and completed. `hack/bench.sh` restarts the environment between rounds, so run
-it on a round's log before the next round starts (or run one mode and one N).
+capt-floor (the floor) received and completed, how long the API server took over it, and how
+many of those were preceded by a 409 or a GET of the control plane. `hack/bench.sh` restarts the
+environment between rounds, so run it on a round's log before the next round starts (or run one
+mode and one N).
 
 usage: hack/ready-hop.py .benchenv/audit.log bench-100-sidecar
 """
@@ -23,13 +23,6 @@ def ts(s):
 def manager(event):
     uri = event["requestURI"]
     return uri.split("fieldManager=")[1].split("&")[0] if "fieldManager=" in uri else ""
-
-
-def span(event, t0):
-    """When `event` (a patch) was received and completed, in ms after t0; None without one."""
-    if event is None:
-        return None
-    return ((ts(event["requestReceivedTimestamp"]) - t0) * 1000, (ts(event["stageTimestamp"]) - t0) * 1000)
 
 
 def pct(values, p):
@@ -74,25 +67,18 @@ def main(audit, ns):
         t0 = ts(events[updates[1]]["stageTimestamp"])
         wanted = "capt-floor" if stack[0] == "f" else "capt-captcontrolplane"
         refused = reads = 0
-        endpoint = None
         for e in events[updates[1] + 1:]:
             if e["objectRef"]["resource"] != "captcontrolplanes":
                 continue
             if e["verb"] == "get":
                 reads += 1
-            elif e["verb"] != "patch" or manager(e) != wanted:
-                continue
-            elif e["responseStatus"].get("code") == 409:
-                refused += 1
-            elif e["responseStatus"].get("code") != 200:
-                continue
-            elif e["objectRef"].get("subresource") != "status":
-                endpoint = endpoint or e
-            else:
-                hops[stack[0]].append(((ts(e["requestReceivedTimestamp"]) - t0) * 1000,
-                                       (ts(e["stageTimestamp"]) - t0) * 1000, refused, reads,
-                                       span(endpoint, t0)))
-                break
+            elif e["objectRef"].get("subresource") == "status" and e["verb"] == "patch" and manager(e) == wanted:
+                if e["responseStatus"].get("code") == 409:
+                    refused += 1
+                elif e["responseStatus"].get("code") == 200:
+                    hops[stack[0]].append(((ts(e["requestReceivedTimestamp"]) - t0) * 1000,
+                                           (ts(e["stageTimestamp"]) - t0) * 1000, refused, reads))
+                    break
     for key, label in (("p", "ours"), ("f", "the floor")):
         h = hops[key]
         if not h:
@@ -104,11 +90,6 @@ def main(audit, ns):
               f"p90 {pct(done, .9):.1f} p99 {pct(done, .99):.1f} max {max(done):.1f} ms; the API server's handling of it "
               f"p50 {pct([d - r for r, d in zip(received, done)], .5):.1f} ms; after a 409: {sum(1 for x in h if x[2])}, "
               f"after a GET: {sum(1 for x in h if x[3])}")
-        endpoints = [x[4] for x in h if x[4] is not None]
-        if endpoints:
-            print(f"  {len(endpoints)} of them patched the endpoint first: received p50 "
-                  f"{pct([e[0] for e in endpoints], .5):.1f}, completed p50 {pct([e[1] for e in endpoints], .5):.1f} ms; "
-                  f"endpoint completed -> status received p50 {pct([x[0] - x[4][1] for x in h if x[4]], .5):.1f} ms")
 
 
 if __name__ == "__main__":
