@@ -8,7 +8,7 @@
 
 use crate::deployed::Pod;
 use crate::probe::process_stats;
-use crate::round::{create_namespace, create_stacks, wait_provisioned};
+use crate::round::{CREATE_CONCURRENCY, create_namespace, create_stacks, wait_provisioned};
 use crate::stacks::{Watches, create_templates, resource};
 use crate::system::BenchSystem;
 use crate::{Args, Mode};
@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use capt_tests::env;
 use capt_tests::fake_provider::workspace_resource;
 use capt_tests::system::APPLY_NAMESPACE_LABEL;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use std::time::{Duration, Instant};
 
@@ -60,10 +61,7 @@ pub(crate) async fn run_churn(args: &Args, n: usize, waves: usize, pod: &Pod) ->
         let provisioned_in = start.elapsed().as_secs_f64();
         drop(watches);
         let deleting = Instant::now();
-        cluster_api(&client, &ns)
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await
-            .with_context(|| format!("deleting the Clusters of {ns}"))?;
+        delete_clusters(&client, &ns).await?;
         let left = wait_gone(&client, &ns, timeout).await?;
         let deleted_in = (left == 0).then(|| deleting.elapsed().as_secs_f64());
         let leader = system.leader();
@@ -99,6 +97,55 @@ pub(crate) async fn run_churn(args: &Args, n: usize, waves: usize, pod: &Pod) ->
 fn cluster_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+/// Deletes every Cluster in `ns`, one request each, [`CREATE_CONCURRENCY`] at a time (as
+/// `kubectl delete --all` does): a single deletecollection of 1,000 Clusters, each through
+/// core's webhooks, outlives the API server's request timeout and is cut off part-way.
+async fn delete_clusters(client: &kube::Client, ns: &str) -> Result<()> {
+    let api = cluster_api(client, ns);
+    let (list, delete) = (ListParams::default(), DeleteParams::default());
+    let listed = sent_again_if_closed(&format!("listing the Clusters of {ns}"), || {
+        api.list_metadata(&list)
+    })
+    .await?;
+    let names = listed
+        .items
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap_or_default());
+    futures::stream::iter(names.map(|name| {
+        let (api, delete) = (&api, &delete);
+        async move {
+            sent_again_if_closed(&format!("deleting Cluster {ns}/{name}"), || {
+                api.delete(&name, delete)
+            })
+            .await
+            .map(|_| ())
+        }
+    }))
+    .buffer_unordered(CREATE_CONCURRENCY)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+/// Sends a request up to three times when it failed before reaching the API server: a pooled
+/// connection the server closed while the wave provisioned fails the next request on it
+/// ("connection closed before message completed"). Nothing else is retried.
+async fn sent_again_if_closed<T, F>(what: &str, send: impl Fn() -> F) -> Result<T>
+where
+    F: std::future::Future<Output = kube::Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match send().await {
+            Err(kube::Error::Service(e)) if attempt < 3 => {
+                eprintln!("  {what}: {e}; sent again");
+                attempt += 1;
+            }
+            result => return result.with_context(|| what.to_owned()),
+        }
+    }
 }
 
 /// Waits until nothing of the wave in `ns` is left (Clusters, CAPT objects, applies, and
