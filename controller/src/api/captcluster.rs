@@ -16,6 +16,7 @@ pub const CAPT_CLUSTER_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/captcl
     group = "infrastructure.cluster.x-k8s.io",
     version = "v1beta1",
     kind = "CAPTCluster",
+    derive = "PartialEq",
     plural = "captclusters",
     shortname = "captc",
     category = "cluster-api",

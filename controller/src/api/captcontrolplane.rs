@@ -16,6 +16,7 @@ pub const CAPT_CONTROL_PLANE_FINALIZER: &str = "controlplane.cluster.x-k8s.io/ca
     group = "controlplane.cluster.x-k8s.io",
     version = "v1beta1",
     kind = "CAPTControlPlane",
+    derive = "PartialEq",
     plural = "captcontrolplanes",
     shortname = "captcp",
     category = "cluster-api",

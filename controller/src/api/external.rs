@@ -18,6 +18,7 @@ use super::ApiEndpoint;
     group = "cluster.x-k8s.io",
     version = "v1beta2",
     kind = "Cluster",
+    derive = "PartialEq",
     namespaced,
     schema = "disabled",
     status = "ClusterStatus"
