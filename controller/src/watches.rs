@@ -243,7 +243,8 @@ impl<K: Watched> Subscribers<K> {
     }
 
     /// Wakes the controller of `P` for the objects `map` finds, on every change of an object
-    /// of this kind, its deletion included, after the first list (at the start the sweep
+    /// of this kind that its cached copy shows (`follow`), its deletion included, after the
+    /// first list (at the start the sweep
     /// hands every object of `P` to its controller anyway: a wake per related object then
     /// only filled the queues).
     pub fn wakes<P, I>(
@@ -319,7 +320,8 @@ impl<K: Watched> Watch<K> {
 /// Keeps the cache from `events` and hands each change to `subscribers`: what `reflect`
 /// does, with the cache's copy from before each change handed over too (during a relist the
 /// cache keeps the old list until the new one is whole, so that copy is the last one seen).
-/// The objects of the first list are cached and handed to no one.
+/// The objects of the first list are cached and handed to no one, nor is a change that
+/// leaves the cached copy as it was ([`same_but_version`]).
 async fn follow<K: Watched>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>>,
     store: Store<K>,
@@ -366,7 +368,7 @@ async fn follow<K: Watched>(
 
 /// True when `object`, as cached, differs from its cached copy `previous` in its
 /// resourceVersion alone: the change was to what the cache does not keep (core's writes of a
-/// Cluster's status, a Workspace's annotations no one reads). The reconcilers read only the
+/// Cluster's status, which [`Watched::trim`] drops). The reconcilers read only the
 /// cache, so no reconcile can see such a change, and it wakes no one: at 3,000 clusters,
 /// core's sweeps of Cluster statuses (about 1,000 writes in 20 s) otherwise queued a
 /// reconcile of each control plane and each CAPTCluster before the changes that matter.
