@@ -17,6 +17,7 @@ pub mod run;
 pub mod status;
 pub mod sweep;
 pub mod tenancy;
+pub mod trigger;
 pub mod variables;
 pub mod watches;
 pub mod workspace_policy;

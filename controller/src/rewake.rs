@@ -9,8 +9,8 @@
 //! looked at every few milliseconds rather than hooked into the watch.
 
 use crate::publish::revision;
-use crate::watches::{Trigger, Watched};
-use futures::channel::mpsc::UnboundedSender;
+use crate::trigger::{Trigger, Wake};
+use crate::watches::Watched;
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
@@ -44,7 +44,7 @@ impl Rewake {
 
     /// Lets objects of `K` be woken through `trigger`, once `store` shows the version.
     pub fn register<K: Watched>(&self, store: Store<K>, trigger: &Trigger<K>) {
-        let sender = trigger.sender();
+        let sender = trigger.wake();
         let gave_up = self.gave_up.clone();
         let waker: Waker = Arc::new(move |namespace, name, version| {
             let mut key = ObjectRef::<K>::new(&name);
@@ -72,7 +72,7 @@ impl Rewake {
 
 async fn wake_when_seen<K: Watched>(
     store: Store<K>,
-    sender: UnboundedSender<ObjectRef<K>>,
+    sender: Wake<K>,
     key: ObjectRef<K>,
     version: u64,
     gave_up: Counter,
@@ -88,7 +88,7 @@ async fn wake_when_seen<K: Watched>(
         }
         tokio::time::sleep(LOOK_EVERY).await;
     }
-    let _ = sender.unbounded_send(key);
+    sender.send(key);
 }
 
 /// True when the cache holds `version` of the object or a later one, or no longer holds it.

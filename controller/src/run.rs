@@ -17,7 +17,8 @@ use crate::reconcile::{
 };
 use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
 use crate::sweep::Sweep;
-use crate::watches::{Caches, Trigger, Watch, Watched};
+use crate::trigger::Trigger;
+use crate::watches::{Caches, Watch, Watched, reference};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -236,12 +237,12 @@ fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
 /// by `trigger` only, `concurrency` reconciles at once, and handed every cached object first
 /// by a sweep ([`crate::sweep`]: twice `concurrency` at a time keeps it busy). Each reconcile
 /// that finished (with or without an error) is counted, so that a rising count says a
-/// reconcile has made its decisions.
+/// reconcile has made its decisions; how long each waited to start and took is recorded.
 async fn reconcile_all<K, F, Fut>(
     store: Store<K>,
     trigger: Trigger<K>,
     concurrency: u16,
-    reconcile: F,
+    mut reconcile: F,
     ctx: &Arc<Context>,
 ) where
     K: Watched,
@@ -250,21 +251,47 @@ async fn reconcile_all<K, F, Fut>(
 {
     use kube::runtime::controller::Error;
     let sweep = Arc::new(Sweep::new(2 * usize::from(concurrency)));
-    let sender = trigger.sender();
+    let wake = trigger.wake();
     tokio::spawn({
         let (sweep, store) = (sweep.clone(), store.clone());
-        async move { sweep.feed(&store, &sender).await }
+        async move { sweep.feed(&store, &wake).await }
     });
     let kind = K::kind(&());
+    let waiting = trigger.waiting();
+    let timed = {
+        let (waiting, metrics, kind) = (waiting.clone(), ctx.metrics.clone(), kind.clone());
+        move |obj: Arc<K>, ctx: Arc<Context>| {
+            if let Some(wait) = waiting.ended(&reference(obj.as_ref())) {
+                metrics.waited(&kind, wait);
+            }
+            let started = tokio::time::Instant::now();
+            let reconciled = reconcile(obj, ctx);
+            let (metrics, kind) = (metrics.clone(), kind.clone());
+            async move {
+                let result = reconciled.await;
+                metrics.reconcile_took(&kind, started.elapsed());
+                result
+            }
+        }
+    };
     Controller::for_stream(futures::stream::empty(), store)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(trigger.into_stream())
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx.clone())
+        .run(timed, error_policy, ctx.clone())
         .for_each(|result| {
             sweep.reported(&result);
-            if matches!(result, Ok(_) | Err(Error::ReconcilerFailed(..))) {
-                ctx.metrics.reconciled(&kind);
+            match &result {
+                Ok(_) | Err(Error::ReconcilerFailed(..)) => ctx.metrics.reconciled(&kind),
+                // Deleted while it waited: it waits no more.
+                Err(Error::ObjectNotFound(gone)) => {
+                    let mut r = ObjectRef::<K>::new(&gone.name);
+                    if let Some(namespace) = &gone.namespace {
+                        r = r.within(namespace);
+                    }
+                    waiting.ended(&r);
+                }
+                Err(_) => {}
             }
             std::future::ready(())
         })

@@ -8,8 +8,8 @@
 //! keeps at most `width` of its references waiting or in a reconcile; each reconcile's end,
 //! as the controller reports it, makes room for the next.
 
+use crate::trigger::Wake;
 use crate::watches::{Watched, reference};
-use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::controller::{Action, Error};
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashSet;
@@ -34,9 +34,9 @@ impl Sweep {
         }
     }
 
-    /// Sends `sender` a reference to every object in `store`, waiting for room before each.
+    /// Sends `wake` a reference to every object in `store`, waiting for room before each.
     /// Returns when every one was sent, or when the controller is gone.
-    pub async fn feed<K: Watched>(&self, store: &Store<K>, sender: &UnboundedSender<ObjectRef<K>>) {
+    pub async fn feed<K: Watched>(&self, store: &Store<K>, wake: &Wake<K>) {
         // A pointer per object; one that changes before it is sent is held twice until then.
         let objects = store.state();
         let count = objects.len();
@@ -44,7 +44,7 @@ impl Sweep {
             let r = reference(&*object);
             drop(object);
             self.wait_for_room(&r).await;
-            if sender.unbounded_send(r).is_err() {
+            if !wake.send(r) {
                 return;
             }
         }
@@ -102,8 +102,8 @@ impl Sweep {
 mod tests {
     use super::*;
     use crate::api::WorkspaceTemplateApply;
+    use crate::trigger::Trigger;
     use futures::StreamExt;
-    use futures::channel::mpsc;
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
     use serde_json::json;
@@ -165,7 +165,8 @@ mod tests {
         let names: Vec<String> = (0..50).map(|i| format!("a{i}")).collect();
         let store = store_of(&names);
         let sweep = Arc::new(Sweep::new(3));
-        let (sender, mut receiver) = mpsc::unbounded();
+        let trigger = Trigger::default();
+        let (sender, mut receiver) = (trigger.wake(), trigger.into_stream());
         let feeding = tokio::spawn({
             let sweep = sweep.clone();
             async move { sweep.feed(&store, &sender).await }

@@ -11,9 +11,9 @@ use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
     WorkspaceTemplateApply,
 };
+use crate::trigger::Trigger;
 use compact_json::Dictionaries;
 use futures::StreamExt;
-use futures::channel::mpsc;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -136,31 +136,6 @@ pub fn strip<K: Resource>(obj: &mut K) {
     }
 }
 
-/// The references a controller of `K` is woken with, sent by the watches that wake it.
-pub struct Trigger<K: Resource<DynamicType = ()>> {
-    sender: mpsc::UnboundedSender<ObjectRef<K>>,
-    receiver: mpsc::UnboundedReceiver<ObjectRef<K>>,
-}
-
-impl<K: Resource<DynamicType = ()>> Default for Trigger<K> {
-    fn default() -> Self {
-        let (sender, receiver) = mpsc::unbounded();
-        Self { sender, receiver }
-    }
-}
-
-impl<K: Resource<DynamicType = ()> + 'static> Trigger<K> {
-    /// A sender of references to reconcile.
-    pub fn sender(&self) -> mpsc::UnboundedSender<ObjectRef<K>> {
-        self.sender.clone()
-    }
-
-    /// The stream of references to reconcile (`Controller::reconcile_on`).
-    pub fn into_stream(self) -> mpsc::UnboundedReceiver<ObjectRef<K>> {
-        self.receiver
-    }
-}
-
 /// The reference to `obj` by its namespace and name, which is all the caches and the
 /// controllers compare (`ObjectRef::from_obj` copies its uid and resourceVersion as well: two
 /// strings more per object a subscriber keeps).
@@ -218,16 +193,16 @@ impl<K: Watched> Subscribers<K> {
     /// change first). What it compares with is the cache's copy from before the change:
     /// nothing is kept per object beside the cache.
     pub fn wakes_own(&mut self, trigger: &Trigger<K>, lifecycle: fn(&K) -> Option<u64>) {
-        let sender = trigger.sender.clone();
+        let wake = trigger.wake();
         self.each.push(Box::new(move |change| {
-            let wake = match *change {
+            let woken = match *change {
                 Change::Deleted(_) => None,
                 Change::Applied { object, previous } => {
                     (previous.map(lifecycle) != Some(lifecycle(object))).then_some(object)
                 }
             };
-            if let Some(object) = wake {
-                let _ = sender.unbounded_send(reference(object));
+            if let Some(object) = woken {
+                wake.send(reference(object));
             }
         }));
     }
@@ -255,10 +230,10 @@ impl<K: Watched> Subscribers<K> {
         P: Resource<DynamicType = ()> + 'static,
         I: IntoIterator<Item = ObjectRef<P>>,
     {
-        let sender = trigger.sender.clone();
+        let wake = trigger.wake();
         self.each.push(Box::new(move |change| {
             for r in map(change.object()) {
-                let _ = sender.unbounded_send(r);
+                wake.send(r);
             }
         }));
     }
@@ -453,14 +428,6 @@ mod tests {
         .expect("an apply")
     }
 
-    fn drain<K: Resource<DynamicType = ()> + 'static>(t: &mut Trigger<K>) -> Vec<String> {
-        let mut out = Vec::new();
-        while let Ok(r) = t.receiver.try_recv() {
-            out.push(r.name);
-        }
-        out
-    }
-
     fn made_again(mut apply: WorkspaceTemplateApply) -> WorkspaceTemplateApply {
         apply.metadata.uid = Some("another".into());
         apply
@@ -492,12 +459,12 @@ mod tests {
         applied(&subs, cache, apply("a", 1, "ws-1")); // status: ours, no wake
         applied(&subs, cache, apply("b", 1, ""));
         applied(&subs, cache, apply("a", 2, "ws-1")); // spec: wakes
-        assert_eq!(drain(&mut trigger), ["a", "b", "a"]);
+        assert_eq!(trigger.drain(), ["a", "b", "a"]);
         // Deleted, then created again under the same name: a new object wakes it.
         deleted(&subs, cache, apply("b", 1, ""));
-        assert!(drain(&mut trigger).is_empty());
+        assert!(trigger.drain().is_empty());
         applied(&subs, cache, apply("b", 1, ""));
-        assert_eq!(drain(&mut trigger), ["b"]);
+        assert_eq!(trigger.drain(), ["b"]);
     }
 
     #[tokio::test]
@@ -529,10 +496,10 @@ mod tests {
         let events = futures::stream::iter(events.map(Ok));
         follow(events, store.clone(), writer, subs).await;
         // The first list is the sweep's; of the relist, what a reconcile must see.
-        assert_eq!(drain(&mut trigger), ["a", "c", "d"]);
+        assert_eq!(trigger.drain(), ["a", "c", "d"]);
         // Nor does the first list wake the owners (their own sweep reconciles them): only the
         // relist, every object of it, wakes them through the mapper.
-        let owners = drain(&mut owners);
+        let owners = owners.drain();
         assert_eq!(
             owners,
             ["owner-of-a", "owner-of-b", "owner-of-c", "owner-of-d"]
@@ -555,7 +522,7 @@ mod tests {
         applied(&subs, cache, apply("a", 1, ""));
         applied(&subs, cache, apply("a", 1, "ws-1"));
         deleted(&subs, cache, apply("a", 1, "ws-1"));
-        assert_eq!(drain(&mut trigger), ["owner-of-a"; 3]);
+        assert_eq!(trigger.drain(), ["owner-of-a"; 3]);
     }
 
     #[tokio::test]
@@ -600,7 +567,7 @@ mod tests {
             subs,
         )
         .await;
-        assert_eq!(drain(&mut control_planes), ["cp"]);
+        assert_eq!(control_planes.drain(), ["cp"]);
         let cached = cached(&store, Some("ns"), "c").expect("c is cached");
         assert_eq!(cached.metadata.resource_version.as_deref(), Some("4"));
     }
