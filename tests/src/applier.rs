@@ -432,6 +432,8 @@ pub fn registered_families() -> &'static [String] {
         let controller = capt_controller::metrics::Metrics::register(&mut controller_registry);
         use capt_controller::metrics as c;
         controller.reconciled("K");
+        controller.waited("K", std::time::Duration::from_millis(1));
+        controller.reconcile_took("K", std::time::Duration::from_millis(1));
         controller
             .errors
             .get_or_create(&c::ErrorLabels {

@@ -41,6 +41,96 @@ pub(crate) struct Snapshot {
     reconciles: f64,
     intents: f64,
     applies: f64,
+    /// The control plane's reconciles: waits from a wake to the start, and their durations.
+    control_plane_waits: Histogram,
+    control_plane_reconciles: Histogram,
+    /// The status-applier's applies under the control plane's manager.
+    control_plane_applies: Histogram,
+}
+
+/// A Prometheus histogram as scraped: cumulative counts by upper bound (seconds), and the
+/// sum of what was observed.
+#[derive(Clone, Default)]
+pub(crate) struct Histogram {
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+}
+
+impl Histogram {
+    /// The samples of `name` (a histogram family, without `_bucket`) carrying `label`.
+    fn scrape(text: &str, name: &str, label: &str) -> Self {
+        let value = |l: &str| l.rsplit(' ').next()?.parse::<f64>().ok();
+        let mut h = Self::default();
+        for line in text.lines().filter(|l| l.contains(label)) {
+            if let Some(rest) = line.strip_prefix(&format!("{name}_bucket{{")) {
+                let le = rest
+                    .split("le=\"")
+                    .nth(1)
+                    .and_then(|s| s.split('"').next())
+                    .map(|s| s.parse::<f64>().unwrap_or(f64::INFINITY));
+                if let (Some(le), Some(v)) = (le, value(line)) {
+                    h.buckets.push((le, v));
+                }
+            } else if line.starts_with(&format!("{name}_sum{{")) {
+                h.sum = value(line).unwrap_or(0.0);
+            }
+        }
+        h.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        h
+    }
+
+    /// What was observed after `earlier` and up to this one.
+    fn since(&self, earlier: &Self) -> Self {
+        let before = |le: f64| {
+            earlier
+                .buckets
+                .iter()
+                .find(|(l, _)| *l == le)
+                .map_or(0.0, |(_, v)| *v)
+        };
+        Self {
+            buckets: self
+                .buckets
+                .iter()
+                .map(|&(le, v)| (le, v - before(le)))
+                .collect(),
+            sum: self.sum - earlier.sum,
+        }
+    }
+
+    fn count(&self) -> f64 {
+        self.buckets.last().map_or(0.0, |(_, v)| *v)
+    }
+
+    /// Observations, mean, p50 and p99 in ms: a quantile interpolated in its bucket as
+    /// Prometheus's `histogram_quantile` does, so no finer than the buckets (×2 apart).
+    pub(crate) fn summary(&self) -> String {
+        let count = self.count();
+        if count == 0.0 {
+            return "none".into();
+        }
+        let quantile = |q: f64| {
+            let rank = q * count;
+            let mut lower = (0.0, 0.0);
+            for &(le, v) in &self.buckets {
+                if v >= rank {
+                    if le.is_infinite() {
+                        return lower.0;
+                    }
+                    let within = (rank - lower.1) / (v - lower.1).max(f64::MIN_POSITIVE);
+                    return lower.0 + (le - lower.0) * within;
+                }
+                lower = (le, v);
+            }
+            lower.0
+        };
+        format!(
+            "{count:.0}: {:.1} / {:.1} / {:.1}",
+            self.sum / count * 1e3,
+            quantile(0.5) * 1e3,
+            quantile(0.99) * 1e3
+        )
+    }
 }
 
 /// What happened between two snapshots.
@@ -56,6 +146,9 @@ pub(crate) struct Delta {
     pub(crate) reconciles: f64,
     pub(crate) intents: f64,
     pub(crate) applies: f64,
+    pub(crate) control_plane_waits: Histogram,
+    pub(crate) control_plane_reconciles: Histogram,
+    pub(crate) control_plane_applies: Histogram,
 }
 
 impl Delta {
@@ -112,17 +205,20 @@ pub(crate) struct Probe<'a> {
 impl Probe<'_> {
     pub(crate) async fn snapshot(&self, system: &BenchSystem) -> Result<Snapshot> {
         let audit_offset = self.audit_end()?;
-        let reconciles = metric_value(
-            &system.controller_metrics().await?,
-            "capt_reconciles_total",
-            &[],
-        )?;
-        let (intents, applies) = match system.applier_metrics().await? {
+        let controller = system.controller_metrics().await?;
+        let reconciles = metric_value(&controller, "capt_reconciles_total", &[])?;
+        let control_plane = "kind=\"CAPTControlPlane\"";
+        let (intents, applies, control_plane_applies) = match system.applier_metrics().await? {
             Some(text) => (
                 metric_value(&text, "status_applier_intents_total", &[])?,
                 metric_value(&text, "status_applier_api_writes_total", &[])?,
+                Histogram::scrape(
+                    &text,
+                    "status_applier_apply_duration_seconds",
+                    "manager=\"capt-captcontrolplane\"",
+                ),
             ),
-            None => (0.0, 0.0),
+            None => (0.0, 0.0, Histogram::default()),
         };
         Ok(Snapshot {
             at: Instant::now(),
@@ -130,6 +226,17 @@ impl Probe<'_> {
             reconciles,
             intents,
             applies,
+            control_plane_waits: Histogram::scrape(
+                &controller,
+                "capt_reconcile_queue_duration_seconds",
+                control_plane,
+            ),
+            control_plane_reconciles: Histogram::scrape(
+                &controller,
+                "capt_reconcile_duration_seconds",
+                control_plane,
+            ),
+            control_plane_applies,
         })
     }
 
@@ -200,6 +307,11 @@ impl Probe<'_> {
             reconciles: to.reconciles - from.reconciles,
             intents: to.intents - from.intents,
             applies: to.applies - from.applies,
+            control_plane_waits: to.control_plane_waits.since(&from.control_plane_waits),
+            control_plane_reconciles: to
+                .control_plane_reconciles
+                .since(&from.control_plane_reconciles),
+            control_plane_applies: to.control_plane_applies.since(&from.control_plane_applies),
         })
     }
 
@@ -353,4 +465,35 @@ pub(crate) fn process_stats(pid: u32) -> Result<ProcessStats> {
         rss_mib: kib("VmRSS:")? / 1024.0,
         cpu_seconds: ticks / hz,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Histogram;
+
+    const FAMILY: &str = "capt_reconcile_queue_duration_seconds";
+
+    fn text(counts: [u64; 3], sum: f64) -> String {
+        let [a, b, c] = counts;
+        format!(
+            "{FAMILY}_sum{{kind=\"CAPTControlPlane\"}} {sum}\n\
+             {FAMILY}_count{{kind=\"CAPTControlPlane\"}} {c}\n\
+             {FAMILY}_bucket{{le=\"0.001\",kind=\"CAPTControlPlane\"}} {a}\n\
+             {FAMILY}_bucket{{le=\"0.002\",kind=\"CAPTControlPlane\"}} {b}\n\
+             {FAMILY}_bucket{{le=\"+Inf\",kind=\"CAPTControlPlane\"}} {c}\n\
+             {FAMILY}_bucket{{le=\"0.001\",kind=\"CAPTCluster\"}} 100\n"
+        )
+    }
+
+    #[test]
+    fn a_phase_is_summed_from_its_own_observations_and_interpolated_in_buckets() {
+        let kind = "kind=\"CAPTControlPlane\"";
+        let before = Histogram::scrape(&text([10, 10, 10], 0.005), FAMILY, kind);
+        // Between the two: 10 in (1, 2] ms, 6.0 ms in all (0.6 ms mean).
+        let after = Histogram::scrape(&text([10, 20, 20], 0.011), FAMILY, kind);
+        let phase = after.since(&before);
+        // p50 is the 5th of 10 in (1, 2]: 1.5 ms; p99 the 9.9th: 1.99 ms.
+        assert_eq!(phase.summary(), "10: 0.6 / 1.5 / 2.0");
+        assert_eq!(Histogram::default().summary(), "none");
+    }
 }

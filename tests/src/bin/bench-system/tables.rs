@@ -283,6 +283,18 @@ fn probe_rows(rows: &mut Rows) {
             per(r.probes.delta.writes_of(m), r.probes.made)
         });
     }
+    rows.row(
+        "while probing, the control plane's reconciles: wait from a wake to the start (`capt_reconcile_queue_duration_seconds`), count: mean / p50 / p99 (ms)",
+        &|r| r.probes.delta.control_plane_waits.summary(),
+    );
+    rows.row(
+        "while probing, the control plane's reconciles: duration, delivery to the applier included (`capt_reconcile_duration_seconds`), count: mean / p50 / p99 (ms)",
+        &|r| r.probes.delta.control_plane_reconciles.summary(),
+    );
+    rows.row(
+        "while probing, the applier's applies for `capt-captcontrolplane` (`status_applier_apply_duration_seconds`), count: mean / p50 / p99 (ms)",
+        &|r| r.probes.delta.control_plane_applies.summary(),
+    );
 }
 
 /// The output changes: made and missed, writes and reconciles per change, latency.
