@@ -10,7 +10,7 @@ use crate::api::{
     WorkspaceTemplate, WorkspaceTemplateApply,
 };
 use crate::context::Context;
-use crate::reconcile::shared::cluster_name;
+use crate::reconcile::shared::{cluster_name, cluster_name_in};
 use crate::reconcile::{
     OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, apply, capt_cluster, cluster,
     control_plane, error_policy, lifecycle,
@@ -178,11 +178,11 @@ fn wire_wakes(t: &Triggers, w: &mut Watches) {
     w.workspaces.subscribers.wakes(&t.applies, |ws| {
         labelled_ref(ws, APPLY_NAMESPACE_LABEL, APPLY_NAME_LABEL)
     });
-    // Pausing and unpausing a Cluster holds and releases its applies.
+    // Pausing and unpausing a Cluster holds and releases its applies: all they read of it.
     let applies = w.applies.store();
     w.clusters
         .subscribers
-        .wakes(&t.applies, move |c| of_cluster(&applies, c));
+        .wakes_when(&t.applies, paused, move |c| of_cluster(&applies, c));
     let applies = w.applies.store();
     w.templates
         .subscribers
@@ -194,7 +194,7 @@ fn wire_wakes(t: &Triggers, w: &mut Watches) {
     let control_planes = w.control_planes.store();
     w.capt_clusters
         .subscribers
-        .wakes(&t.control_planes, move |peer| {
+        .wakes_when(&t.control_planes, vpc_as_read, move |peer| {
             same_cluster(&control_planes, peer)
         });
     owner_wakes(&t.control_planes, w, |c| &c.spec.control_plane_ref);
@@ -205,7 +205,7 @@ fn wire_wakes(t: &Triggers, w: &mut Watches) {
     let capt_clusters = w.capt_clusters.store();
     w.control_planes
         .subscribers
-        .wakes(&t.capt_clusters, move |peer| {
+        .wakes_when(&t.capt_clusters, control_plane_as_read, move |peer| {
             same_cluster(&capt_clusters, peer)
         });
     owner_wakes(&t.capt_clusters, w, |c| &c.spec.infrastructure_ref);
@@ -359,24 +359,33 @@ fn users_of(
         .collect()
 }
 
+/// What an apply's reconcile reads of its Cluster: whether it is paused.
+fn paused(cluster: &Cluster) -> Option<bool> {
+    cluster.spec.paused
+}
+
+/// What a control plane's reconcile reads of the CAPTCluster its Cluster names: whether the
+/// VPC is ready (and whose it is, for the wake itself).
+fn vpc_as_read(cc: &CAPTCluster) -> (Option<String>, Option<bool>) {
+    (cluster_name(cc), cc.status.as_ref().and_then(|s| s.ready))
+}
+
+/// What a CAPTCluster's reconcile reads of its Cluster's control plane: that it exists
+/// (while deleting), and whose it is.
+fn control_plane_as_read(cp: &CAPTControlPlane) -> Option<String> {
+    cluster_name(cp)
+}
+
 /// The objects in `store` that belong to the same Cluster as `obj`.
 fn same_cluster<K, O>(store: &Store<K>, obj: &O) -> Vec<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()> + Clone,
     O: Resource,
 {
-    let Some(cluster) = cluster_name(obj) else {
+    let Some(cluster) = cluster_name_in(obj) else {
         return vec![];
     };
-    store
-        .state()
-        .iter()
-        .filter(|o| {
-            o.namespace() == obj.meta().namespace
-                && cluster_name(o.as_ref()).as_deref() == Some(&cluster)
-        })
-        .map(|o| ObjectRef::from_obj(o.as_ref()))
-        .collect()
+    in_cluster(store, obj.meta().namespace.as_deref(), cluster)
 }
 
 /// The objects in `store` that belong to `cluster` (by owner reference or label).
@@ -384,12 +393,24 @@ fn of_cluster<K>(store: &Store<K>, cluster: &Cluster) -> Vec<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()> + Clone,
 {
+    let Some(name) = cluster.meta().name.as_deref() else {
+        return vec![];
+    };
+    in_cluster(store, cluster.meta().namespace.as_deref(), name)
+}
+
+/// The objects in `store` of the Cluster `namespace`/`cluster`. Every object of the kind is
+/// looked at, so nothing is copied of those that are not.
+fn in_cluster<K>(store: &Store<K>, namespace: Option<&str>, cluster: &str) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
     store
         .state()
         .iter()
         .filter(|o| {
-            o.namespace() == cluster.namespace()
-                && cluster_name(o.as_ref()).as_deref() == Some(&cluster.name_any())
+            o.meta().namespace.as_deref() == namespace
+                && cluster_name_in(o.as_ref()) == Some(cluster)
         })
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()

@@ -238,6 +238,36 @@ impl<K: Watched> Subscribers<K> {
         }));
     }
 
+    /// Like [`Subscribers::wakes`], for a controller that reads little of this kind: only a
+    /// new object, a deletion, or a change of what `read` returns wakes it. `read` is what
+    /// that controller's reconcile reads of an object of this kind; the other changes (a
+    /// status write it does not read) would wake a reconcile with nothing new to see.
+    pub fn wakes_when<P, I, V>(
+        &mut self,
+        trigger: &Trigger<P>,
+        read: fn(&K) -> V,
+        map: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) where
+        P: Resource<DynamicType = ()> + 'static,
+        I: IntoIterator<Item = ObjectRef<P>>,
+        V: PartialEq + 'static,
+    {
+        let wake = trigger.wake();
+        self.each.push(Box::new(move |change| {
+            if let Change::Applied {
+                object,
+                previous: Some(previous),
+            } = *change
+                && read(previous) == read(object)
+            {
+                return;
+            }
+            for r in map(change.object()) {
+                wake.send(r);
+            }
+        }));
+    }
+
     /// Hands one change to every subscriber.
     pub fn deliver(&self, change: Change<'_, K>) {
         for subscriber in &self.each {
@@ -465,6 +495,22 @@ mod tests {
         assert!(trigger.drain().is_empty());
         applied(&subs, cache, apply("b", 1, ""));
         assert_eq!(trigger.drain(), ["b"]);
+    }
+
+    #[test]
+    fn a_controller_that_reads_little_wakes_only_when_what_it_reads_changes() {
+        let mut owners = Trigger::<CAPTCluster>::default();
+        let mut subs = Subscribers::default();
+        let read = |a: &WorkspaceTemplateApply| a.metadata.generation;
+        subs.wakes_when(&owners, read, |_| {
+            Some(ObjectRef::new("owner").within("ns"))
+        });
+        let cache = &mut HashMap::new();
+        applied(&subs, cache, apply("a", 1, "")); // new: wakes
+        applied(&subs, cache, apply("a", 1, "ws-1")); // what it does not read: no wake
+        applied(&subs, cache, apply("a", 2, "ws-1")); // what it reads: wakes
+        deleted(&subs, cache, apply("a", 2, "ws-1")); // gone: wakes
+        assert_eq!(owners.drain(), ["owner"; 3]);
     }
 
     #[tokio::test]

@@ -27,13 +27,24 @@ pub const ADOPTED_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/adopted";
 /// The name of the Cluster an object belongs to: its owner reference of kind Cluster, else
 /// the `cluster.x-k8s.io/cluster-name` label.
 pub fn cluster_name<K: Resource>(obj: &K) -> Option<String> {
-    obj.meta()
-        .owner_references
+    cluster_name_in(obj).map(str::to_owned)
+}
+
+/// [`cluster_name`], borrowed from the object: what a scan of a cache compares, without a
+/// copy per object.
+pub fn cluster_name_in<K: Resource>(obj: &K) -> Option<&str> {
+    let meta = obj.meta();
+    meta.owner_references
         .iter()
         .flatten()
         .find(|o| o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
-        .map(|o| o.name.clone())
-        .or_else(|| obj.meta().labels.as_ref()?.get(CLUSTER_NAME_LABEL).cloned())
+        .map(|o| o.name.as_str())
+        .or_else(|| {
+            meta.labels
+                .as_ref()?
+                .get(CLUSTER_NAME_LABEL)
+                .map(String::as_str)
+        })
 }
 
 /// The Cluster an object belongs to, if it exists (as cached).
