@@ -355,7 +355,7 @@ fn users_of(
         .iter()
         .filter(|a| a.spec.template_ref.name == template.name_any())
         .filter(|a| a.spec.template_ref.namespace.clone().or(a.namespace()) == ns)
-        .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .map(|a| reference(a.as_ref()))
         .collect()
 }
 
@@ -379,7 +379,7 @@ fn control_plane_as_read(cp: &CAPTControlPlane) -> Option<String> {
 /// The objects in `store` that belong to the same Cluster as `obj`.
 fn same_cluster<K, O>(store: &Store<K>, obj: &O) -> Vec<ObjectRef<K>>
 where
-    K: Resource<DynamicType = ()> + Clone,
+    K: Watched,
     O: Resource,
 {
     let Some(cluster) = cluster_name_in(obj) else {
@@ -389,10 +389,7 @@ where
 }
 
 /// The objects in `store` that belong to `cluster` (by owner reference or label).
-fn of_cluster<K>(store: &Store<K>, cluster: &Cluster) -> Vec<ObjectRef<K>>
-where
-    K: Resource<DynamicType = ()> + Clone,
-{
+fn of_cluster<K: Watched>(store: &Store<K>, cluster: &Cluster) -> Vec<ObjectRef<K>> {
     let Some(name) = cluster.meta().name.as_deref() else {
         return vec![];
     };
@@ -401,10 +398,11 @@ where
 
 /// The objects in `store` of the Cluster `namespace`/`cluster`. Every object of the kind is
 /// looked at, so nothing is copied of those that are not.
-fn in_cluster<K>(store: &Store<K>, namespace: Option<&str>, cluster: &str) -> Vec<ObjectRef<K>>
-where
-    K: Resource<DynamicType = ()> + Clone,
-{
+fn in_cluster<K: Watched>(
+    store: &Store<K>,
+    namespace: Option<&str>,
+    cluster: &str,
+) -> Vec<ObjectRef<K>> {
     store
         .state()
         .iter()
@@ -412,7 +410,7 @@ where
             o.meta().namespace.as_deref() == namespace
                 && cluster_name_in(o.as_ref()) == Some(cluster)
         })
-        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .map(|o| reference(o.as_ref()))
         .collect()
 }
 
