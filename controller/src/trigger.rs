@@ -104,13 +104,9 @@ impl<K: Resource<DynamicType = ()>> Waiting<K> {
     }
 
     /// Objects waiting now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn count(&self) -> usize {
         self.0.lock().expect("lock").len()
-    }
-
-    /// True when no object waits.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -129,10 +125,10 @@ mod tests {
         tokio::time::advance(Duration::from_millis(30)).await;
         // Woken again while waiting: still one wait, counted from the first wake.
         assert!(wake.send(a.clone()));
-        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting.count(), 1);
         tokio::time::advance(Duration::from_millis(20)).await;
         assert_eq!(waiting.ended(&a), Some(Duration::from_millis(50)));
-        assert!(waiting.is_empty(), "a reconcile's start ends the wait");
+        assert_eq!(waiting.count(), 0, "a reconcile's start ends the wait");
         assert_eq!(waiting.ended(&a), None, "an object not woken did not wait");
 
         // Woken during its reconcile: a new wait, from that wake.
