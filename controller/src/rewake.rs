@@ -10,7 +10,7 @@
 
 use crate::publish::revision;
 use crate::trigger::{Trigger, Wake};
-use crate::watches::Watched;
+use crate::watches::{Watched, named};
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
@@ -47,10 +47,7 @@ impl Rewake {
         let sender = trigger.wake();
         let gave_up = self.gave_up.clone();
         let waker: Waker = Arc::new(move |namespace, name, version| {
-            let mut key = ObjectRef::<K>::new(&name);
-            if let Some(namespace) = &namespace {
-                key = key.within(namespace);
-            }
+            let key = named::<K>(namespace.as_deref(), &name);
             let wake = wake_when_seen(store.clone(), sender.clone(), key, version, gave_up.clone());
             tokio::spawn(wake);
         });

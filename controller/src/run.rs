@@ -18,7 +18,7 @@ use crate::reconcile::{
 use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
 use crate::sweep::Sweep;
 use crate::trigger::Trigger;
-use crate::watches::{Caches, Watch, Watched, reference};
+use crate::watches::{Caches, Watch, Watched, named, reference};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -259,17 +259,18 @@ async fn reconcile_all<K, F, Fut>(
     let kind = K::kind(&());
     let waiting = trigger.waiting();
     let timed = {
-        let (waiting, metrics, kind) = (waiting.clone(), ctx.metrics.clone(), kind.clone());
+        let (waited, took) = ctx.metrics.durations(&kind);
+        let waiting = waiting.clone();
         move |obj: Arc<K>, ctx: Arc<Context>| {
             if let Some(wait) = waiting.ended(&reference(obj.as_ref())) {
-                metrics.waited(&kind, wait);
+                waited.observe(wait.as_secs_f64());
             }
             let started = tokio::time::Instant::now();
             let reconciled = reconcile(obj, ctx);
-            let (metrics, kind) = (metrics.clone(), kind.clone());
+            let took = took.clone();
             async move {
                 let result = reconciled.await;
-                metrics.reconcile_took(&kind, started.elapsed());
+                took.observe(started.elapsed().as_secs_f64());
                 result
             }
         }
@@ -285,11 +286,7 @@ async fn reconcile_all<K, F, Fut>(
                 Ok(_) | Err(Error::ReconcilerFailed(..)) => ctx.metrics.reconciled(&kind),
                 // Deleted while it waited: it waits no more.
                 Err(Error::ObjectNotFound(gone)) => {
-                    let mut r = ObjectRef::<K>::new(&gone.name);
-                    if let Some(namespace) = &gone.namespace {
-                        r = r.within(namespace);
-                    }
-                    waiting.ended(&r);
+                    waiting.ended(&named::<K>(gone.namespace.as_deref(), &gone.name));
                 }
                 Err(_) => {}
             }

@@ -141,10 +141,22 @@ pub fn strip<K: Resource>(obj: &mut K) {
 /// strings more per object a subscriber keeps).
 pub(crate) fn reference<K: Watched>(obj: &K) -> ObjectRef<K> {
     let meta = obj.meta();
-    let name = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
-    match meta.namespace.as_deref() {
-        Some(namespace) => name.within(namespace),
-        None => name,
+    named(
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The reference to `namespace`/`name` (`namespace` `None`: cluster-scoped), as
+/// [`reference`] makes it.
+pub(crate) fn named<K: Resource<DynamicType = ()>>(
+    namespace: Option<&str>,
+    name: &str,
+) -> ObjectRef<K> {
+    let r = ObjectRef::new(name);
+    match namespace {
+        Some(namespace) => r.within(namespace),
+        None => r,
     }
 }
 
@@ -420,11 +432,7 @@ impl Caches {
 
 /// The cached object of `namespace`/`name` (`namespace` `None`: cluster-scoped).
 pub fn cached<K: Watched>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
-    let key = ObjectRef::new(name);
-    store.get(&match namespace {
-        Some(ns) => key.within(ns),
-        None => key,
-    })
+    store.get(&named(namespace, name))
 }
 
 /// The cached object of `name` in `obj`'s namespace.

@@ -432,8 +432,9 @@ pub fn registered_families() -> &'static [String] {
         let controller = capt_controller::metrics::Metrics::register(&mut controller_registry);
         use capt_controller::metrics as c;
         controller.reconciled("K");
-        controller.waited("K", std::time::Duration::from_millis(1));
-        controller.reconcile_took("K", std::time::Duration::from_millis(1));
+        let (waited, took) = controller.durations("K");
+        waited.observe(0.001);
+        took.observe(0.001);
         controller
             .errors
             .get_or_create(&c::ErrorLabels {
