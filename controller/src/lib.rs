@@ -18,6 +18,7 @@ pub mod status;
 pub mod sweep;
 pub mod tenancy;
 pub mod trigger;
+pub mod unreadable;
 pub mod variables;
 pub mod watches;
 pub mod workspace_policy;

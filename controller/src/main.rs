@@ -167,7 +167,16 @@ async fn main() -> anyhow::Result<()> {
         capt_controller::workspace_policy::WorkspacePolicy::parse(&args.allow_provider_configs)
             .map_err(anyhow::Error::msg)?;
     let templates_elsewhere = !args.allow_template_namespaces.is_empty();
-    let watches = capt_controller::run::Watches::new(&client, &assignment, templates_elsewhere);
+    let reporting = capt_controller::watches::Reporting {
+        health: diagnostics::WatchHealth::new(metrics.watch_failures.clone()),
+        unreadables: capt_controller::unreadable::Unreadables::new(
+            metrics.objects_unreadable.clone(),
+            Some(capt_controller::context::recorder(client.clone())),
+        ),
+    };
+    let health = reporting.health.clone();
+    let watches =
+        capt_controller::run::Watches::new(&client, &assignment, templates_elsewhere, reporting);
     let ctx = Arc::new(Context {
         caches: watches.caches(),
         rewake: capt_controller::rewake::Rewake::new(metrics.rewake_gave_up.clone()),
@@ -193,7 +202,7 @@ async fn main() -> anyhow::Result<()> {
     let probes = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(applier);
+        .with_state(Readiness { applier, health });
     let d = args.diagnostics;
     diagnostics::serve_probes(d.health_probe_bind_address, probes).await?;
     let options = diagnostics::MetricsOptions {
@@ -273,15 +282,28 @@ async fn lead(
     Ok(leading)
 }
 
-/// Ready when the status-applier answers: without it no status can be written.
-async fn readyz(State(applier): State<status_applier_api::Client>) -> (StatusCode, String) {
-    match applier.get("/healthz").await {
-        Ok(a) if a.status.is_success() => (StatusCode::OK, "ok".into()),
-        Ok(a) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("status-applier answered {}", a.status),
-        ),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+/// What `/readyz` asks.
+#[derive(Clone)]
+struct Readiness {
+    applier: status_applier_api::Client,
+    health: diagnostics::WatchHealth,
+}
+
+/// Ready when the status-applier answers (without it no status can be written) and every
+/// watch has listed its kind and none keeps failing (a reconcile would work on a partial
+/// picture); else what is wrong, one line each. A replica standing by runs no watch yet.
+async fn readyz(State(r): State<Readiness>) -> (StatusCode, String) {
+    let mut problems = match r.applier.get("/healthz").await {
+        Ok(a) if a.status.is_success() => String::new(),
+        Ok(a) => format!("status-applier answered {}\n", a.status),
+        Err(e) => format!("status-applier: {e}\n"),
+    };
+    if let Err(watches) = r.health.readiness(std::time::Instant::now()) {
+        problems.push_str(&watches);
+    }
+    match problems.is_empty() {
+        true => (StatusCode::OK, "ok".into()),
+        false => (StatusCode::SERVICE_UNAVAILABLE, problems),
     }
 }
 

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -77,6 +78,11 @@ pub struct Metrics {
     pub phase_transition: Family<PhaseLabel, Histogram>,
     /// Time from deletion request to finalizer removal.
     pub deletion: Family<ResourceTypeLabel, Histogram>,
+    /// Failures of the watch of each kind (`diagnostics::watches`).
+    pub watch_failures: Family<diagnostics::watches::KindLabel, Counter>,
+    /// Objects the API server holds that the controller cannot read, by kind
+    /// (`crate::unreadable`).
+    pub objects_unreadable: Family<KindLabel, Gauge>,
 }
 
 impl Metrics {
@@ -96,6 +102,8 @@ impl Metrics {
             write_loops: Family::default(),
             phase_transition: Family::new_with_constructor(seconds),
             deletion: Family::new_with_constructor(seconds),
+            watch_failures: Family::default(),
+            objects_unreadable: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("capt");
         r.register(
@@ -153,6 +161,18 @@ impl Metrics {
             "Time from the deletion request to the finalizer's removal",
             Unit::Seconds,
             m.deletion.clone(),
+        );
+        r.register(
+            "watch_failures",
+            "Failures of the watch of each kind (it retries with a backoff; /readyz fails while \
+             one keeps failing)",
+            m.watch_failures.clone(),
+        );
+        r.register(
+            "objects_unreadable",
+            "Objects the controller cannot read (they do not fit its types), by kind: each is \
+             skipped, with a Warning Event (reason Unreadable), until it is fixed or deleted",
+            m.objects_unreadable.clone(),
         );
         m
     }

@@ -18,7 +18,8 @@ use crate::reconcile::{
 use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
 use crate::sweep::Sweep;
 use crate::trigger::Trigger;
-use crate::watches::{Caches, Watch, Watched, named, reference};
+use crate::unreadable::Decoded;
+use crate::watches::{Caches, Reporting, Watch, Watched, named, reference};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -51,7 +52,7 @@ pub struct Assignment {
 }
 
 impl Assignment {
-    fn api<K>(&self, client: &kube::Client) -> Api<K>
+    fn api<K>(&self, client: &kube::Client) -> Api<Decoded<K>>
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
     {
@@ -72,12 +73,18 @@ pub struct Watches {
     applies: Watch<WorkspaceTemplateApply>,
     templates: Watch<WorkspaceTemplate>,
     workspaces: Watch<TerraformWorkspace>,
+    reporting: Reporting,
 }
 
 impl Watches {
-    /// The watches of `assignment`. WorkspaceTemplates are watched in every namespace when some
-    /// may be used from other namespaces (`--allow-template-namespace`).
-    pub fn new(client: &kube::Client, assignment: &Assignment, templates_elsewhere: bool) -> Self {
+    /// The watches of `assignment`, reporting to `reporting`. WorkspaceTemplates are watched in
+    /// every namespace when some may be used from other namespaces (`--allow-template-namespace`).
+    pub fn new(
+        client: &kube::Client,
+        assignment: &Assignment,
+        templates_elsewhere: bool,
+        reporting: Reporting,
+    ) -> Self {
         // Lists in pages of 50, not kube-rs's 500: a page is parsed whole, managedFields and
         // all, before the cache strips it, and six kinds list at once after a restart, which
         // is where the peak at 1,000 clusters was (docs/performance.md, "Memory").
@@ -97,17 +104,19 @@ impl Watches {
             applies: Watch::new(assignment.api(client), shard()),
             templates: Watch::new(templates, wc()),
             workspaces: Watch::new(Api::all(client.clone()), wc()),
+            reporting,
         }
     }
 
     /// Starts every watch.
     fn spawn(self) {
-        self.clusters.spawn();
-        self.capt_clusters.spawn();
-        self.control_planes.spawn();
-        self.applies.spawn();
-        self.templates.spawn();
-        self.workspaces.spawn();
+        let r = &self.reporting;
+        self.clusters.spawn(r);
+        self.capt_clusters.spawn(r);
+        self.control_planes.spawn(r);
+        self.applies.spawn(r);
+        self.templates.spawn(r);
+        self.workspaces.spawn(r);
     }
 
     /// Their caches.

@@ -12,13 +12,16 @@ use crate::api::{
     WorkspaceTemplateApply,
 };
 use crate::trigger::Trigger;
+use crate::unreadable::{Decoded, UnreadableReport, Unreadables};
 use compact_json::Dictionaries;
+use diagnostics::{WatchHealth, WatchReport};
 use futures::StreamExt;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::sync::{Arc, LazyLock};
+use std::time::Instant;
 
 /// Annotation `kubectl apply` (client-side) leaves: a copy of the whole object, never read.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -291,7 +294,7 @@ impl<K: Watched> Subscribers<K> {
 /// The watch of one kind: its cache, and who is woken by its changes. Nothing is listed until
 /// [`Watch::spawn`].
 pub struct Watch<K: Watched> {
-    api: Api<K>,
+    api: Api<Decoded<K>>,
     config: watcher::Config,
     store: Store<K>,
     writer: reflector::store::Writer<K>,
@@ -299,9 +302,26 @@ pub struct Watch<K: Watched> {
     pub subscribers: Subscribers<K>,
 }
 
+/// Where the watches report on themselves: their health (`/readyz`) and the objects they
+/// cannot read ([`crate::unreadable`]).
+#[derive(Clone)]
+pub struct Reporting {
+    /// Whether each watch has listed its kind, and whether it keeps failing.
+    pub health: WatchHealth,
+    /// The objects that do not fit their types.
+    pub unreadables: Unreadables,
+}
+
+/// What one watch reports to.
+struct Reports {
+    health: WatchReport,
+    unreadable: UnreadableReport,
+}
+
 impl<K: Watched> Watch<K> {
-    /// A watch of `api` with `config`, not started.
-    pub fn new(api: Api<K>, config: watcher::Config) -> Self {
+    /// A watch of `api` with `config`, not started. Each object is decoded alone
+    /// ([`Decoded`]): one that does not fit `K` is reported, not cached, and costs no other.
+    pub fn new(api: Api<Decoded<K>>, config: watcher::Config) -> Self {
         let (store, writer) = reflector::store();
         Self {
             api,
@@ -317,8 +337,9 @@ impl<K: Watched> Watch<K> {
         self.store.clone()
     }
 
-    /// Lists and watches until the process ends, keeping the cache and waking subscribers.
-    pub fn spawn(self) {
+    /// Lists and watches until the process ends, keeping the cache, waking subscribers and
+    /// reporting to `reporting` (from now on, the watch counts in `/readyz`).
+    pub fn spawn(self, reporting: &Reporting) {
         let Self {
             api,
             config,
@@ -326,11 +347,17 @@ impl<K: Watched> Watch<K> {
             writer,
             subscribers,
         } = self;
+        let reports = Reports {
+            health: reporting.health.watch(&K::kind(&())),
+            unreadable: reporting.unreadables.of::<K>(),
+        };
         let events = watcher(api, config).default_backoff().modify(|o| {
-            strip(o);
-            o.trim();
+            if let Decoded::Readable(o) = o {
+                strip(o);
+                o.trim();
+            }
         });
-        tokio::spawn(follow(events, store, writer, subscribers));
+        tokio::spawn(follow(events, store, writer, subscribers, reports));
     }
 }
 
@@ -338,21 +365,49 @@ impl<K: Watched> Watch<K> {
 /// does, with the cache's copy from before each change handed over too (during a relist the
 /// cache keeps the old list until the new one is whole, so that copy is the last one seen).
 /// The objects of the first list are cached and handed to no one, nor is a change that
-/// leaves the cached copy as it was ([`same_but_version`]).
+/// leaves the cached copy as it was ([`same_but_version`]). An object that cannot be read is
+/// reported and not cached; a copy cached while it could be read goes, as if deleted (it is
+/// no longer what the API server holds).
 async fn follow<K: Watched>(
-    events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>>,
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<Decoded<K>>>>,
     store: Store<K>,
     mut writer: reflector::store::Writer<K>,
     subscribers: Subscribers<K>,
+    reports: Reports,
 ) {
     let kind = K::kind(&());
     let mut events = std::pin::pin!(events);
     let mut listed = false;
     while let Some(event) = events.next().await {
         let event = match event {
-            Ok(event) => event,
+            Ok(event) => {
+                reports.health.succeeded();
+                event
+            }
             Err(error) => {
                 tracing::warn!(%kind, %error, "Watch failed; retrying with backoff");
+                reports.health.failed(&error, Instant::now());
+                continue;
+            }
+        };
+        let event = match readable(event) {
+            Ok(event) => event,
+            Err((object, deleted)) => {
+                if deleted {
+                    reports.unreadable.resolved(&object.meta);
+                    continue;
+                }
+                reports.unreadable.unreadable(&object);
+                let stale = store.get(&named(
+                    object.meta.namespace.as_deref(),
+                    object.meta.name.as_deref().unwrap_or_default(),
+                ));
+                if let Some(stale) = stale {
+                    writer.apply_watcher_event(&watcher::Event::Delete((*stale).clone()));
+                    if listed {
+                        subscribers.deliver(Change::Deleted(&*stale));
+                    }
+                }
                 continue;
             }
         };
@@ -360,8 +415,12 @@ async fn follow<K: Watched>(
             // The first list wakes no one: each controller's sweep hands it every object of
             // its own kind ([`crate::sweep`]), and wakes of related objects would only fill
             // the queues.
-            watcher::Event::InitApply(_) if !listed => writer.apply_watcher_event(&event),
+            watcher::Event::InitApply(object) if !listed => {
+                reports.unreadable.resolved(object.meta());
+                writer.apply_watcher_event(&event)
+            }
             watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
+                reports.unreadable.resolved(object.meta());
                 let previous = store.get(&reference(object));
                 writer.apply_watcher_event(&event);
                 let previous = previous.as_deref();
@@ -371,15 +430,41 @@ async fn follow<K: Watched>(
                 subscribers.deliver(Change::Applied { object, previous });
             }
             watcher::Event::Delete(object) => {
+                reports.unreadable.resolved(object.meta());
                 writer.apply_watcher_event(&event);
                 subscribers.deliver(Change::Deleted(object));
             }
-            watcher::Event::Init => writer.apply_watcher_event(&event),
+            watcher::Event::Init => {
+                reports.unreadable.relisting();
+                writer.apply_watcher_event(&event)
+            }
             watcher::Event::InitDone => {
                 writer.apply_watcher_event(&event);
+                reports.unreadable.relisted();
+                reports.health.listed();
                 listed = true;
             }
         }
+    }
+}
+
+/// The event with its object read as `K`; or the object that cannot be read, and whether the
+/// event was its deletion.
+fn readable<K>(
+    event: watcher::Event<Decoded<K>>,
+) -> Result<watcher::Event<K>, (crate::unreadable::Unreadable, bool)> {
+    use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+    let deleted = matches!(event, Delete(_));
+    let (object, rewrap): (Decoded<K>, fn(K) -> watcher::Event<K>) = match event {
+        Init => return Ok(Init),
+        InitDone => return Ok(InitDone),
+        Apply(object) => (object, Apply),
+        InitApply(object) => (object, InitApply),
+        Delete(object) => (object, Delete),
+    };
+    match object {
+        Decoded::Readable(object) => Ok(rewrap(object)),
+        Decoded::Unreadable(u) => Err((u, deleted)),
     }
 }
 
@@ -450,6 +535,7 @@ mod tests {
     use crate::api::WorkspaceTemplateSpec;
     use crate::reconcile::lifecycle;
     use compact_json::CompactJson;
+    use kube::ResourceExt;
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -485,6 +571,126 @@ mod tests {
     fn deleted<K: Watched>(subs: &Subscribers<K>, cache: &mut HashMap<String, K>, object: K) {
         cache.remove(object.meta().name.as_deref().unwrap_or_default());
         subs.deliver(Change::Deleted(&object));
+    }
+
+    /// Reports that go nowhere but the returned health and unreadable objects.
+    fn reports_of<K: Watched>() -> (Reports, Reporting) {
+        let reporting = Reporting {
+            health: WatchHealth::default(),
+            unreadables: Unreadables::new(Default::default(), None),
+        };
+        let reports = Reports {
+            health: reporting.health.watch(&K::kind(&())),
+            unreadable: reporting.unreadables.of::<K>(),
+        };
+        (reports, reporting)
+    }
+
+    /// [`follow`] of `events` whose objects are all readable.
+    async fn follow_readable<K: Watched, const N: usize>(
+        events: [watcher::Event<K>; N],
+        store: Store<K>,
+        writer: reflector::store::Writer<K>,
+        subs: Subscribers<K>,
+    ) {
+        let events = events.map(|e| Ok(decoded(e)));
+        follow(
+            futures::stream::iter(events),
+            store,
+            writer,
+            subs,
+            reports_of::<K>().0,
+        )
+        .await;
+    }
+
+    /// The event as a watch of [`Decoded`] objects delivers it.
+    fn decoded<K>(event: watcher::Event<K>) -> watcher::Event<Decoded<K>> {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        match event {
+            Init => Init,
+            InitDone => InitDone,
+            Apply(o) => Apply(Decoded::Readable(o)),
+            InitApply(o) => InitApply(Decoded::Readable(o)),
+            Delete(o) => Delete(Decoded::Readable(o)),
+        }
+    }
+
+    fn unreadable<K>(name: &str, version: &str) -> Decoded<K> {
+        Decoded::Unreadable(crate::unreadable::Unreadable {
+            meta: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            error: "spec.templateRef: missing field `name`".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn an_object_that_cannot_be_read_costs_only_itself() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let mut trigger = Trigger::<CAPTCluster>::default();
+        let mut subs = Subscribers::default();
+        subs.wakes(&trigger, |a: &WorkspaceTemplateApply| {
+            Some(ObjectRef::new(&format!("owner-of-{}", a.metadata.name.clone()?)).within("ns"))
+        });
+        let (store, writer) = reflector::store();
+        let readable = |name: &str, generation| Decoded::Readable(apply(name, generation, ""));
+        let events = [
+            Init,
+            InitApply(readable("a", 1)),
+            InitApply(unreadable("poison", "1")),
+            InitApply(readable("b", 1)),
+            InitDone,
+            // Fixed: cached, and its owner woken.
+            Apply(readable("poison", 2)),
+            // Broken again: the copy cached while it was readable goes, as if deleted.
+            Apply(unreadable("poison", "3")),
+            Apply(readable("a", 2)),
+        ];
+        let (reports, reporting) = reports_of::<WorkspaceTemplateApply>();
+        let stream = futures::stream::iter(events.map(Ok));
+        let follow = tokio::spawn(follow(stream, store.clone(), writer, subs, reports));
+        follow.await.unwrap();
+        assert!(
+            store.wait_until_ready().await.is_ok(),
+            "the first list completed"
+        );
+        let names: Vec<_> = store.state().iter().map(|a| a.name_any()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(
+            cached(&store, Some("ns"), "a").is_some() && cached(&store, Some("ns"), "b").is_some()
+        );
+        assert_eq!(
+            trigger.drain(),
+            ["owner-of-poison", "owner-of-poison", "owner-of-a"]
+        );
+        assert_eq!(reporting.unreadables.count("WorkspaceTemplateApply"), 1);
+        assert_eq!(reporting.health.readiness(Instant::now()), Ok(()));
+
+        // Deleted while it could not be read: nothing is left of it.
+        let (store, writer) = reflector::store::<WorkspaceTemplateApply>();
+        let (reports, reporting) = reports_of::<WorkspaceTemplateApply>();
+        let events = [
+            Init,
+            InitApply(unreadable("poison", "1")),
+            InitDone,
+            Delete(unreadable("poison", "2")),
+        ];
+        follow_all(events, store, writer, reports).await;
+        assert_eq!(reporting.unreadables.count("WorkspaceTemplateApply"), 0);
+    }
+
+    async fn follow_all<K: Watched, const N: usize>(
+        events: [watcher::Event<Decoded<K>>; N],
+        store: Store<K>,
+        writer: reflector::store::Writer<K>,
+        reports: Reports,
+    ) {
+        let stream = futures::stream::iter(events.map(Ok));
+        follow(stream, store, writer, Subscribers::default(), reports).await;
     }
 
     #[test]
@@ -547,8 +753,7 @@ mod tests {
             InitApply(made_again(apply("d", 1, ""))),
             InitDone,
         ];
-        let events = futures::stream::iter(events.map(Ok));
-        follow(events, store.clone(), writer, subs).await;
+        follow_readable(events, store.clone(), writer, subs).await;
         // The first list is the sweep's; of the relist, what a reconcile must see.
         assert_eq!(trigger.drain(), ["a", "c", "d"]);
         // Nor does the first list wake the owners (their own sweep reconciles them): only the
@@ -614,13 +819,7 @@ mod tests {
             // A change the cache keeps (and the reconcilers may read).
             Apply(cluster("4", "Provisioned", "b")),
         ];
-        follow(
-            futures::stream::iter(events.map(Ok)),
-            store.clone(),
-            writer,
-            subs,
-        )
-        .await;
+        follow_readable(events, store.clone(), writer, subs).await;
         assert_eq!(control_planes.drain(), ["cp"]);
         let cached = cached(&store, Some("ns"), "c").expect("c is cached");
         assert_eq!(cached.metadata.resource_version.as_deref(), Some("4"));

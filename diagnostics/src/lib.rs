@@ -27,9 +27,11 @@ mod auth;
 mod client;
 pub mod telemetry;
 mod tls;
+pub mod watches;
 
 pub use auth::{ALLOW_TTL, Access, DENY_TTL, KubeReviewer, MAX_CACHED, Reviewer};
 pub use client::kube_client;
+pub use watches::{WatchHealth, WatchReport};
 
 use anyhow::Context as _;
 use axum::Router;

@@ -10,14 +10,14 @@ use crate::error::ApplyError;
 use crate::intent::ObjectRef;
 use crate::view::{Keep, Keeps, View};
 use compact_json::Dictionaries;
+use diagnostics::{WatchHealth, WatchReport};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -32,7 +32,6 @@ pub struct Kind {
     objects: RwLock<HashMap<ObjectName, Arc<View>>>,
     /// What its views are compacted against: views of one kind are alike.
     dictionaries: Dictionaries,
-    synced: AtomicBool,
 }
 
 impl Kind {
@@ -97,27 +96,34 @@ pub struct Live {
     scope: WatchScope,
     kinds: tokio::sync::Mutex<HashMap<(String, String), Arc<Kind>>>,
     changes: mpsc::UnboundedSender<Change>,
-    watched: Mutex<Vec<Arc<Kind>>>,
     keeps: Arc<Keeps>,
+    health: WatchHealth,
 }
 
 impl Live {
     /// A cache that reports every object change it sees on `changes`, and keeps of every
-    /// object the applies of `managers` (the allowed ones) with what they own.
+    /// object the applies of `managers` (the allowed ones) with what they own. Its watches
+    /// report on themselves to `health`.
     pub fn new(
         client: kube::Client,
         changes: mpsc::UnboundedSender<Change>,
         managers: &[String],
         scope: WatchScope,
+        health: WatchHealth,
     ) -> Self {
         Self {
             client,
             scope,
             kinds: Default::default(),
             changes,
-            watched: Default::default(),
             keeps: Arc::new(Keeps::new(managers)),
+            health,
         }
+    }
+
+    /// Whether each watch has listed its kind, and whether one keeps failing.
+    pub fn health(&self) -> &WatchHealth {
+        &self.health
     }
 
     /// From now on, keeps of `object` what `keep` names besides the allowed managers' applies.
@@ -152,16 +158,14 @@ impl Live {
             namespaced: caps.scope == Scope::Namespaced,
             objects: Default::default(),
             dictionaries: Dictionaries::default(),
-            synced: AtomicBool::new(false),
         });
         tokio::spawn(watch(
             self.client.clone(),
             self.scope.clone(),
             found.clone(),
-            self.changes.clone(),
+            (self.changes.clone(), self.health.watch(kind)),
             self.keeps.clone(),
         ));
-        self.watched.lock().expect("lock").push(found.clone());
         kinds.insert(id, found.clone());
         Ok(found)
     }
@@ -199,15 +203,6 @@ impl Live {
         kind.observe(obj, &self.keeps)
             .or_else(|| kind.cached(&name))
     }
-
-    /// True when every watched kind has listed its objects once.
-    pub fn synced(&self) -> bool {
-        self.watched
-            .lock()
-            .expect("lock")
-            .iter()
-            .all(|k| k.synced.load(Ordering::Relaxed))
-    }
 }
 
 /// Caches a watched object and reports it, unless the cache already held a newer version.
@@ -236,7 +231,7 @@ async fn watch(
     client: kube::Client,
     scope: WatchScope,
     kind: Arc<Kind>,
-    changes: mpsc::UnboundedSender<Change>,
+    (changes, health): (mpsc::UnboundedSender<Change>, WatchReport),
     keeps: Arc<Keeps>,
 ) {
     let api: Api<DynamicObject> = match &scope.namespace {
@@ -255,6 +250,10 @@ async fn watch(
     let mut listed: HashSet<ObjectName> = HashSet::new();
     info!(kind = %kind.resource.kind, "Watching");
     while let Some(event) = events.next().await {
+        match &event {
+            Ok(_) => health.succeeded(),
+            Err(e) => health.failed(e, std::time::Instant::now()),
+        }
         match event {
             Ok(watcher::Event::Init) => listed.clear(),
             Ok(watcher::Event::InitApply(obj)) => {
@@ -270,7 +269,7 @@ async fn watch(
                     .write()
                     .expect("lock")
                     .retain(|name, _| listed.contains(name));
-                kind.synced.store(true, Ordering::Relaxed);
+                health.listed();
                 debug!(kind = %kind.resource.kind, objects = listed.len(), "Cache synced");
                 // The names are needed only to sweep after a (re)list: kept past it, every
                 // object ever seen, deleted ones too, would stay here until the next one.

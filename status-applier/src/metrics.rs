@@ -103,6 +103,8 @@ pub struct Metrics {
     /// 1 while this replica may write (no leader election, or its Lease names this pod and
     /// has not expired), else 0 (`crate::leadership`).
     pub leading: Gauge,
+    /// Failures of the watch of each kind (`diagnostics::watches`).
+    pub watch_failures: Family<diagnostics::watches::KindLabel, Counter>,
 }
 
 impl Metrics {
@@ -121,6 +123,7 @@ impl Metrics {
             }),
             pending: Gauge::default(),
             leading: Gauge::default(),
+            watch_failures: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("status_applier");
         r.register(
@@ -157,6 +160,11 @@ impl Metrics {
             "conflicts",
             "Field conflicts by manager, path and owner (local or foreign)",
             m.conflicts.clone(),
+        );
+        r.register(
+            "watch_failures",
+            "Failures of the watch of each kind (it retries with a backoff; /readyz fails while one keeps failing)",
+            m.watch_failures.clone(),
         );
         r.register(
             "api_errors",

@@ -6,7 +6,7 @@
 //! | `POST /v1/intents[?wait=false]` | submit an intent (JSON or YAML); answers its outcome |
 //! | `GET /v1/intents[?format=yaml]` | every desired document; YAML prints apply configurations with the kubectl command that reproduces each; filters `kind`, `namespace`, `name`, `manager`, `subresource` (`status` or `main`) |
 //! | `GET /v1/conflicts` | recent conflicts |
-//! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness (API server reachable, caches synced), Prometheus text |
+//! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness (API server reachable; every watch listed, none failing), Prometheus text |
 //!
 //! On TCP, the probes ([`probes`]) and the metrics ([`metrics_route`], served over HTTPS to
 //! authorized scrapers by the `diagnostics` crate) have listeners of their own.
@@ -230,9 +230,16 @@ async fn conflicts(State(state): State<AppState>) -> Response {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     let client = state.engine.live().client().clone();
+    let watches = state
+        .engine
+        .live()
+        .health()
+        .readiness(std::time::Instant::now());
     match state.api_probe.reachable(&client).await {
-        Ok(()) if state.engine.live().synced() => (StatusCode::OK, "ok").into_response(),
-        Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, "caches are not synced yet").into_response(),
+        Ok(()) => match watches {
+            Ok(()) => (StatusCode::OK, "ok").into_response(),
+            Err(problems) => (StatusCode::SERVICE_UNAVAILABLE, problems).into_response(),
+        },
         Err(message) => (StatusCode::SERVICE_UNAVAILABLE, message).into_response(),
     }
 }

@@ -39,11 +39,15 @@ pub struct Pod {
     controller: Option<Child>,
     controller_log: PathBuf,
     controller_starts: u32,
-    namespace: String,
+    /// The namespace the controller manages (`--namespace`); `None`: every namespace.
+    namespace: Option<String>,
     election: Election,
     kubeconfig: PathBuf,
     /// Its shard: the value of the `cluster.x-k8s.io/watch-filter` label it manages.
     shard: Option<String>,
+    /// Where the controller serves `/metrics` and its probes (plain HTTP).
+    metrics_addr: String,
+    probe_addr: String,
     /// Its kubeconfig's directory; after the processes, so that it goes once they have.
     _dir: crate::Scratch,
 }
@@ -65,8 +69,28 @@ impl Pod {
         election: &Election,
         shard: Option<&str>,
     ) -> Result<Self> {
+        Self::start_scoped(name, Some(namespace), election, shard).await
+    }
+
+    /// [`Pod::start_in_shard`] managing the shard's objects of every namespace, as a
+    /// Deployment without `--namespace` does (every tenant's objects, sharded by label).
+    pub async fn start_in_shard_everywhere(
+        name: &str,
+        election: &Election,
+        shard: &str,
+    ) -> Result<Self> {
+        Self::start_scoped(name, None, election, Some(shard)).await
+    }
+
+    async fn start_scoped(
+        name: &str,
+        namespace: Option<&str>,
+        election: &Election,
+        shard: Option<&str>,
+    ) -> Result<Self> {
         install_rbac()?;
-        let dir = crate::Scratch::new(&format!("{namespace}-{name}"))?;
+        let scratch = format!("{}-{name}", namespace.unwrap_or(&election.lease));
+        let dir = crate::Scratch::new(&scratch)?;
         let kubeconfig = pod_kubeconfig(name, &dir)?;
         let mut applier_args = vec![
             "--leader-election-lease".to_owned(),
@@ -88,10 +112,12 @@ impl Pod {
             applier,
             controller: None,
             controller_starts: 0,
-            namespace: namespace.to_owned(),
+            namespace: namespace.map(str::to_owned),
             election: election.clone(),
             kubeconfig,
             shard: shard.map(str::to_owned),
+            metrics_addr: String::new(),
+            probe_addr: String::new(),
             _dir: dir,
         };
         pod.start_controller()?;
@@ -108,7 +134,11 @@ impl Pod {
             .with_file_name(format!("controller-{}.log", self.controller_starts));
         let [metrics_addr, probe_addr] = free_local_addrs()?;
         let child = Command::new(binary("capt-controller"))
-            .args(["--namespace", &self.namespace])
+            .args(
+                self.namespace
+                    .iter()
+                    .flat_map(|ns| ["--namespace", ns.as_str()]),
+            )
             .args(["--leader-election-namespace", LEASE_NAMESPACE])
             .args(["--leader-election-lease", &self.election.lease])
             .args([
@@ -138,7 +168,23 @@ impl Pod {
             .spawn()
             .context("starting capt-controller")?;
         self.controller = Some(child);
+        (self.metrics_addr, self.probe_addr) = (metrics_addr, probe_addr);
         Ok(())
+    }
+
+    /// The controller's `/readyz`: its HTTP status and body.
+    pub async fn controller_readyz(&self) -> Result<(u16, String)> {
+        crate::system::plain_get(&self.probe_addr, "/readyz").await
+    }
+
+    /// The controller's `/metrics` text.
+    pub async fn controller_metrics_text(&self) -> Result<String> {
+        let (status, body) = crate::system::plain_get(&self.metrics_addr, "/metrics").await?;
+        anyhow::ensure!(
+            status == 200,
+            "the controller's /metrics answered {status}: {body}"
+        );
+        Ok(body)
     }
 
     /// Kills the controller container (SIGKILL, like a crash); the applier stays up.

@@ -491,6 +491,11 @@ impl System {
         self.http_get("/metrics").await
     }
 
+    /// The controller's `/readyz`: its HTTP status and body.
+    pub async fn controller_readyz(&self) -> Result<(u16, String)> {
+        plain_get(&self.probe_addr, "/readyz").await
+    }
+
     /// The body of the controller's `path`: `/metrics` from its metrics listener (plain
     /// HTTP here), anything else from its probe listener.
     async fn http_get(&self, path: &str) -> Result<String> {

@@ -69,7 +69,8 @@ impl Engine {
             kube::runtime::events::Recorder::new(client.clone(), reporter)
         });
         let policy = Arc::new(policy);
-        let live = Live::new(client, changes, &policy.allowed_managers, scope);
+        let health = diagnostics::WatchHealth::new(metrics.watch_failures.clone());
+        let live = Live::new(client, changes, &policy.allowed_managers, scope, health);
         let engine = Arc::new(Self {
             machine: Mutex::new(Machine::new(
                 policy.clone(),

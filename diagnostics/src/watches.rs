@@ -1,0 +1,220 @@
+//! The health of a process's watches, one entry per watched kind, which `/readyz` answers
+//! from: a process whose watch of some kind has not listed that kind yet, or keeps failing,
+//! works on a partial picture of the cluster and must say so.
+//!
+//! "Keeps failing" is [`FAILING_AFTER`] failures in a row, the last within
+//! [`FAILING_WINDOW`]. kube-rs's watcher retries with a backoff of at most 30 s, so a watch
+//! that cannot list or watch fails at least that often; one failure alone is a dropped
+//! connection that the next attempt mends. A watch that was re-established yields nothing
+//! until something changes, so a success is not always seen: the window ends the failing
+//! state of a watch that failed and then went quiet.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Failures in a row after which a watch counts as failing.
+pub const FAILING_AFTER: u32 = 2;
+/// How long after its last failure a watch still counts as failing (twice kube-rs's longest
+/// backoff).
+pub const FAILING_WINDOW: Duration = Duration::from_secs(60);
+
+/// Labels: the watched kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// The kind.
+    pub kind: String,
+}
+
+/// The health of every watch of a process. Cloning shares it.
+#[derive(Clone, Default)]
+pub struct WatchHealth {
+    kinds: Arc<Mutex<BTreeMap<String, State>>>,
+    failures: Family<KindLabel, Counter>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    listed: bool,
+    failures_in_a_row: u32,
+    last_failure: Option<(Instant, String)>,
+}
+
+impl WatchHealth {
+    /// Health that counts each watch failure in `failures` (registered by the caller under
+    /// its own prefix, e.g. `capt_watch_failures_total`).
+    pub fn new(failures: Family<KindLabel, Counter>) -> Self {
+        Self {
+            kinds: Arc::default(),
+            failures,
+        }
+    }
+
+    /// The report of the watch of `kind`, which counts as not listed until it says so.
+    pub fn watch(&self, kind: &str) -> WatchReport {
+        self.kinds
+            .lock()
+            .expect("lock")
+            .entry(kind.to_owned())
+            .or_default();
+        WatchReport {
+            health: self.clone(),
+            kind: kind.to_owned(),
+        }
+    }
+
+    /// `Ok` when every watch has listed its kind and none keeps failing at `now`; else what is
+    /// wrong, one line per watch. A process with no watch yet (one standing by for a leader
+    /// Lease) is ready.
+    pub fn readiness(&self, now: Instant) -> Result<(), String> {
+        let kinds = self.kinds.lock().expect("lock");
+        let mut problems = String::new();
+        for (kind, state) in kinds.iter() {
+            if let Some((at, error)) = state.failing(now) {
+                let ago = now.saturating_duration_since(at).as_secs();
+                let _ = writeln!(
+                    problems,
+                    "watch of {kind} failing ({} times in a row, last {ago} s ago): {error}",
+                    state.failures_in_a_row
+                );
+            } else if !state.listed {
+                let _ = writeln!(problems, "watch of {kind} has not listed its objects yet");
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(problems),
+        }
+    }
+}
+
+impl State {
+    fn failing(&self, now: Instant) -> Option<(Instant, &str)> {
+        let (at, error) = self.last_failure.as_ref()?;
+        (self.failures_in_a_row >= FAILING_AFTER
+            && now.saturating_duration_since(*at) < FAILING_WINDOW)
+            .then_some((*at, error.as_str()))
+    }
+}
+
+/// What the watch of one kind reports of itself.
+#[derive(Clone)]
+pub struct WatchReport {
+    health: WatchHealth,
+    kind: String,
+}
+
+impl WatchReport {
+    /// The watch listed its kind (a first list or a relist completed).
+    pub fn listed(&self) {
+        self.update(|s| {
+            s.listed = true;
+            s.failures_in_a_row = 0;
+        });
+    }
+
+    /// The watch delivered an event: it works.
+    pub fn succeeded(&self) {
+        self.update(|s| s.failures_in_a_row = 0);
+    }
+
+    /// The watch failed at `now` with `error` (it retries with a backoff).
+    pub fn failed(&self, error: &dyn std::fmt::Display, now: Instant) {
+        self.health
+            .failures
+            .get_or_create(&KindLabel {
+                kind: self.kind.clone(),
+            })
+            .inc();
+        let error = error.to_string();
+        self.update(|s| {
+            s.failures_in_a_row += 1;
+            s.last_failure = Some((now, error));
+        });
+    }
+
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        let mut kinds = self.health.kinds.lock().expect("lock");
+        f(kinds.entry(self.kind.clone()).or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> WatchHealth {
+        WatchHealth::new(Family::default())
+    }
+
+    #[test]
+    fn a_process_is_ready_only_once_every_watch_has_listed() {
+        let health = health();
+        let now = Instant::now();
+        assert_eq!(health.readiness(now), Ok(()), "no watch yet: standing by");
+        let clusters = health.watch("Cluster");
+        let secrets = health.watch("Secret");
+        clusters.listed();
+        let not_ready = health.readiness(now).unwrap_err();
+        assert_eq!(
+            not_ready,
+            "watch of Secret has not listed its objects yet\n"
+        );
+        secrets.listed();
+        assert_eq!(health.readiness(now), Ok(()));
+    }
+
+    #[test]
+    fn a_watch_that_keeps_failing_makes_the_process_unready_with_its_error() {
+        let health = health();
+        let clusters = health.watch("Cluster");
+        clusters.listed();
+        let t0 = Instant::now();
+        clusters.failed(&"connection reset", t0);
+        assert_eq!(health.readiness(t0), Ok(()), "one failure is a blip");
+        clusters.failed(&"forbidden", t0 + Duration::from_secs(2));
+        let at = t0 + Duration::from_secs(5);
+        assert_eq!(
+            health.readiness(at).unwrap_err(),
+            "watch of Cluster failing (2 times in a row, last 3 s ago): forbidden\n"
+        );
+        assert_eq!(
+            health.readiness(t0 + Duration::from_secs(2) + FAILING_WINDOW),
+            Ok(()),
+            "quiet for the whole window after its last failure"
+        );
+        clusters.failed(&"forbidden", at);
+        clusters.succeeded();
+        assert_eq!(health.readiness(at), Ok(()), "an event since: it works");
+        let counted = health
+            .failures
+            .get_or_create(&KindLabel {
+                kind: "Cluster".into(),
+            })
+            .get();
+        assert_eq!(counted, 3);
+    }
+
+    #[test]
+    fn a_watch_that_fails_before_its_first_list_says_why() {
+        let health = health();
+        let templates = health.watch("WorkspaceTemplate");
+        let t0 = Instant::now();
+        templates.failed(&"403 forbidden", t0);
+        assert_eq!(
+            health.readiness(t0).unwrap_err(),
+            "watch of WorkspaceTemplate has not listed its objects yet\n"
+        );
+        templates.failed(&"403 forbidden", t0);
+        assert!(
+            health
+                .readiness(t0)
+                .unwrap_err()
+                .starts_with("watch of WorkspaceTemplate failing (2 times in a row")
+        );
+    }
+}

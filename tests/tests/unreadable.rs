@@ -1,0 +1,270 @@
+//! One object never stops the others. A tenant's Cluster that the API server and Cluster API
+//! core's webhooks accept, but that the controller's types cannot read (v1beta2 makes the
+//! endpoint's port optional), used to fail the controller's list of every Cluster: after a
+//! restart its caches never synced and nothing was reconciled for any tenant, while
+//! `/readyz` said ready. Here, beside the real core manager, such objects are created, the
+//! controller is restarted as a pod restart does, and another tenant's stacks are still
+//! reconciled; the odd objects are reported (a Warning Event, the
+//! `capt_objects_unreadable` gauge) until they are deleted. And a watch that keeps failing
+//! (an upgrade whose ClusterRole lacks a kind) makes `/readyz` fail and name it.
+
+use anyhow::{Context, Result, ensure};
+use capt_tests::applier::metric_value;
+use capt_tests::fake_provider::FakeProvider;
+use capt_tests::pod::{Election, Pod};
+use capt_tests::system::{System, apply_sample_in_shard, impersonating_kubeconfig, wait_until};
+use capt_tests::{Scratch, TestNamespace, env, unique_name, warnings};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A Cluster of tenant `mallory` that core accepts: v1beta2 allows an endpoint without a
+/// port (the controller's view of a Cluster requires one).
+fn poison_cluster(namespace: &str, shard: &str) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": "poison", "namespace": namespace,
+            "labels": {capt_tests::pod::WATCH_FILTER_LABEL: shard}},
+        "spec": {
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "CAPTCluster", "name": "poison"},
+            "controlPlaneEndpoint": {"host": "poison.example.com"},
+        },
+    })
+}
+
+/// A CAPTControlPlane of tenant `mallory` whose `spec.replicas` is past what a 32-bit
+/// integer holds: the CRD's schema says `format: int32`, which the API server does not
+/// enforce on integers.
+fn poison_control_plane(namespace: &str, shard: &str) -> Value {
+    json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+        "kind": "CAPTControlPlane",
+        "metadata": {"name": "poison", "namespace": namespace,
+            "labels": {capt_tests::pod::WATCH_FILTER_LABEL: shard}},
+        "spec": {
+            "version": "1.31",
+            "workspaceTemplateRef": {"name": "poison"},
+            "controlPlaneConfig": {"region": "ap-northeast-1", "replicas": 4_294_967_296_i64},
+        },
+    })
+}
+
+fn apply(object: &Value) -> Result<()> {
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&object.to_string()),
+    )?;
+    Ok(())
+}
+
+fn get(namespace: &str, what: &str, name: &str) -> Result<Value> {
+    let out = env().kubectl_ok(&["get", what, name, "-n", namespace, "-o", "json"], None)?;
+    Ok(serde_json::from_str(&out)?)
+}
+
+fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+async fn unreadable(pod: &Pod, kind: &str) -> Result<f64> {
+    let text = pod.controller_metrics_text().await?;
+    metric_value(
+        &text,
+        "capt_objects_unreadable",
+        &[&format!("kind=\"{kind}\"")],
+    )
+}
+
+async fn provisioned(pod: &Pod, namespace: &str, stack: &str) -> Result<()> {
+    let what = format!("Cluster {namespace}/{stack} Provisioned");
+    wait_until(&what, TIMEOUT, || async {
+        Ok(get(namespace, "cluster", stack)?["status"]["phase"] == "Provisioned")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- controller log:\n{}", pod.controller_log_text()))
+}
+
+#[tokio::test]
+async fn a_tenants_odd_but_valid_objects_cost_only_themselves_across_a_restart() -> Result<()> {
+    let client = env().client().await?;
+    let tenant = TestNamespace::create(&client, "tenant").await?;
+    let mallory = TestNamespace::create(&client, "mallory").await?;
+    let shard = unique_name("unreadable");
+    let _provider =
+        FakeProvider::for_namespace(&tenant.name, 50, "info", &env().kubeconfig).await?;
+    let election = Election {
+        lease: format!("capt-{shard}"),
+        duration_seconds: 15,
+        grace_seconds: 5,
+    };
+    // Every namespace, as deployed; the shard's label keeps other tests' objects out.
+    let mut pod = Pod::start_in_shard_everywhere("pod-a", &election, &shard).await?;
+    apply_sample_in_shard(env(), &tenant.name, "demo", &shard)?;
+    provisioned(&pod, &tenant.name, "demo").await?;
+
+    apply(&poison_cluster(&mallory.name, &shard)).context("core accepts the poison Cluster")?;
+    apply(&poison_control_plane(&mallory.name, &shard))
+        .context("the API server accepts the poison control plane")?;
+    // Seen while the controller runs (a watch event of each).
+    for kind in ["Cluster", "CAPTControlPlane"] {
+        wait_until(&format!("one unreadable {kind}"), TIMEOUT, || async {
+            Ok(unreadable(&pod, kind).await? == 1.0)
+        })
+        .await?;
+    }
+
+    // Restarted, as a pod restart, an eviction or a fail-over does: the first list meets them.
+    pod.kill_controller();
+    pod.start_controller()?;
+    wait_until("the restarted controller ready", TIMEOUT, || async {
+        Ok(pod.controller_readyz().await?.0 == 200)
+    })
+    .await?;
+
+    // The other tenant's stacks are reconciled: a pause is seen, a new stack provisioned.
+    env().kubectl_ok(
+        &[
+            "patch",
+            "cluster",
+            "demo",
+            "-n",
+            &tenant.name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":true}}"#,
+        ],
+        None,
+    )?;
+    wait_until(
+        "the paused Cluster's CAPTCluster Paused=True",
+        TIMEOUT,
+        || async {
+            let capt_cluster = get(&tenant.name, "captcluster", "demo")?;
+            Ok(condition(&capt_cluster, "Paused").is_some_and(|c| c["status"] == "True"))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- controller log:\n{}", pod.controller_log_text()))?;
+    apply_sample_in_shard(env(), &tenant.name, "second", &shard)?;
+    provisioned(&pod, &tenant.name, "second").await?;
+
+    // Each odd object is reported where an operator looks: its Event, the gauge, the log.
+    for (kind, field) in [
+        ("Cluster", "spec.controlPlaneEndpoint"),
+        ("CAPTControlPlane", "spec.controlPlaneConfig.replicas"),
+    ] {
+        ensure!(
+            unreadable(&pod, kind).await? == 1.0,
+            "one unreadable {kind}"
+        );
+        let notes = warnings(&mallory.name, "Unreadable", "poison")?;
+        ensure!(
+            notes.iter().any(|n| n.contains(kind) && n.contains(field)),
+            "a Warning Event on the {kind} naming {field}: {notes:?}"
+        );
+    }
+    let log = pod.controller_log_text();
+    ensure!(
+        log.contains("Object cannot be read") && log.contains(&mallory.name),
+        "the log names the object:\n{log}"
+    );
+    let (status, body) = pod.controller_readyz().await?;
+    ensure!(status == 200, "ready beside them: {body}");
+
+    // Deleted, they count no more.
+    for what in ["cluster", "captcontrolplane"] {
+        env().kubectl_ok(
+            &[
+                "delete",
+                what,
+                "poison",
+                "-n",
+                &mallory.name,
+                "--wait=false",
+            ],
+            None,
+        )?;
+    }
+    for kind in ["Cluster", "CAPTControlPlane"] {
+        wait_until(&format!("no unreadable {kind}"), TIMEOUT, || async {
+            Ok(unreadable(&pod, kind).await? == 0.0)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// The controller's ClusterRole of `manifests/deploy/rbac.yaml` without `resource`.
+fn cluster_role_without(name: &str, resource: &str) -> Result<Value> {
+    let text = std::fs::read_to_string(capt_tests::repo_root().join("manifests/deploy/rbac.yaml"))?;
+    let role = capt_tests::yaml_documents(&text)?
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "capt-controller")
+        .context("the controller's ClusterRole")?;
+    let mut rules = Vec::new();
+    for mut rule in role["rules"].as_array().cloned().unwrap_or_default() {
+        if let Some(resources) = rule["resources"].as_array_mut() {
+            resources.retain(|r| r != resource);
+            if resources.is_empty() {
+                continue;
+            }
+        }
+        rules.push(rule);
+    }
+    Ok(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name}, "rules": rules,
+    }))
+}
+
+#[tokio::test]
+async fn readyz_fails_and_names_the_watch_that_keeps_failing() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "readyz").await?;
+    let user = unique_name("capt-without-templates");
+    apply(&cluster_role_without(&user, "workspacetemplates")?)?;
+    apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))?;
+    let scratch = Scratch::new(&user)?;
+    let kubeconfig = impersonating_kubeconfig(&user, &scratch)?;
+    let system = System::start_as(&ns.name, 50, &["--no-leader-election"], &kubeconfig).await?;
+    let mut seen = String::new();
+    let failing = wait_until("/readyz failing on the template watch", TIMEOUT, || async {
+        let (status, body) = system.controller_readyz().await?;
+        seen = body.clone();
+        Ok(status == 503
+            && body.contains("watch of WorkspaceTemplate failing")
+            && body.contains("forbidden"))
+    })
+    .await;
+    failing.with_context(|| format!("last /readyz: {seen}"))?;
+    let failures =
+        system.controller_metric("capt_watch_failures_total", &["kind=\"WorkspaceTemplate\""]);
+    ensure!(failures.await? >= 2.0, "the failures are counted");
+
+    // The operator grants the kind: the watch lists it, and the controller is ready.
+    let mut role = cluster_role_without(&user, "workspacetemplates")?;
+    role["rules"].as_array_mut().unwrap().push(json!({
+        "apiGroups": ["infrastructure.cluster.x-k8s.io"],
+        "resources": ["workspacetemplates"], "verbs": ["get", "list", "watch"],
+    }));
+    apply(&role)?;
+    wait_until("/readyz ready once granted", TIMEOUT, || async {
+        Ok(system.controller_readyz().await?.0 == 200)
+    })
+    .await?;
+    for what in ["clusterrolebinding", "clusterrole"] {
+        env().kubectl_ok(&["delete", what, &user], None)?;
+    }
+    Ok(())
+}
