@@ -7,7 +7,7 @@
 //! of one real object per kind. What the server refuses is counted, never asserted.
 //!
 //! Each run draws a seed and prints it; `CAPT_SCHEMA_SEED=<seed>` replays a run,
-//! `CAPT_SCHEMA_OBJECTS=<n>` sets how many accepted objects each kind needs (default 150).
+//! `CAPT_SCHEMA_OBJECTS=<n>` sets how many accepted objects each kind needs (default 100).
 //!
 //! Not here: `CAPTClusterTemplate` and `CAPTControlPlaneTemplate` (nothing in CAPT reads
 //! them; core does), and the kinds the status-applier reads as `DynamicObject` (any object
@@ -32,11 +32,11 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 
 /// Accepted objects each kind needs unless `CAPT_SCHEMA_OBJECTS` says otherwise.
-const DEFAULT_ACCEPTED: usize = 150;
+const DEFAULT_ACCEPTED: usize = 100;
 /// Give up on a kind after this many generated objects per accepted one wanted.
 const MAX_TRIES_PER_ACCEPTED: usize = 20;
 /// Requests in flight at once.
-const IN_FLIGHT: usize = 8;
+const IN_FLIGHT: usize = 16;
 
 /// A kind under test: where its schema comes from and the type we read it with.
 struct Kind {
@@ -91,6 +91,7 @@ async fn every_object_the_api_server_accepts_decodes_into_our_types() -> Result<
     let client = env.client().await?;
     let ns = TestNamespace::create(&client, "schemas").await?;
 
+    let started = std::time::Instant::now();
     let mut report = String::new();
     let mut failures = Vec::new();
     writeln!(
@@ -135,6 +136,7 @@ async fn every_object_the_api_server_accepts_decodes_into_our_types() -> Result<
             }
         }
     }
+    writeln!(report, "in {:.0?}", started.elapsed())?;
     eprintln!("{report}");
     assert!(
         failures.is_empty(),
@@ -204,13 +206,20 @@ async fn status_updates(
             .map(|i| (tally.generated + i, generator.value(status_schema)))
             .collect();
         tally.generated += batch.len();
+        let carrier = api.get(&name).await?;
         let answers = join_all(batch.iter().map(|(_, status)| async {
-            // A controller (core's, for a Cluster) may write the carrier meanwhile: try again.
+            // A controller (core's, for a Cluster) may write the carrier meanwhile: read it
+            // again and retry.
+            let mut current = carrier.clone();
+            let mut tries = 0;
             loop {
-                let mut current = api.get(&name).await?;
+                if tries > 0 {
+                    current = api.get(&name).await?;
+                }
                 current.data["status"] = status.clone();
+                tries += 1;
                 match api.replace_status(&name, &dry_run, &current).await {
-                    Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                    Err(kube::Error::Api(e)) if e.code == 409 && tries < 10 => continue,
                     answer => return answer,
                 }
             }
