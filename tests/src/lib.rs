@@ -14,6 +14,7 @@ pub mod deletion_order;
 pub mod fake_provider;
 pub mod held_proxy;
 pub mod pod;
+pub mod schema_objects;
 pub mod system;
 
 use anyhow::{Context, Result, bail};

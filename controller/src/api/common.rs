@@ -27,13 +27,38 @@ pub struct SecretRef {
 }
 
 /// The address of a Kubernetes API server (the Cluster API `APIEndpoint`).
+///
+/// Cluster API v1beta2 makes both fields optional (`omitempty`), so a Cluster may hold an
+/// endpoint with a host and no port, or a port and no host. An absent field reads as Go's
+/// zero value (`""`, `0`) and is left out again when written. Such an endpoint means what it
+/// means to core: nothing yet. Core's `APIEndpoint.IsValid()` wants a host and a non-zero
+/// port, and where a Cluster's endpoint is not valid core fills it in from the infrastructure
+/// cluster, then the control plane. CAPT reads every endpoint through
+/// `status::endpoint::is_valid` (the same rule, with the port in range): one that is not
+/// valid is treated as unset, never shown nor copied.
+///
+/// Our own CRDs still require both fields (see [`whole_endpoint_schema`]): the controller
+/// writes an endpoint only whole.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = whole_endpoint_schema)]
 pub struct ApiEndpoint {
     /// Host name or IP address, without scheme.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub host: String,
     /// Port; 443 unless the source names another.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub port: i32,
+}
+
+fn is_zero(port: &i32) -> bool {
+    *port == 0
+}
+
+/// The schema of [`ApiEndpoint`] in our CRDs: host and port both required, as before they
+/// could be absent in a Cluster.
+fn whole_endpoint_schema(schema: &mut Schema) {
+    schema.insert("required".into(), serde_json::json!(["host", "port"]));
 }
 
 /// What the controller observed of a WorkspaceTemplateApply and its Workspace.

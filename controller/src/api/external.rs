@@ -258,6 +258,7 @@ impl<'de> Deserialize<'de> for TerraformWorkspace {
 mod tests {
     use super::*;
     use crate::api::{CAPTCluster, CAPTControlPlane};
+    use serde_json::json;
 
     fn reference(api_group: &str, kind: &str, name: &str) -> ContractVersionedObjectReference {
         ContractVersionedObjectReference {
@@ -282,8 +283,29 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_endpoint_may_lack_its_port_or_host_and_is_written_back_as_it_was() {
+        for endpoint in [json!({"host": "poison.example.com"}), json!({"port": 6443})] {
+            let cluster: Cluster = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "poison", "namespace": "mallory"},
+                "spec": {"controlPlaneEndpoint": endpoint},
+            }))
+            .unwrap_or_else(|e| panic!("{endpoint}: {e}"));
+            let read = cluster
+                .spec
+                .control_plane_endpoint
+                .clone()
+                .expect("an endpoint");
+            assert!(!crate::status::endpoint::is_valid(&read), "{endpoint}");
+            // Never a `port: 0` nor `host: ""`: the schema refuses both.
+            let written = serde_json::to_value(&cluster).unwrap();
+            assert_eq!(written["spec"]["controlPlaneEndpoint"], endpoint);
+        }
+    }
+
+    #[test]
     fn a_v1beta2_cluster_reads_its_references() {
-        let cluster: Cluster = serde_json::from_value(serde_json::json!({
+        let cluster: Cluster = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "demo", "namespace": "ns"},
             "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",

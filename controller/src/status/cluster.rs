@@ -323,8 +323,11 @@ mod tests {
         assert!(!d.release_endpoint);
         let d = desired_cluster(&mk_input(true, true, None));
         assert_eq!(d.main_fragment, None);
-        let d = desired_cluster(&mk_input(true, true, Some(("h", 0))));
-        assert_eq!(d.main_fragment, None);
+        // Half an endpoint (no port, or no host) is none, as core's `IsValid` has it.
+        for (host, port) in [("h", 0), ("", 443)] {
+            let d = desired_cluster(&mk_input(true, true, Some((host, port))));
+            assert_eq!(d.main_fragment, None, "{host:?}:{port}");
+        }
     }
 
     #[test]

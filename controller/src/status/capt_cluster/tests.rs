@@ -328,6 +328,16 @@ fn the_clusters_endpoint_is_shown_as_host_and_port() {
     assert!(status(&d).get("endpoint").is_none());
 }
 
+#[test]
+fn a_cluster_endpoint_without_its_host_or_port_is_not_shown() {
+    // Cluster API v1beta2 lets a Cluster hold either alone; core reads it as no endpoint.
+    for json in [json!({"host": "h.example"}), json!({"port": 6443})] {
+        let e: ApiEndpoint = serde_json::from_value(json.clone()).expect("half an endpoint");
+        let d = desired_capt_cluster(&with(|i| i.cluster_endpoint = Some(e)));
+        assert!(status(&d).get("endpoint").is_none(), "{json}");
+    }
+}
+
 fn failed_reason(status: &Value) -> Value {
     failure(status, "VPCFailed").0
 }
