@@ -5,7 +5,7 @@
 //! kube-rs's scheduler puts every request in a `tokio_util` `DelayQueue`, which rounds its
 //! deadline up to the next millisecond and waits for a timer even when the request is due at
 //! once (`debounce` is zero here, as ours is). That wait is part of our hop from a Workspace
-//! change to the control plane's status (`docs/performance.md`, "Where our reaction goes").
+//! change to the control plane's status (`docs/performance-history.md`, "Where our reaction goes").
 //!
 //! `cargo run --release -p capt-controller --example trigger_latency [-- <samples>]`
 

@@ -18,6 +18,9 @@ pub const APPLY_UID_LABEL: &str = "infrastructure.cluster.x-k8s.io/workspacetemp
 pub const OWNER_LABEL_PREFIX: &str = "infrastructure.cluster.x-k8s.io/owner-";
 /// Label naming the Cluster API Cluster an object belongs to (the Cluster API convention).
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// The label Cluster API providers shard by (`--watch-filter`); the applies a sharded
+/// controller creates carry their owner's.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// The variable that stands for the Workspace's own name.
 pub const WORKSPACE_NAME_VARIABLE: &str = "WORKSPACE_NAME";
 /// Annotation on a Workspace: the revision of what was rendered into it (see

@@ -15,7 +15,7 @@ use crate::reconcile::{
     OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, apply, capt_cluster, cluster,
     control_plane, error_policy, lifecycle,
 };
-use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
+use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL, WATCH_FILTER_LABEL};
 use crate::sweep::Sweep;
 use crate::trigger::Trigger;
 use crate::unreadable::Decoded;
@@ -27,9 +27,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
-
-/// The label Cluster API providers shard by (`--watch-filter`).
-pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 
 /// What this process's controllers are assigned: which objects they manage, and how many
 /// reconciles each runs at once.

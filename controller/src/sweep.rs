@@ -4,7 +4,7 @@
 //! kube-rs's scheduler takes in every reference it is sent as soon as it is polled, and its
 //! tables keep the room they once needed. Sent all at once after the first list, the
 //! references of 3,000 clusters (about 15,000 objects over four controllers) were held there
-//! together: a peak that only a restart reached (docs/performance.md, "Memory"). The sweep
+//! together: a peak that only a restart reached (docs/performance-history.md, "Memory"). The sweep
 //! keeps at most `width` of its references waiting or in a reconcile; each reconcile's end,
 //! as the controller reports it, makes room for the next.
 

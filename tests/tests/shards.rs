@@ -1,4 +1,4 @@
-//! Two shards as Cluster API providers shard (`docs/performance.md`, "Past one replica"): two
+//! Two shards as Cluster API providers shard (`docs/performance-history.md`, "Sharding, measured"): two
 //! pods of the Deployment in one namespace, each with a Lease of its own, the controller with
 //! `--watch-filter <shard>` and the applier watching only its shard's label, beside the real
 //! Cluster API core manager. Each shard's stack (the sample Cluster and its CAPT objects,

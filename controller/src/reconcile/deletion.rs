@@ -2,7 +2,7 @@
 //! [`crate::status::deletion`] plans: the Cluster endpoint released, the apply deleted, its
 //! Workspace gone, then the finalizer removed. Progress is published as conditions.
 
-use super::shared::{get_apply, observe_workspace, orphan_apply, ours_to_remove};
+use super::shared::orphan_apply;
 use super::{Result, kube_err};
 use crate::api::{Cluster, WorkspaceTemplateApply};
 use crate::context::Context;
@@ -12,7 +12,6 @@ use crate::status::deletion::{
     DeletionFacts, DeletionStep, deletion_status_fragment, plan_deletion,
 };
 use crate::write_loops::ObjectId;
-use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -36,64 +35,6 @@ pub struct Deletion {
     pub refused: Option<String>,
     /// The Cluster whose endpoint it releases, if any.
     pub cluster: Option<Cluster>,
-}
-
-/// The apply a deletion acts on, as cached.
-pub struct ApplyFacts {
-    /// The apply of `apply_name`, only when it is provably the object's ([`ours_to_remove`]).
-    pub apply: Option<WorkspaceTemplateApply>,
-    /// That apply's Workspace exists.
-    pub workspace_present: bool,
-    /// That Workspace's `Synced=False` message, if any.
-    pub workspace_problem: Option<String>,
-    /// When an apply of that name exists and is not the object's: why. The deletion then
-    /// goes on as if there were none, and leaves it alone.
-    pub refused: Option<String>,
-}
-
-/// The facts every deletion shares: its apply and that apply's Workspace (as cached). The
-/// name comes from the object's spec, which its user writes: an apply of that name that is
-/// not the object's own is neither deleted nor orphaned nor waited for.
-pub fn apply_facts<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    obj: &K,
-    apply_name: &str,
-) -> ApplyFacts {
-    let found = get_apply(ctx, obj, apply_name);
-    let (apply, refused) = match found.map(|a| (ours_to_remove(obj, &a), a)) {
-        Some((Ok(()), a)) => (Some(a), None),
-        Some((Err(why), a)) => {
-            let ns = a.namespace().unwrap_or_default();
-            let kind = K::kind(&());
-            let message = format!(
-                "WorkspaceTemplateApply {ns}/{apply_name} is not this {kind}'s ({why}): \
-                 left alone on deletion"
-            );
-            (None, Some(message))
-        }
-        None => (None, None),
-    };
-    let workspace = apply.as_ref().and_then(|a| observe_workspace(ctx, a));
-    let workspace_problem = workspace
-        .as_ref()
-        .and_then(|w| w.synced.as_ref())
-        .filter(|c| c.status == "False" && !c.message.is_empty())
-        .map(|c| c.message.clone());
-    ApplyFacts {
-        apply,
-        workspace_present: workspace.is_some(),
-        workspace_problem,
-        refused,
-    }
-}
-
-/// When the object's deletion was requested.
-pub fn started<K: Resource>(obj: &K) -> Timestamp {
-    obj.meta()
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or_else(Timestamp::now)
 }
 
 /// Plans the next step from `facts`, publishes the progress and carries the step out.

@@ -3,9 +3,9 @@
 //! deleted in order), with a finalizer, a status field manager and its conditions. The two
 //! reconcilers differ only in what they compute; this is what they share.
 
-use super::deletion::{self, Deletion};
+use super::deletion::Deletion;
 use super::pause;
-use super::shared::{ApplySpec, ensure_apply};
+use super::shared::{self, ApplySpec, ensure_apply};
 use super::{Result, kube_err};
 use crate::api::{Cluster, WorkspaceTemplateApply};
 use crate::context::Context;
@@ -211,12 +211,12 @@ pub fn deletion_of<O: ApplyOwner>(
     owner: &O,
     cluster: Option<Cluster>,
 ) -> (Deletion, DeletionFacts) {
-    let deletion::ApplyFacts {
+    let shared::ApplyFacts {
         apply,
         workspace_present,
         workspace_problem,
         refused,
-    } = deletion::apply_facts(ctx, owner, &owner.apply_name());
+    } = shared::apply_facts(ctx, owner, &owner.apply_name());
     let facts = DeletionFacts {
         endpoint_owned: false,
         control_plane_present: false,
@@ -227,7 +227,7 @@ pub fn deletion_of<O: ApplyOwner>(
         workspace_present,
         workspace_problem,
         retain: false,
-        started: deletion::started(owner),
+        started: shared::deletion_started(owner),
         now: Timestamp::now(),
         stuck_after: ctx.settings.stuck_deletion_after,
     };

@@ -1,5 +1,6 @@
 //! Lookups several reconcilers share: the owning Cluster, the applies they create, the
-//! Workspace of an apply and the connection Secret's endpoint.
+//! Workspace of an apply, the connection Secret's endpoint, and what a deletion finds of an
+//! object's apply (read by the owner, carried out by `deletion`).
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
 use crate::api::{
@@ -8,12 +9,15 @@ use crate::api::{
 };
 use crate::context::Context;
 use crate::k8s::SPEC_MANAGER;
-use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
+use crate::render::{
+    CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL, legacy_workspace_name, workspace_name,
+};
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
 use crate::watches::{cached, cached_beside};
 use crate::write_loops::Basis;
 use crate::write_loops::Written;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -173,8 +177,8 @@ fn desired_apply<K: Resource<DynamicType = ()>>(
         labels[CLUSTER_NAME_LABEL] = json!(cluster);
     }
     // The owner's shard (`--watch-filter`): its apply must be watched by the same controller.
-    if let Some(shard) = owner.labels().get(crate::run::WATCH_FILTER_LABEL) {
-        labels[crate::run::WATCH_FILTER_LABEL] = json!(shard);
+    if let Some(shard) = owner.labels().get(WATCH_FILTER_LABEL) {
+        labels[WATCH_FILTER_LABEL] = json!(shard);
     }
     // No owner reference: the garbage collector would delete the apply as soon as its owner
     // is deleted, racing the deletion order (the control plane before the VPC). The owner's
@@ -377,4 +381,62 @@ pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
 /// When `obj` was created; now for an object not stored yet (a timeout then starts now).
 pub fn created<K: Resource>(obj: &K) -> jiff::Timestamp {
     (obj.meta().creation_timestamp.as_ref()).map_or_else(jiff::Timestamp::now, |t| t.0)
+}
+
+/// The apply a deletion acts on, as cached.
+pub struct ApplyFacts {
+    /// The apply of `apply_name`, only when it is provably the object's ([`ours_to_remove`]).
+    pub apply: Option<WorkspaceTemplateApply>,
+    /// That apply's Workspace exists.
+    pub workspace_present: bool,
+    /// That Workspace's `Synced=False` message, if any.
+    pub workspace_problem: Option<String>,
+    /// When an apply of that name exists and is not the object's: why. The deletion then
+    /// goes on as if there were none, and leaves it alone.
+    pub refused: Option<String>,
+}
+
+/// The facts every deletion shares: its apply and that apply's Workspace (as cached). The
+/// name comes from the object's spec, which its user writes: an apply of that name that is
+/// not the object's own is neither deleted nor orphaned nor waited for.
+pub fn apply_facts<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+    apply_name: &str,
+) -> ApplyFacts {
+    let found = get_apply(ctx, obj, apply_name);
+    let (apply, refused) = match found.map(|a| (ours_to_remove(obj, &a), a)) {
+        Some((Ok(()), a)) => (Some(a), None),
+        Some((Err(why), a)) => {
+            let ns = a.namespace().unwrap_or_default();
+            let kind = K::kind(&());
+            let message = format!(
+                "WorkspaceTemplateApply {ns}/{apply_name} is not this {kind}'s ({why}): \
+                 left alone on deletion"
+            );
+            (None, Some(message))
+        }
+        None => (None, None),
+    };
+    let workspace = apply.as_ref().and_then(|a| observe_workspace(ctx, a));
+    let workspace_problem = workspace
+        .as_ref()
+        .and_then(|w| w.synced.as_ref())
+        .filter(|c| c.status == "False" && !c.message.is_empty())
+        .map(|c| c.message.clone());
+    ApplyFacts {
+        apply,
+        workspace_present: workspace.is_some(),
+        workspace_problem,
+        refused,
+    }
+}
+
+/// When the object's deletion was requested.
+pub fn deletion_started<K: Resource>(obj: &K) -> Timestamp {
+    obj.meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(Timestamp::now)
 }

@@ -95,7 +95,7 @@ impl PodProcesses {
     }
 }
 
-/// The flags that make a pod one shard's (`docs/performance.md`, "Sharding"): the applier's
+/// The flags that make a pod one shard's (`docs/performance-history.md`, "Sharding, measured"): the applier's
 /// and the controller's, each narrowed to the shard's label, on a Lease of the shard's own.
 fn shard_flags(shard: Option<&str>) -> (Vec<String>, Vec<String>) {
     let Some(shard) = shard else {
