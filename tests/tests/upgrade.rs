@@ -239,7 +239,10 @@ async fn an_upgrade_in_place_from_the_previous_release_renders_nothing_again_and
             || async {
                 let ws = &workspaces(&system)?[&orphaned];
                 Ok(ws["metadata"]["generation"].as_i64() > Some(generation)
-                    && ws["metadata"]["annotations"][RENDERING_ANNOTATION] == RENDERING.to_string())
+                    && ws["metadata"]["annotations"][RENDERING_ANNOTATION]
+                        .as_str()
+                        .and_then(|r| r.parse().ok())
+                        == Some(RENDERING))
             },
         )
         .await?;
