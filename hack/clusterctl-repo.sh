@@ -6,7 +6,7 @@
 #   OUT/control-plane-capt/VERSION/{control-plane-components.yaml,metadata.yaml}
 #   OUT/clusterctl.yaml
 #
-#   hack/clusterctl-repo.sh [OUT [VERSION]]    (default: .clusterctl-repo, v<the crate version>)
+#   hack/clusterctl-repo.sh [OUT [VERSION]]    (default: .clusterctl-repo, v<the workspace version>)
 #   clusterctl generate provider --infrastructure capt --config OUT/clusterctl.yaml
 #
 # clusterctl substitutes `${VAR}` (envsubst) in everything it reads. The only variables of
@@ -16,7 +16,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$ROOT/.clusterctl-repo}
-VERSION=${2:-v$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/controller/Cargo.toml" | head -1)}
+# The release version: the workspace's (Cargo.toml [workspace.package]), CHANGELOG.md's head.
+VERSION=${2:-v$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -1)}
 [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "error: VERSION must be a semantic version like v0.1.0, got $VERSION" >&2; exit 2; }
 command -v kubectl >/dev/null || { echo "error: kubectl is needed (hack/testenv.sh build provides one)" >&2; exit 2; }
 mkdir -p "$OUT"

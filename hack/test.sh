@@ -12,6 +12,9 @@ cd "$ROOT"
 trap 'hack/testenv.sh stop; CAPT_TESTENV_DIR=${CAPT_TESTENV_DIR:-$ROOT/.testenv}-nocore hack/testenv.sh stop; CAPT_TESTENV_DIR=${CAPT_TESTENV_DIR:-$ROOT/.testenv}-real hack/testenv.sh stop' EXIT
 eval "$(hack/testenv.sh start)"
 echo "== cargo test (API server: $(kubectl config view -o jsonpath='{.clusters[0].cluster.server}'))"
+# The previous release's programs for tests/tests/upgrade.rs, built before this tree's (which
+# puts its own binaries back in target/debug/), cached by commit after the first run.
+hack/previous-release.sh >/dev/null
 hack/cargo-progress.sh test build --workspace --bins
 hack/cargo-progress.sh test test --workspace --no-run
 # Every test binary runs under a time limit (hack/test-runner.sh; CAPT_TEST_TIMEOUT seconds,

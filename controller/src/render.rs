@@ -33,9 +33,22 @@ pub const APPLY_GENERATION_ANNOTATION: &str =
 /// The output an inline module gets, whose value is the rendered revision: Terraform reports
 /// it only after applying that very configuration. A template may not declare it.
 pub const REVISION_OUTPUT: &str = "capt_revision";
-/// The `spec.deletionPolicy` of every rendered Workspace: provider-terraform destroys the
-/// infrastructure when the Workspace is deleted.
+/// The only `spec.deletionPolicy` a template may set (`workspace_policy`): provider-terraform
+/// destroys the infrastructure when the Workspace is deleted. It is also the Workspace CRD's
+/// default, so a rendered Workspace gets it without CAPT owning the field.
 pub const DELETION_POLICY: &str = "Delete";
+/// Annotation on a Workspace: the digest of the inputs it was rendered from ([`inputs_digest`]).
+pub const INPUTS_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/workspace-inputs";
+/// Annotation on a Workspace: the [`RENDERING`] that rendered it. A Workspace without it was
+/// rendered by v0.1.0 ([`FIRST_RENDERING`]).
+pub const RENDERING_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/workspace-rendering";
+/// The version of what [`render_workspace`] makes of the same inputs. Raised with every
+/// change of the rendered Workspace (the golden files of `controller/tests/render_golden.rs`
+/// refuse a changed rendering under the same number): a Workspace rendered by an earlier one
+/// keeps its rendering until its inputs change (`reconcile/apply.rs`, docs/upgrading.md).
+pub const RENDERING: u32 = 2;
+/// The rendering of v0.1.0, which recorded none.
+pub const FIRST_RENDERING: u32 = 1;
 /// Hex digits of a revision.
 const REVISION_HEX: usize = 16;
 
@@ -123,14 +136,11 @@ pub fn render_workspace(
             template.name_any()
         )));
     }
-    let mut spec = substitute(&body.spec, &variables);
-    // Named, so that CAPT owns the field: a Workspace someone patched to `Orphan` is put back
-    // by the next render. Deleting a CAPT object destroys what it built; keeping a Workspace
-    // is CAPT's to decide (retainVpcOnDelete), never a silent leak (`workspace_policy`
+    // `deletionPolicy` is rendered only when the template names it: the CRD's default
+    // (`Delete`) gives a new Workspace the same, and an operator's `Orphan` on a live one is
+    // the operator's to keep (CAPT owns only the fields it renders; `workspace_policy`
     // refuses a template's `Orphan`).
-    if spec.get("deletionPolicy").is_none() {
-        spec["deletionPolicy"] = json!(DELETION_POLICY);
-    }
+    let mut spec = substitute(&body.spec, &variables);
     let secret_ref = apply
         .spec
         .write_connection_secret_to_ref
@@ -176,11 +186,42 @@ pub fn render_workspace(
             generation.to_string(),
         );
     }
+    annotations.insert(
+        INPUTS_ANNOTATION.to_owned(),
+        inputs_digest(apply, template, &name),
+    );
+    annotations.insert(RENDERING_ANNOTATION.to_owned(), RENDERING.to_string());
     if !annotations.is_empty() {
         rendered["metadata"]["annotations"] = json!(annotations);
     }
     echo_revision(&mut rendered);
     Ok(rendered)
+}
+
+/// The digest of what a Workspace is rendered from: the apply's spec, uid and owner labels,
+/// the template's spec, and the Workspace's name. It does not depend on how they are rendered,
+/// so that a Workspace records whether its inputs changed since, whatever renderer runs.
+pub fn inputs_digest(
+    apply: &WorkspaceTemplateApply,
+    template: &WorkspaceTemplate,
+    name: &str,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let owner_labels: BTreeMap<&String, &String> = apply
+        .labels()
+        .iter()
+        .filter(|(k, _)| k.starts_with(OWNER_LABEL_PREFIX))
+        .collect();
+    let inputs = json!({
+        "apply": apply.spec, "uid": apply.uid(), "ownerLabels": owner_labels,
+        "template": template.spec, "name": name,
+    });
+    let digest = Sha256::digest(canonical_json(&inputs).as_bytes());
+    digest
+        .iter()
+        .take(REVISION_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The variables of `apply` (and `WORKSPACE_NAME`) whose placeholder stands in code in
@@ -461,10 +502,12 @@ mod tests {
         }))
         .unwrap();
         let ws = render_workspace(&mk_apply(json!({}), None), &template, "w").unwrap();
-        assert!(
-            ws["metadata"].get("annotations").is_none(),
-            "{}",
-            ws["metadata"]
+        let annotations = ws["metadata"]["annotations"].as_object().unwrap();
+        let keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [INPUTS_ANNOTATION, RENDERING_ANNOTATION],
+            "CAPT's only"
         );
         assert_eq!(ws["metadata"]["labels"][APPLY_NAME_LABEL], "demo-eks");
     }
@@ -549,8 +592,37 @@ mod tests {
     }
 
     #[test]
-    fn a_rendered_workspace_is_destroyed_with_its_owner() {
+    fn the_deletion_policy_is_rendered_only_when_the_template_names_it() {
         let ws = render_workspace(&mk_apply(json!({}), None), &mk_template(json!({})), "w");
+        assert!(ws.unwrap()["spec"].get("deletionPolicy").is_none());
+        let template = mk_template(json!({"deletionPolicy": DELETION_POLICY}));
+        let ws = render_workspace(&mk_apply(json!({}), None), &template, "w");
         assert_eq!(ws.unwrap()["spec"]["deletionPolicy"], DELETION_POLICY);
+    }
+
+    #[test]
+    fn the_inputs_digest_changes_with_the_apply_and_the_template_only() {
+        let template = mk_template(json!({"forProvider": {"module": "m"}}));
+        let apply = mk_apply(json!({"cluster": "one"}), None);
+        let digest = inputs_digest(&apply, &template, "w");
+        let ws = render_workspace(&apply, &template, "w").unwrap();
+        assert_eq!(ws["metadata"]["annotations"][INPUTS_ANNOTATION], digest);
+        assert_eq!(
+            ws["metadata"]["annotations"][RENDERING_ANNOTATION],
+            RENDERING.to_string()
+        );
+        let mut later = apply.clone();
+        later.metadata.generation = Some(9);
+        later.metadata.resource_version = Some("77".into());
+        assert_eq!(
+            inputs_digest(&later, &template, "w"),
+            digest,
+            "metadata alone"
+        );
+        let other = mk_apply(json!({"cluster": "two"}), None);
+        assert_ne!(inputs_digest(&other, &template, "w"), digest, "apply");
+        let changed = mk_template(json!({"forProvider": {"module": "m2"}}));
+        assert_ne!(inputs_digest(&apply, &changed, "w"), digest, "template");
+        assert_ne!(inputs_digest(&apply, &template, "w2"), digest, "name");
     }
 }

@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 /// A workspace binary, built next to the test executable (`cargo build --workspace --bins`,
 /// which `hack/test.sh` runs first).
 pub fn binary(name: &str) -> PathBuf {
+    if let Some(dir) = RELEASE_BINARIES.lock().expect("not poisoned").as_ref()
+        && CAPT_PROGRAMS.contains(&name)
+    {
+        return dir.join(name);
+    }
     let exe = std::env::current_exe().expect("executable path");
     // Tests run from target/<profile>/deps, binaries from target/<profile>.
     let dir = exe.parent().expect("target/<profile>");
@@ -26,6 +31,18 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// CAPT's own programs: what [`use_capt_binaries_from`] replaces.
+const CAPT_PROGRAMS: [&str; 2] = ["capt-controller", "status-applier"];
+/// The directory [`binary`] takes CAPT's programs from instead of this build's.
+static RELEASE_BINARIES: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Makes every process started from now on (until `None`) run CAPT's two programs
+/// (`capt-controller`, `status-applier`) from `dir`, a previous release's
+/// (`hack/previous-release.sh`), instead of this build's. The test programs stay this build's.
+pub fn use_capt_binaries_from(dir: Option<PathBuf>) {
+    *RELEASE_BINARIES.lock().expect("not poisoned") = dir;
 }
 
 /// CAPT's policy for the status-applier, as deployed (`manifests/deploy/`): every CAPT

@@ -67,6 +67,8 @@ pub struct System {
     /// The fake provider; `None` beside the real provider-terraform.
     provider: Option<FakeProvider>,
     controller: Child,
+    /// How the controller was started: its arguments and kubeconfig.
+    controller_command: (Vec<String>, std::path::PathBuf),
     controller_log: std::path::PathBuf,
     metrics_addr: String,
     probe_addr: String,
@@ -170,41 +172,38 @@ impl System {
         } else {
             &["--leader-election-namespace", namespace]
         };
-        let controller = Command::new(binary("capt-controller"))
-            .args([
-                "--namespace",
-                namespace,
-                // The tests scrape the controller's metrics over plain HTTP; the HTTPS
-                // listener with its TokenReview and SubjectAccessReview is tested in
-                // tests/tests/diagnostics.rs.
-                "--insecure-diagnostics",
-                "--metrics-bind-address",
-                &metrics_addr,
-                "--health-probe-bind-address",
-                &probe_addr,
-                "--poll-interval-seconds",
-                "1",
-            ])
-            .arg("--applier-socket")
-            .arg(&applier.socket)
-            // Where core does not run, the controller is told so, as an operator would
-            // (unless the test says otherwise: `--without-cluster-api-core=false`).
-            .args(
-                (!on.core && !controller_args.iter().any(|a| a.starts_with(WITHOUT_CORE)))
-                    .then_some(WITHOUT_CORE),
-            )
-            .args(leader_args)
-            .args(controller_args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", crate::process_log("info"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&controller_log)?)
-            .spawn()
-            .context("starting capt-controller")?;
+        let mut args: Vec<String> = [
+            "--namespace",
+            namespace,
+            // The tests scrape the controller's metrics over plain HTTP; the HTTPS
+            // listener with its TokenReview and SubjectAccessReview is tested in
+            // tests/tests/diagnostics.rs.
+            "--insecure-diagnostics",
+            "--metrics-bind-address",
+            &metrics_addr,
+            "--health-probe-bind-address",
+            &probe_addr,
+            "--poll-interval-seconds",
+            "1",
+            "--applier-socket",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.push(applier.socket.display().to_string());
+        // Where core does not run, the controller is told so, as an operator would
+        // (unless the test says otherwise: `--without-cluster-api-core=false`).
+        if !on.core && !controller_args.iter().any(|a| a.starts_with(WITHOUT_CORE)) {
+            args.push(WITHOUT_CORE.to_owned());
+        }
+        args.extend(leader_args.iter().map(|a| (*a).to_owned()));
+        args.extend(controller_args.iter().map(|a| (*a).to_owned()));
+        let controller_command = (args, kubeconfig.to_owned());
+        let controller = spawn_controller(&controller_command, &controller_log)?;
         let system = Self {
             applier,
             provider,
             controller,
+            controller_command,
             controller_log,
             metrics_addr,
             probe_addr,
@@ -511,6 +510,30 @@ impl System {
         Ok(body)
     }
 
+    /// Stops the controller and the status-applier with SIGTERM, as a rolling update of the
+    /// pod does, and waits until both have ended; the fake provider keeps running.
+    pub fn stop_processes(&mut self) -> Result<()> {
+        let pid = self.controller.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status()?;
+        anyhow::ensure!(status.success(), "kill -TERM {pid}");
+        self.controller.wait()?;
+        self.applier.terminate()
+    }
+
+    /// Starts the status-applier and the controller again with the arguments they had, from
+    /// the programs [`binary`] names now (another release's:
+    /// `applier::use_capt_binaries_from`); returns once the controller answers.
+    pub async fn start_processes(&mut self) -> Result<()> {
+        self.applier.restart().await?;
+        self.controller = spawn_controller(&self.controller_command, &self.controller_log)?;
+        self.wait_for(
+            "the new controller's /healthz",
+            Duration::from_secs(20),
+            || async { Ok(self.http_get("/healthz").await.is_ok()) },
+        )
+        .await
+    }
+
     /// Kills the controller (SIGKILL, like a crashed pod).
     pub fn kill_controller(&mut self) {
         let _ = self.controller.kill();
@@ -567,6 +590,27 @@ impl System {
     pub fn controller_log_text(&self) -> String {
         std::fs::read_to_string(&self.controller_log).unwrap_or_default()
     }
+}
+
+/// Starts `capt-controller` ([`binary`]) with `command`'s arguments and kubeconfig, its
+/// output appended to `log`.
+fn spawn_controller(
+    command: &(Vec<String>, std::path::PathBuf),
+    log: &std::path::Path,
+) -> Result<Child> {
+    let (args, kubeconfig) = command;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    Command::new(binary("capt-controller"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", crate::process_log("info"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting capt-controller")
 }
 
 impl Drop for System {

@@ -94,7 +94,13 @@ pub struct CAPTClusterStatus {
     pub failure_message: Option<String>,
     /// Failure domains available for machine placement: the VPC's availability zones (its
     /// `azs` output), when it reports them; the v1beta2 contract's list keyed by `name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Read in either shape: builds before v0.1.0 stored the v1beta1 contract's map keyed by
+    // name (`failure_domains_in_either_shape`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "failure_domains_in_either_shape"
+    )]
     #[schemars(schema_with = "failure_domains_schema")]
     pub failure_domains: Option<Vec<FailureDomain>>,
     /// The owning Cluster's control plane endpoint as `host:port`, for display.
@@ -139,6 +145,47 @@ pub struct FailureDomain {
     pub attributes: Option<BTreeMap<String, String>>,
 }
 
+/// `status.failureDomains` as the list it is, or as the map keyed by name that builds before
+/// v0.1.0 wrote (the v1beta1 contract's shape, under the same API version): an object they
+/// stored stays readable. Read in
+/// the type, so that every reader (the watches, the reconcilers) reads both. (v0.1.0 wrote the
+/// list already: an upgrade from it stores no map.)
+fn failure_domains_in_either_shape<'de, D>(
+    deserializer: D,
+) -> Result<Option<Vec<FailureDomain>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    /// A failure domain of the map shape: the name is its key.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Keyed {
+        #[serde(default)]
+        control_plane: Option<bool>,
+        #[serde(default)]
+        attributes: Option<BTreeMap<String, String>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Shape {
+        List(Vec<FailureDomain>),
+        Map(BTreeMap<String, Keyed>),
+    }
+    Ok(
+        Option::<Shape>::deserialize(deserializer)?.map(|shape| match shape {
+            Shape::List(list) => list,
+            Shape::Map(map) => map
+                .into_iter()
+                .map(|(name, keyed)| FailureDomain {
+                    name,
+                    control_plane: keyed.control_plane,
+                    attributes: keyed.attributes,
+                })
+                .collect(),
+        }),
+    )
+}
+
 /// `status.failureDomains`: a list-type map keyed by `name`, as the contract defines it.
 fn failure_domains_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<Vec<FailureDomain>>();
@@ -148,4 +195,34 @@ fn failure_domains_schema(generator: &mut schemars::SchemaGenerator) -> schemars
         serde_json::json!(["name"]),
     );
     schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn failure_domains_stored_as_the_earlier_map_read_as_the_list() {
+        let status: CAPTClusterStatus = serde_json::from_value(json!({"failureDomains": {
+            "ap-northeast-1a": {"controlPlane": true},
+            "ap-northeast-1c": {"attributes": {"zone": "c"}}}}))
+        .unwrap();
+        let domains = status.failure_domains.unwrap();
+        assert_eq!(domains.len(), 2);
+        assert_eq!(domains[0].name, "ap-northeast-1a");
+        assert_eq!(domains[0].control_plane, Some(true));
+        assert_eq!(domains[1].name, "ap-northeast-1c");
+        assert_eq!(domains[1].attributes.as_ref().unwrap()["zone"], "c");
+        let list = serde_json::to_value(CAPTClusterStatus {
+            failure_domains: Some(domains),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(list["failureDomains"][0]["name"], "ap-northeast-1a");
+        let again: CAPTClusterStatus = serde_json::from_value(list).unwrap();
+        assert_eq!(again.failure_domains.unwrap().len(), 2);
+        let none: CAPTClusterStatus = serde_json::from_value(json!({})).unwrap();
+        assert!(none.failure_domains.is_none());
+    }
 }

@@ -12,7 +12,10 @@ use crate::api::{TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::{SPEC_MANAGER, set_finalizer};
 use crate::publish::Publication;
-use crate::render::render_workspace;
+use crate::render::{
+    APPLY_GENERATION_ANNOTATION, FIRST_RENDERING, INPUTS_ANNOTATION, RENDERING,
+    RENDERING_ANNOTATION, render_workspace,
+};
 use crate::tenancy::{
     Placement, Refusal, WORKSPACE_OWNED_BY_ANOTHER, WORKSPACE_OWNED_CONDITION,
     apply_cross_namespace, rendered_cross_namespace,
@@ -31,6 +34,8 @@ use std::sync::Arc;
 pub const APPLY_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/workspacetemplateapply";
 /// Field manager of WorkspaceTemplateApply status.
 pub const MANAGER: &str = "capt-workspacetemplateapply";
+/// Field manager of the inputs recorded on a Workspace of v0.1.0 ([`record_inputs`]).
+pub const INPUTS_MANAGER: &str = "capt-workspace-inputs";
 /// Condition type on an apply: False while something blocks rendering.
 pub const APPLIED_CONDITION: &str = "Applied";
 
@@ -93,6 +98,8 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     let changed = needs_apply(own, &rendered);
     if changed {
         apply_workspace(&apply, &ctx, &workspaces, own, rendered, &template, &name).await?;
+    } else if let Some(live) = own.filter(|w| !w.annotations().contains_key(INPUTS_ANNOTATION)) {
+        record_inputs(&apply, &ctx, &workspaces, live, &rendered, &name).await?;
     }
     publish(&apply, &ctx, &name, own, changed, None).await?;
     Ok(after(None))
@@ -228,6 +235,43 @@ async fn apply_workspace(
     Ok(())
 }
 
+/// Records on a Workspace of v0.1.0, kept as it is ([`needs_apply`]), the inputs it renders
+/// (those of now: its apply's generation is the one it records) and its rendering
+/// ([`FIRST_RENDERING`]), so that a later change of its template reaches it. Its annotations
+/// only, under a field manager of its own: its spec, and with it its generation, stays (no
+/// Terraform run), and the fields CAPT's apply owns stay CAPT's.
+async fn record_inputs(
+    apply: &WorkspaceTemplateApply,
+    ctx: &Context,
+    workspaces: &Api<TerraformWorkspace>,
+    live: &TerraformWorkspace,
+    rendered: &Value,
+    name: &str,
+) -> Result<()> {
+    let inputs = &rendered["metadata"]["annotations"][INPUTS_ANNOTATION];
+    // Onto the Workspace observed, never one that replaced it meanwhile (a uid mismatch is a
+    // conflict).
+    let patch = json!({"metadata": {"uid": live.uid(), "annotations": {
+        INPUTS_ANNOTATION: inputs, RENDERING_ANNOTATION: FIRST_RENDERING.to_string()}}});
+    let params = PatchParams {
+        field_manager: Some(INPUTS_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    workspaces
+        .patch(name, &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err(apply, "recording its Workspace's inputs"))?;
+    tracing::info!(
+        apply = apply.name_any(),
+        workspace = name,
+        "Recorded the inputs of a Workspace rendered by v0.1.0; its spec is kept"
+    );
+    let written = Written::of::<TerraformWorkspace>(None, name, INPUTS_MANAGER, None);
+    let basis = Basis::of(apply.meta().generation, &(name, inputs.as_str()));
+    ctx.wrote(written, basis, apply.object_ref(&())).await;
+    Ok(())
+}
+
 /// `Applied=False` with `reason`: rendering waits for something.
 fn blocked(reason: &'static str, message: String) -> Refusal {
     Refusal {
@@ -326,12 +370,31 @@ async fn waiting(
     Ok(None)
 }
 
-/// True when the live Workspace, as cached (its module as a digest:
-/// [`crate::watches::Watched::trim`]), lacks what was rendered. Fields the API server
-/// defaulted (`managementPolicies`, `providerConfigRef`, ...) are not ours and are not
-/// compared.
+/// Whether the rendered Workspace is written: always when there is none; never onto a
+/// Workspace an earlier [`RENDERING`] rendered from the inputs it still has (the apply's
+/// generation and [`inputs_digest`](crate::render::inputs_digest) it records), so that a new
+/// rendering reaches an existing Workspace only with a real change of its inputs, not with an
+/// upgrade; otherwise when the live Workspace, as cached (its module as a digest:
+/// [`crate::watches::Watched::trim`]), lacks what was rendered: a change of the inputs, or
+/// another writer's change of a field CAPT renders (put back). A Workspace of v0.1.0 records
+/// no inputs digest: its apply's generation is all it proves. Fields the API server defaulted
+/// (`managementPolicies`, `providerConfigRef`, `deletionPolicy`, ...) are not ours and are
+/// not compared.
 fn needs_apply(live: Option<&TerraformWorkspace>, rendered: &Value) -> bool {
     let Some(live) = live else { return true };
+    let annotations = live.annotations();
+    let recorded = |key: &str| annotations.get(key).map(String::as_str);
+    let wanted = |key: &str| rendered["metadata"]["annotations"][key].as_str();
+    let rendering = recorded(RENDERING_ANNOTATION)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(FIRST_RENDERING);
+    let same_generation =
+        recorded(APPLY_GENERATION_ANNOTATION) == wanted(APPLY_GENERATION_ANNOTATION);
+    let same_inputs =
+        recorded(INPUTS_ANNOTATION).is_none_or(|digest| Some(digest) == wanted(INPUTS_ANNOTATION));
+    if rendering < RENDERING && same_generation && same_inputs {
+        return false;
+    }
     let live = serde_json::to_value(live).unwrap_or_default();
     let mut rendered = rendered.clone();
     if let Some(module) = rendered["spec"]["forProvider"].get_mut("module")
@@ -515,7 +578,8 @@ mod tests {
     fn defaulted_fields_do_not_make_a_workspace_look_changed() {
         let mut live: TerraformWorkspace = serde_json::from_value(json!({
             "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
-            "metadata": {"name": "w", "labels": {"a": "1", "other": "x"}},
+            "metadata": {"name": "w", "labels": {"a": "1", "other": "x"},
+                "annotations": {RENDERING_ANNOTATION: RENDERING.to_string()}},
             "spec": {"forProvider": {"module": "m", "source": "Inline"}, "managementPolicies": ["*"]},
         }))
         .unwrap();
@@ -525,6 +589,80 @@ mod tests {
         let changed = json!({"metadata": {"name": "w", "labels": {"a": "1"}}, "spec": {"forProvider": {"module": "m2", "source": "Inline"}}});
         assert!(needs_apply(Some(&live), &changed));
         assert!(needs_apply(None, &rendered));
+    }
+
+    fn inline_template(module: &str) -> crate::api::WorkspaceTemplate {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": "t", "namespace": "team"},
+            "spec": {"template": {"spec": {"forProvider": {"module": module, "source": "Inline"}}}},
+        }))
+        .unwrap()
+    }
+
+    fn apply_at(generation: i64) -> WorkspaceTemplateApply {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": "a", "namespace": "team", "uid": "u-1", "generation": generation},
+            "spec": {"templateRef": {"name": "t"}},
+        }))
+        .unwrap()
+    }
+
+    /// `rendered` as the cache holds it once stored, with `edit` applied to it.
+    fn stored(rendered: &Value, edit: impl FnOnce(&mut Value)) -> TerraformWorkspace {
+        let mut stored = rendered.clone();
+        stored["spec"]["deletionPolicy"] = json!("Delete");
+        edit(&mut stored);
+        let mut live: TerraformWorkspace = serde_json::from_value(stored).unwrap();
+        live.trim();
+        live
+    }
+
+    /// What v0.1.0 wrote: no inputs digest, no rendering, the apply's generation; and a
+    /// rendering that differs from today's (here its module).
+    fn as_v0_1_0(ws: &mut Value) {
+        let annotations = ws["metadata"]["annotations"].as_object_mut().unwrap();
+        annotations.remove(INPUTS_ANNOTATION);
+        annotations.remove(RENDERING_ANNOTATION);
+        ws["spec"]["forProvider"]["module"] = json!("rendered otherwise by v0.1.0");
+    }
+
+    #[test]
+    fn a_workspace_of_an_earlier_rendering_is_kept_while_its_inputs_are_unchanged() {
+        let template = inline_template("m");
+        let rendered = render_workspace(&apply_at(2), &template, "w").unwrap();
+        let live = stored(&rendered, as_v0_1_0);
+        assert!(!needs_apply(Some(&live), &rendered), "kept");
+        // Its apply changed since: rendered anew.
+        let later = render_workspace(&apply_at(3), &template, "w").unwrap();
+        assert!(needs_apply(Some(&live), &later), "apply changed");
+        // An earlier rendering that recorded its inputs: the template changed since.
+        let live = stored(&rendered, |ws| {
+            ws["metadata"]["annotations"][RENDERING_ANNOTATION] = json!("1");
+            ws["spec"]["forProvider"]["module"] = json!("rendered otherwise");
+        });
+        assert!(!needs_apply(Some(&live), &rendered), "kept");
+        let changed = render_workspace(&apply_at(2), &inline_template("m2"), "w").unwrap();
+        assert!(needs_apply(Some(&live), &changed), "template changed");
+    }
+
+    #[test]
+    fn another_writers_change_of_a_rendered_field_is_put_back_and_an_operators_own_fields_stay() {
+        let rendered = render_workspace(&apply_at(2), &inline_template("m"), "w").unwrap();
+        assert!(
+            rendered["spec"].get("deletionPolicy").is_none(),
+            "{rendered}"
+        );
+        let operators = stored(&rendered, |ws| {
+            ws["spec"]["deletionPolicy"] = json!("Orphan");
+            ws["metadata"]["annotations"]["operator/note"] = json!("keep");
+        });
+        assert!(!needs_apply(Some(&operators), &rendered));
+        let drifted = stored(&rendered, |ws| {
+            ws["spec"]["forProvider"]["module"] = json!("edited by hand");
+        });
+        assert!(needs_apply(Some(&drifted), &rendered));
     }
 
     /// A loop once: a template without annotations rendered an empty map, which the API server
