@@ -16,6 +16,14 @@ use std::time::{Duration, Instant};
 
 /// The controller's flag that says Cluster API core does not run beside it.
 pub const WITHOUT_CORE: &str = "--without-cluster-api-core";
+/// The controller's flag naming a namespace trusted with code (its WorkspaceTemplates are
+/// used). A system trusts its own namespace, where the tests keep their templates beside
+/// their stacks, unless the test names the trusted namespaces itself with this flag (the
+/// hostile-tenant tests trust another, so that their own templates are refused).
+pub const TRUST_TEMPLATES: &str = "--allow-template-namespace";
+/// The platform namespace of `manifests/samples/`, the one the sample deployment trusts with
+/// code; the tests put the samples' templates into their own namespace instead.
+pub const SAMPLE_TEMPLATE_NAMESPACE: &str = "capt-templates";
 
 /// The label the controller puts on Workspaces, naming their apply's namespace.
 pub use capt_controller::render::APPLY_NAMESPACE_LABEL;
@@ -194,6 +202,14 @@ impl System {
                     .then_some(WITHOUT_CORE),
             )
             .args(leader_args)
+            .args(
+                (!controller_args
+                    .iter()
+                    .any(|a| a.starts_with(TRUST_TEMPLATES)))
+                .then_some([TRUST_TEMPLATES, namespace])
+                .into_iter()
+                .flatten(),
+            )
             .args(controller_args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", crate::process_log("info"))
@@ -637,9 +653,19 @@ fn sample_docs(file: &str) -> Result<Vec<Value>> {
 /// Applies `docs` into `namespace`. Server-side, as a user should: a later `kubectl apply
 /// --server-side` by someone else then takes only what it names (a client-side apply is
 /// migrated to the next one).
+/// The samples' platform namespace ([`SAMPLE_TEMPLATE_NAMESPACE`], its Namespace and the
+/// references to its templates) becomes `namespace` too: the system trusts it.
 fn apply_in(env: &Env, namespace: &str, docs: Vec<Value>) -> Result<()> {
     let docs: Vec<String> = docs
         .into_iter()
+        .filter(|v| v["kind"] != "Namespace")
+        .map(|v| {
+            let text = v.to_string().replace(
+                &format!("\"{SAMPLE_TEMPLATE_NAMESPACE}\""),
+                &format!("\"{namespace}\""),
+            );
+            serde_json::from_str::<Value>(&text).expect("JSON stays JSON")
+        })
         .map(|mut v| {
             v["metadata"]["namespace"] = Value::from(namespace);
             v.to_string()
