@@ -1289,12 +1289,17 @@ output "bytes_read" {
         let apply = system.get(&["workspacetemplateapply", "loot"])?;
         Ok(apply.is_some_and(|a| condition(&a, "Applied").1 == "TemplateNotTrusted"))
     };
+    // The connection Secret is written with the outputs once Terraform applied.
+    let looted = || async {
+        let outputs = secret_strings(&tenant.0, "loot").await?;
+        Ok::<_, anyhow::Error>(outputs.filter(|o| o.iter().any(|(k, _)| k == "neighbours")))
+    };
     system
         .wait_for("the refusal, or the loot", WAIT, || async {
-            Ok(refused()? || secret_strings(&tenant.0, "loot").await?.is_some())
+            Ok(refused()? || looted().await?.is_some())
         })
         .await?;
-    if let Some(outputs) = secret_strings(&tenant.0, "loot").await? {
+    if let Some(outputs) = looted().await? {
         let get = |key: &str| {
             outputs
                 .iter()
