@@ -1,8 +1,8 @@
 //! What a rendered Workspace may ask of provider-terraform. Pure: no API server.
 //!
-//! A tenant writes the WorkspaceTemplate (its module is the tenant's own Terraform, run with
-//! the credentials of the ProviderConfig it names), so the credentials, the state and where
-//! the outputs go are the operator's to decide, not the template's:
+//! Even a trusted template (`tenancy`: only those are rendered) does not decide the
+//! credentials, the state, where the outputs go, or whether the Workspace is destroyed: the
+//! operator does, and these rules hold for every rendered Workspace:
 //!
 //! - `spec.providerConfigRef` (absent: Crossplane's `default`) must be a ProviderConfig the
 //!   operator allowed for the apply's namespace (`--allow-provider-config NAMESPACE=NAME`,
