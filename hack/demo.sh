@@ -61,7 +61,8 @@ else
 	provider="provider-terraform (log in $(dirname "$KUBECONFIG")/provider-terraform.log)"
 fi
 for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
-"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" \
+# Templates are code: only those of the platform's namespace are used (manifests/samples/).
+"$BIN/capt-controller" --applier-socket "$RUN/applier.sock" --allow-template-namespace capt-templates \
 	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/capt-controller.log" 2>&1 &
 pids+=($!)

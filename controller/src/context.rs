@@ -22,8 +22,9 @@ pub struct Settings {
     pub stuck_deletion_after: Duration,
     /// How often to look again while waiting for something not watched (Secrets).
     pub poll_interval: Duration,
-    /// Namespaces whose WorkspaceTemplates objects of any namespace may use
-    /// (`--allow-template-namespace`). Every other reference stays in its object's namespace.
+    /// The namespaces trusted with code (`--allow-template-namespace`): only their
+    /// WorkspaceTemplates are used, by objects of any namespace. Every other reference stays in
+    /// its object's namespace.
     pub allowed_template_namespaces: BTreeSet<String>,
     /// What a rendered Workspace may ask of the provider (`--allow-provider-config`).
     pub workspace_policy: WorkspacePolicy,

@@ -5,7 +5,6 @@
 
 pub mod api;
 pub mod context;
-pub mod hcl;
 pub mod k8s;
 pub mod kubeconfig;
 pub mod metrics;

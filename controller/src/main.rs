@@ -42,9 +42,11 @@ struct Args {
     /// How often to look again while waiting for something not watched.
     #[arg(long, env = "CAPT_POLL_INTERVAL_SECONDS", default_value_t = DEFAULT_POLL_INTERVAL.as_secs())]
     poll_interval_seconds: u64,
-    /// Let objects of any namespace use the WorkspaceTemplates of this namespace (a shared
-    /// template library). Repeatable, or comma-separated in the environment variable. Every
-    /// other reference (Secrets above all) stays in its object's own namespace.
+    /// Trust this namespace with code: its WorkspaceTemplates (Terraform, run by the
+    /// provider every namespace shares) are used, by objects of any namespace. A template of
+    /// any other namespace, the object's own included, is refused (docs/security.md).
+    /// Repeatable, or comma-separated in the environment variable. Every other reference
+    /// (Secrets above all) stays in its object's own namespace.
     #[arg(
         long = "allow-template-namespace",
         value_name = "NAMESPACE",

@@ -2,6 +2,7 @@
 //! Workspace they describe. Pure: no API server.
 
 use crate::api::{WorkspaceTemplate, WorkspaceTemplateApply};
+use crate::variables::PathStep;
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -107,11 +108,13 @@ pub fn workspace_name_of(apply: &WorkspaceTemplateApply) -> String {
 
 /// The Workspace object (an apply configuration) for `apply` rendered from `template`.
 ///
-/// `${key}` in any string of the template's spec, labels and annotations is replaced by the
-/// apply's variable `key`, and `${WORKSPACE_NAME}` by the Workspace's name `name` (the one
-/// in use: [`workspace_name`], or the legacy name of a Workspace rendered before it, so that
-/// its spec stays what Terraform last applied). Other `${…}` (Terraform's own interpolation)
-/// are left as they are.
+/// `${key}` is replaced by the apply's variable `key` only where a value goes
+/// ([`crate::variables`]): `spec.forProvider.vars[].value`, the strings of
+/// `spec.forProvider.varmap`, and the labels and annotations; `${WORKSPACE_NAME}` (the
+/// platform's) everywhere, by the Workspace's name `name` (the one in use: [`workspace_name`],
+/// or the legacy name of a Workspace rendered before it, so that its spec stays what Terraform
+/// last applied). Other `${…}` (Terraform's own interpolation) are left as they are. The
+/// checks of [`crate::variables`] come first: a template with a key elsewhere is not rendered.
 ///
 /// The Workspace carries the apply's generation ([`APPLY_GENERATION_ANNOTATION`]). An inline
 /// HCL module also gets the output [`REVISION_OUTPUT`] whose value is the revision (a hash
@@ -140,7 +143,8 @@ pub fn render_workspace(
     // (`Delete`) gives a new Workspace the same, and an operator's `Orphan` on a live one is
     // the operator's to keep (CAPT owns only the fields it renders; `workspace_policy`
     // refuses a template's `Orphan`).
-    let mut spec = substitute(&body.spec, &variables);
+    let platform = BTreeMap::from([(WORKSPACE_NAME_VARIABLE.to_owned(), name.clone())]);
+    let mut spec = substitute(&body.spec, &mut Vec::new(), &variables, &platform);
     let secret_ref = apply
         .spec
         .write_connection_secret_to_ref
@@ -224,22 +228,31 @@ pub fn inputs_digest(
         .collect()
 }
 
-/// The variables of `apply` (and `WORKSPACE_NAME`) whose placeholder stands in code in
-/// `template`'s inline HCL module ([`crate::hcl`]): rendered, their values would be Terraform
-/// expressions. A remote module or inline JSON has none (their placeholders are in strings).
-pub fn placeholders_in_code(
+/// Why the apply's variables must not be rendered into `template`: a key's `${KEY}` outside
+/// the variables' values, or a key the template does not name ([`crate::variables`]).
+/// `(reason, message)`.
+pub fn variables_refusal(
     apply: &WorkspaceTemplateApply,
     template: &WorkspaceTemplate,
-) -> Vec<String> {
-    let Some(module) = inline_hcl_module(&template.spec.template.spec["forProvider"]) else {
-        return Vec::new();
-    };
-    let variables = apply.spec.variables.as_ref();
-    let keys = variables
+) -> Option<(&'static str, String)> {
+    let name = format!(
+        "{}/{}",
+        template.namespace().unwrap_or_default(),
+        template.name_any()
+    );
+    let metadata = template.spec.template.metadata.clone().unwrap_or_default();
+    let strings: Vec<String> = [metadata.labels, metadata.annotations]
         .into_iter()
-        .flat_map(|v| v.keys().map(String::as_str))
-        .chain([WORKSPACE_NAME_VARIABLE]);
-    crate::hcl::placeholders_in_code(module, keys)
+        .flatten()
+        .flat_map(|m| m.into_values())
+        .collect();
+    let strings: Vec<&str> = strings.iter().map(String::as_str).collect();
+    crate::variables::template_refusal(
+        &name,
+        &template.spec.template.spec,
+        &strings,
+        apply.spec.variables.as_ref(),
+    )
 }
 
 /// The module of an inline HCL `forProvider` (provider-terraform's default format is HCL).
@@ -297,29 +310,50 @@ fn substitute_map(
     variables: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     map.into_iter()
-        .map(|(k, v)| (k, substitute_str(&v, variables)))
+        .map(|(k, v)| (k, crate::variables::substitute(&v, variables)))
         .collect()
 }
 
-fn substitute(value: &Value, variables: &BTreeMap<String, String>) -> Value {
+/// `value` (at `path` of the template's spec) with `variables` replaced where a value goes
+/// ([`crate::variables::takes_values`]), and only `platform`'s elsewhere.
+fn substitute(
+    value: &Value,
+    path: &mut Vec<PathStep>,
+    variables: &BTreeMap<String, String>,
+    platform: &BTreeMap<String, String>,
+) -> Value {
     match value {
-        Value::String(s) => Value::String(substitute_str(s, variables)),
-        Value::Array(items) => {
-            Value::Array(items.iter().map(|v| substitute(v, variables)).collect())
+        Value::String(s) => {
+            let map = match crate::variables::takes_values(path) {
+                true => variables,
+                false => platform,
+            };
+            Value::String(crate::variables::substitute(s, map))
         }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    path.push(PathStep::Index(i));
+                    let out = substitute(v, path, variables, platform);
+                    path.pop();
+                    out
+                })
+                .collect(),
+        ),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), substitute(v, variables)))
+                .map(|(k, v)| {
+                    path.push(PathStep::Key(k.clone()));
+                    let out = substitute(v, path, variables, platform);
+                    path.pop();
+                    (k.clone(), out)
+                })
                 .collect::<Map<_, _>>(),
         ),
         other => other.clone(),
     }
-}
-
-fn substitute_str(s: &str, variables: &BTreeMap<String, String>) -> String {
-    variables.iter().fold(s.to_owned(), |acc, (key, value)| {
-        acc.replace(&format!("${{{key}}}"), value)
-    })
 }
 
 #[cfg(test)]
@@ -349,26 +383,51 @@ mod tests {
     }
 
     #[test]
-    fn variables_and_the_workspace_name_are_substituted_everywhere() {
-        let template = mk_template(
-            json!({"forProvider": {"module": "name = \"${cluster}\" ws = \"${WORKSPACE_NAME}\"",
-            "vars": [{"key": "region", "value": "${region}"}]}}),
+    fn values_go_to_the_variables_and_the_workspace_name_everywhere() {
+        let template = mk_template(json!({"forProvider": {
+            "module": "variable \"cidr\" {}\n# ws ${WORKSPACE_NAME}, not ${cluster}",
+            "vars": [{"key": "cidr", "value": "${cidr}"}, {"key": "ws", "value": "${WORKSPACE_NAME}"}],
+            "varmap": {"zones": ["${zones}"]}}}));
+        let cidr = "10.0.0.0/16\" } resource \"x\" \"y\" { #";
+        let apply = mk_apply(
+            json!({"cluster": "demo", "cidr": cidr, "zones": "ap-northeast-1a,ap-northeast-1c"}),
+            None,
         );
-        let apply = mk_apply(json!({"cluster": "demo", "region": "ap-northeast-1"}), None);
         let name = workspace_name_of(&apply);
         let ws = render_workspace(&apply, &template, &name).unwrap();
         assert_eq!(ws["metadata"]["name"], name);
-        assert_eq!(
-            ws["spec"]["forProvider"]["module"],
-            format!("name = \"demo\" ws = \"{name}\"")
+        let module = ws["spec"]["forProvider"]["module"].as_str().unwrap();
+        assert!(
+            module.starts_with(&format!(
+                "variable \"cidr\" {{}}\n# ws {name}, not ${{cluster}}"
+            )),
+            "{module}"
         );
+        assert_eq!(ws["spec"]["forProvider"]["vars"][0]["value"], cidr);
+        assert_eq!(ws["spec"]["forProvider"]["vars"][1]["value"], name);
         assert_eq!(
-            ws["spec"]["forProvider"]["vars"][0]["value"],
-            "ap-northeast-1"
+            ws["spec"]["forProvider"]["varmap"]["zones"][0],
+            "ap-northeast-1a,ap-northeast-1c"
         );
         assert_eq!(ws["metadata"]["annotations"]["note"], "demo");
         assert_eq!(ws["metadata"]["labels"][APPLY_NAME_LABEL], "demo-eks");
         assert_eq!(ws["metadata"]["labels"][APPLY_NAMESPACE_LABEL], "default");
+    }
+
+    #[test]
+    fn a_key_the_template_places_outside_the_variables_or_not_at_all_is_refused() {
+        let in_module = mk_template(json!({"forProvider": {"module": "# ${cluster}"}}));
+        let apply = mk_apply(json!({"cluster": "demo"}), None);
+        let (reason, message) = variables_refusal(&apply, &in_module).unwrap();
+        assert_eq!(reason, crate::variables::PLACEHOLDER_OUTSIDE_VARIABLES);
+        assert!(message.contains("default/eks") && message.contains("forProvider.module"));
+        // `cluster` is named by the template's annotation (mk_template): taken.
+        let plain = mk_template(json!({"forProvider": {"module": "# m"}}));
+        assert_eq!(variables_refusal(&apply, &plain), None);
+        let swap = mk_apply(json!({"cluster": "demo", "bucket": "x"}), None);
+        let (reason, message) = variables_refusal(&swap, &plain).unwrap();
+        assert_eq!(reason, crate::variables::UNDECLARED_VARIABLE);
+        assert!(message.contains("bucket"), "{message}");
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //! - An apply uses [`workspace_name`]; a Workspace under the legacy name
 //!   ([`legacy_workspace_name`]) that is provably the apply's is kept in use, so that
 //!   upgrading does not create a second Workspace (and a second Terraform run).
+//! - A WorkspaceTemplate is code, run by the one provider-terraform every namespace shares:
+//!   only a template of a namespace the operator trusts with code (`--allow-template-namespace`)
+//!   is rendered, whoever refers to it; a template of any other namespace, the apply's own
+//!   included, is refused ([`untrusted_template`]).
 //! - Every reference resolves in the referrer's namespace. Only a template may come from
-//!   another namespace, and only from one the operator allowed (`--allow-template-namespace`).
-//!   Secrets never cross.
+//!   another namespace, and only from a trusted one. Secrets never cross.
 //! - An existing apply is adopted only with proof: our owner labels naming this owner, or the
 //!   user's [`ADOPT_ANNOTATION`].
 
@@ -34,6 +37,11 @@ pub const CROSS_NAMESPACE_REFERENCE: &str = "CrossNamespaceReference";
 pub const APPLY_OWNED_CONDITION: &str = "WorkspaceTemplateApplyOwned";
 /// Reason of `WorkspaceTemplateApplyOwned=False`.
 pub const APPLY_NOT_OURS: &str = "WorkspaceTemplateApplyNotOwned";
+/// Condition type on an apply: False when its template is of a namespace the operator does not
+/// trust with code.
+pub const TEMPLATE_TRUSTED_CONDITION: &str = "TemplateTrusted";
+/// Reason of `TemplateTrusted=False` (and of the Warning Event).
+pub const TEMPLATE_NOT_TRUSTED: &str = "TemplateNotTrusted";
 /// Annotation a user sets on an existing apply to have a CAPT object adopt it.
 pub const ADOPT_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/adopt";
 
@@ -254,6 +262,36 @@ pub fn template_cross_namespace(
             field: field.into(),
             namespace: ns.clone(),
         })
+}
+
+/// The refusal of the template `namespace`/`name` when `namespace` is not one of `trusted`
+/// (`--allow-template-namespace`): a template is Terraform, and the provider runs every
+/// namespace's Workspaces in one process, beside each other's credential files and with its
+/// own ServiceAccount token, so whoever may write a template there may read them all.
+pub fn untrusted_template(
+    namespace: &str,
+    name: &str,
+    trusted: &BTreeSet<String>,
+) -> Option<Refusal> {
+    if trusted.contains(namespace) {
+        return None;
+    }
+    let trusted_list = match trusted.is_empty() {
+        true => "none".to_owned(),
+        false => trusted.iter().cloned().collect::<Vec<_>>().join(", "),
+    };
+    Some(Refusal {
+        condition: TEMPLATE_TRUSTED_CONDITION,
+        reason: TEMPLATE_NOT_TRUSTED,
+        message: format!(
+            "WorkspaceTemplate {namespace}/{name} is in namespace {namespace}, which the operator \
+             does not trust with code (trusted: {trusted_list}); a template is Terraform run by \
+             the provider every namespace shares, so nothing is rendered. Use a template of a \
+             trusted namespace, or an operator trusts this one with \
+             --allow-template-namespace {namespace} (its writers then run code with the \
+             provider's credentials and every other stack's: docs/security.md)"
+        ),
+    })
 }
 
 /// Why the controller leaves something alone, as the condition it publishes.
@@ -482,6 +520,28 @@ mod tests {
         let fine = json!({"writeConnectionSecretToRef": {"name": "s", "namespace": "team"},
             "forProvider": {"module": "namespace = \"x\""}, "metadata": {"namespace": "x"}});
         assert_eq!(rendered_cross_namespace("team", &fine), None);
+    }
+
+    #[test]
+    fn only_a_template_of_a_trusted_namespace_is_used() {
+        let trusted: BTreeSet<String> = ["platform".to_owned()].into();
+        assert_eq!(untrusted_template("platform", "eks", &trusted), None);
+        let refusal = untrusted_template("team", "eks", &trusted).expect("refused");
+        assert_eq!(refusal.condition, TEMPLATE_TRUSTED_CONDITION);
+        assert_eq!(refusal.reason, TEMPLATE_NOT_TRUSTED);
+        for part in [
+            "team/eks",
+            "trusted: platform",
+            "--allow-template-namespace team",
+        ] {
+            assert!(
+                refusal.message.contains(part),
+                "{part}: {}",
+                refusal.message
+            );
+        }
+        let none = untrusted_template("team", "eks", &BTreeSet::new()).expect("refused");
+        assert!(none.message.contains("trusted: none"), "{}", none.message);
     }
 
     #[test]

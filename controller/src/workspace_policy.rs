@@ -1,8 +1,8 @@
 //! What a rendered Workspace may ask of provider-terraform. Pure: no API server.
 //!
-//! A tenant writes the WorkspaceTemplate (its module is the tenant's own Terraform, run with
-//! the credentials of the ProviderConfig it names), so the credentials, the state and where
-//! the outputs go are the operator's to decide, not the template's:
+//! Even a trusted template (`tenancy`: only those are rendered) does not decide the
+//! credentials, the state, where the outputs go, or whether the Workspace is destroyed: the
+//! operator does, and these rules hold for every rendered Workspace:
 //!
 //! - `spec.providerConfigRef` (absent: Crossplane's `default`) must be a ProviderConfig the
 //!   operator allowed for the apply's namespace (`--allow-provider-config NAMESPACE=NAME`,
@@ -18,6 +18,14 @@
 //!   destroying anything, and the deletion of the cluster would end with its infrastructure
 //!   and Terraform state left behind, unseen. Keeping infrastructure is CAPT's to decide
 //!   (`retainVpcOnDelete`); a rendered Workspace always says `Delete` (`render`).
+//! - No `spec.managementPolicies` without `Delete` (or `*`): provider-terraform enables
+//!   management policies, and a Workspace without `Delete` is never destroyed, whatever its
+//!   `deletionPolicy` says: the same leak as `Orphan`.
+//! - No `TF_CLI_ARGS` or `TF_CLI_ARGS_<command>` in `forProvider.env`: Terraform adds them to
+//!   its command line, round the argument checks above.
+//! - No `forProvider.entrypoint` that leaves the Workspace's directory (absolute, or with a
+//!   `..` segment): provider-terraform runs each Workspace in `/tf/<uid>` beside the others,
+//!   and strips `../` only once (`....//<uid>` becomes `../<uid>`).
 //! - No `spec.publishConnectionDetailsTo`: a store configuration is cluster-scoped and may
 //!   write anywhere; the connection Secret (`writeConnectionSecretToRef`) stays in the
 //!   apply's namespace (`tenancy`).
@@ -141,6 +149,38 @@ impl WorkspacePolicy {
                  them (a VPC is kept by the CAPTCluster's spec.retainVpcOnDelete)"
             ));
         }
+        if let Some(policies) = spec["managementPolicies"].as_array() {
+            let deletes = policies
+                .iter()
+                .any(|p| matches!(p.as_str(), Some("*" | "Delete")));
+            if !deletes {
+                return Some(format!(
+                    "spec.managementPolicies {} has neither Delete nor *: the Workspace would \
+                     never be destroyed, its infrastructure and Terraform state left behind \
+                     whatever deletionPolicy says",
+                    Value::Array(policies.clone())
+                ));
+            }
+        }
+        let env = spec["forProvider"]["env"].as_array().into_iter().flatten();
+        for (i, var) in env.enumerate() {
+            let name = var["name"].as_str().unwrap_or("");
+            if name == "TF_CLI_ARGS" || name.starts_with("TF_CLI_ARGS_") {
+                return Some(format!(
+                    "spec.forProvider.env[{i}] is {name}: Terraform adds it to every command \
+                     line, round the checks of the arguments; not allowed"
+                ));
+            }
+        }
+        if let Some(entrypoint) = spec["forProvider"]["entrypoint"].as_str()
+            && leaves_directory(entrypoint)
+        {
+            return Some(format!(
+                "spec.forProvider.entrypoint {entrypoint:?} leaves the Workspace's directory \
+                 (absolute, or a '..' segment once provider-terraform strips '../'): another \
+                 Workspace's files; not allowed"
+            ));
+        }
         if !spec["publishConnectionDetailsTo"].is_null() {
             return Some(
                 "spec.publishConnectionDetailsTo is not allowed: connection details go to \
@@ -150,6 +190,16 @@ impl WorkspacePolicy {
         }
         None
     }
+}
+
+/// True when `entrypoint` is absolute or has a segment of dots only beyond `.` (`..`, and
+/// `....`, which becomes `..` once provider-terraform strips `../`), or a backslash.
+fn leaves_directory(entrypoint: &str) -> bool {
+    entrypoint.starts_with('/')
+        || entrypoint.contains('\\')
+        || entrypoint
+            .split('/')
+            .any(|segment| segment.len() > 1 && segment.chars().all(|c| c == '.'))
 }
 
 /// `crossplane.io` and its subdomains (`meta.crossplane.io`, ...).
@@ -295,5 +345,63 @@ mod tests {
         );
         let delete = workspace(json!({"deletionPolicy": "Delete"}), Value::Null);
         assert_eq!(policy.refusal("a", &delete), None);
+    }
+
+    #[test]
+    fn management_policies_without_delete_are_refused_like_orphan() {
+        let policy = WorkspacePolicy::default();
+        let kept = workspace(
+            json!({"managementPolicies": ["Observe", "Create", "Update", "LateInitialize"]}),
+            Value::Null,
+        );
+        let message = policy.refusal("a", &kept).expect("refused");
+        assert!(message.contains("spec.managementPolicies"), "{message}");
+        for fine in [
+            json!(["*"]),
+            json!(["Observe", "Create", "Update", "Delete"]),
+        ] {
+            let ws = workspace(json!({"managementPolicies": fine}), Value::Null);
+            assert_eq!(policy.refusal("a", &ws), None);
+        }
+    }
+
+    #[test]
+    fn terraform_arguments_through_the_environment_are_refused() {
+        let policy = WorkspacePolicy::default();
+        for name in ["TF_CLI_ARGS", "TF_CLI_ARGS_init", "TF_CLI_ARGS_apply"] {
+            let ws = workspace(
+                json!({"forProvider": {"env": [{"name": "TF_LOG", "value": "x"},
+                    {"name": name, "value": "-backend-config=x"}]}}),
+                Value::Null,
+            );
+            let message = policy.refusal("a", &ws).expect(name);
+            assert!(message.contains(&format!("env[1] is {name}")), "{message}");
+        }
+        let fine = workspace(
+            json!({"forProvider": {"env": [{"name": "TF_LOG", "value": "x"}]}}),
+            Value::Null,
+        );
+        assert_eq!(policy.refusal("a", &fine), None);
+    }
+
+    #[test]
+    fn an_entrypoint_that_leaves_the_workspaces_directory_is_refused() {
+        let policy = WorkspacePolicy::default();
+        for bad in [
+            "....//0d1f-uid",
+            "../x",
+            "a/../../b",
+            "/tf",
+            "..",
+            "a\\..\\b",
+        ] {
+            let ws = workspace(json!({"forProvider": {"entrypoint": bad}}), Value::Null);
+            let message = policy.refusal("a", &ws).expect(bad);
+            assert!(message.contains("entrypoint"), "{message}");
+        }
+        for fine in ["", "modules/vpc", "./vpc", "v1.2/x"] {
+            let ws = workspace(json!({"forProvider": {"entrypoint": fine}}), Value::Null);
+            assert_eq!(policy.refusal("a", &ws), None, "{fine}");
+        }
     }
 }

@@ -150,6 +150,8 @@ impl Pod {
                 &self.election.grace_seconds.to_string(),
             ])
             .args(["--insecure-diagnostics", "--poll-interval-seconds", "1"])
+            // The tests keep their templates beside their stacks: trusted explicitly.
+            .args([crate::system::TRUST_TEMPLATES, &self.namespace])
             .args(["--metrics-bind-address", &metrics_addr])
             .args(["--health-probe-bind-address", &probe_addr])
             .arg("--applier-socket")

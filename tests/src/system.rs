@@ -16,6 +16,14 @@ use std::time::{Duration, Instant};
 
 /// The controller's flag that says Cluster API core does not run beside it.
 pub const WITHOUT_CORE: &str = "--without-cluster-api-core";
+/// The controller's flag naming a namespace trusted with code (its WorkspaceTemplates are
+/// used). A system trusts its own namespace, where the tests keep their templates beside
+/// their stacks, unless the test names the trusted namespaces itself with this flag (the
+/// hostile-tenant tests trust another, so that their own templates are refused).
+pub const TRUST_TEMPLATES: &str = "--allow-template-namespace";
+/// The platform namespace of `manifests/samples/`, the one the sample deployment trusts with
+/// code; the tests put the samples' templates into their own namespace instead.
+pub const SAMPLE_TEMPLATE_NAMESPACE: &str = "capt-templates";
 
 /// The label the controller puts on Workspaces, naming their apply's namespace.
 pub use capt_controller::render::APPLY_NAMESPACE_LABEL;
@@ -196,6 +204,10 @@ impl System {
             args.push(WITHOUT_CORE.to_owned());
         }
         args.extend(leader_args.iter().map(|a| (*a).to_owned()));
+        // The test's own namespace holds its templates: trusted, unless the test says which.
+        if !controller_args.iter().any(|a| a.starts_with(TRUST_TEMPLATES)) {
+            args.extend([TRUST_TEMPLATES.to_owned(), namespace.to_owned()]);
+        }
         args.extend(controller_args.iter().map(|a| (*a).to_owned()));
         let controller_command = (args, kubeconfig.to_owned());
         let controller = spawn_controller(&controller_command, &controller_log)?;
@@ -686,9 +698,19 @@ fn sample_docs(file: &str) -> Result<Vec<Value>> {
 /// Applies `docs` into `namespace`. Server-side, as a user should: a later `kubectl apply
 /// --server-side` by someone else then takes only what it names (a client-side apply is
 /// migrated to the next one).
+/// The samples' platform namespace ([`SAMPLE_TEMPLATE_NAMESPACE`], its Namespace and the
+/// references to its templates) becomes `namespace` too: the system trusts it.
 fn apply_in(env: &Env, namespace: &str, docs: Vec<Value>) -> Result<()> {
     let docs: Vec<String> = docs
         .into_iter()
+        .filter(|v| v["kind"] != "Namespace")
+        .map(|v| {
+            let text = v.to_string().replace(
+                &format!("\"{SAMPLE_TEMPLATE_NAMESPACE}\""),
+                &format!("\"{namespace}\""),
+            );
+            serde_json::from_str::<Value>(&text).expect("JSON stays JSON")
+        })
         .map(|mut v| {
             v["metadata"]["namespace"] = Value::from(namespace);
             v.to_string()

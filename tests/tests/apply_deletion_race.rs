@@ -63,8 +63,9 @@ impl HandFedCaches {
     }
 }
 
-/// The reconcilers' context on `caches`, publishing to `applier`.
-fn context(caches: Caches, applier: &Applier, client: kube::Client) -> Context {
+/// The reconcilers' context on `caches`, publishing to `applier`, trusting the templates of
+/// `namespace` with code.
+fn context(caches: Caches, applier: &Applier, client: kube::Client, namespace: &str) -> Context {
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
     Context {
         caches,
@@ -75,6 +76,7 @@ fn context(caches: Caches, applier: &Applier, client: kube::Client) -> Context {
         metrics,
         settings: Settings {
             poll_interval: POLL,
+            allowed_template_namespaces: [namespace.to_owned()].into(),
             ..Settings::default()
         },
         write_loops: Mutex::new(WriteLoops::new(Limit {
@@ -97,7 +99,8 @@ async fn an_apply_deleted_before_the_cache_shows_its_workspace_keeps_its_finaliz
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
         "metadata": {"name": "vpc", "namespace": ns.name},
         "spec": {"template": {"spec": {"forProvider": {"source": "Inline",
-            "module": "output \"id\" { value = \"${ID}\" }"}}}},
+            "module": "variable \"id\" {}\noutput \"id\" { value = var.id }",
+            "vars": [{"key": "id", "value": "${ID}"}]}}}},
     }))?;
     let template = templates.create(&PostParams::default(), &template).await?;
     let apply: WorkspaceTemplateApply = serde_json::from_value(json!({
@@ -110,7 +113,12 @@ async fn an_apply_deleted_before_the_cache_shows_its_workspace_keeps_its_finaliz
 
     let mut fed = HandFedCaches::empty();
     fed.templates.apply_watcher_event(&Event::Apply(template));
-    let ctx = Arc::new(context(fed.caches.clone(), &applier, client.clone()));
+    let ctx = Arc::new(context(
+        fed.caches.clone(),
+        &applier,
+        client.clone(),
+        &ns.name,
+    ));
 
     // The reconciler renders the Workspace; the cache has not seen it yet.
     reconcile(Arc::new(applies.get("vpc").await?), ctx.clone()).await?;

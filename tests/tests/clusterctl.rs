@@ -5,7 +5,7 @@
 //! `clusterctl generate cluster` gives a Cluster that the running system provisions.
 
 use anyhow::{Result, bail};
-use capt_tests::system::System;
+use capt_tests::system::{System, TRUST_TEMPLATES};
 use capt_tests::{TestNamespace, env, repo_root};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -104,6 +104,11 @@ async fn clusterctl_generates_both_providers_from_the_local_repository() -> Resu
     assert_eq!(
         env_value(deployment, "manager", "CAPT_ALLOW_PROVIDER_CONFIGS"),
         Some("*=default")
+    );
+    // Templates are code: only the platform's namespace is trusted with it.
+    assert_eq!(
+        env_value(deployment, "manager", "CAPT_ALLOW_TEMPLATE_NAMESPACES"),
+        Some("capt-templates")
     );
     // The admission policy that narrows the Secret rights, and who may connect, come along.
     find(
@@ -285,6 +290,8 @@ async fn clusterctl_generate_cluster_gives_a_cluster_the_system_provisions() -> 
     let config = repository(&dir)?;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "clusterctl").await?;
+    // The platform's namespace, trusted with code; the Cluster's own is not.
+    let platform = TestNamespace::create(&client, "clusterctl-templates").await?;
 
     let missing = clusterctl(
         &config,
@@ -311,7 +318,10 @@ async fn clusterctl_generate_cluster_gives_a_cluster_the_system_provisions() -> 
             "--target-namespace",
             &ns.name,
         ],
-        &[("AWS_REGION", "eu-west-1")],
+        &[
+            ("AWS_REGION", "eu-west-1"),
+            ("CAPT_TEMPLATE_NAMESPACE", platform.name.as_str()),
+        ],
     )?;
     let docs = documents(&cluster)?;
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -323,14 +333,27 @@ async fn clusterctl_generate_cluster_gives_a_cluster_the_system_provisions() -> 
     let cp = find(&docs, "CAPTControlPlane", "demo");
     assert_eq!(cp["spec"]["version"], "1.31");
     assert_eq!(cp["spec"]["controlPlaneConfig"]["region"], "eu-west-1");
+    assert_eq!(
+        cp["spec"]["workspaceTemplateRef"]["namespace"],
+        platform.name.as_str()
+    );
+    let cc = find(&docs, "CAPTCluster", "demo");
+    assert_eq!(
+        cc["spec"]["vpcTemplateRef"]["namespace"],
+        platform.name.as_str()
+    );
 
-    // The WorkspaceTemplates it names are the namespace's (the samples'), then the system
-    // provisions the generated Cluster.
-    let system = System::start(&ns.name, 50).await?;
+    // The WorkspaceTemplates it names are the platform namespace's (the samples'), which the
+    // controller trusts; then the system provisions the generated Cluster.
+    let system =
+        System::start_with(&ns.name, 50, &[TRUST_TEMPLATES, platform.name.as_str()]).await?;
     let templates = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
-    let mut objects = documents(&templates)?;
+    let mut objects: Vec<Value> = documents(&templates)?
+        .into_iter()
+        .filter(|d| d["kind"] != "Namespace")
+        .collect();
     for t in &mut objects {
-        t["metadata"]["namespace"] = Value::from(ns.name.clone());
+        t["metadata"]["namespace"] = Value::from(platform.name.clone());
     }
     objects.extend(docs);
     let objects: Vec<String> = objects.iter().map(Value::to_string).collect();

@@ -11,14 +11,25 @@
 //! - hole 4: a decoy CAPTControlPlane (or CAPTCluster) labelled with another Cluster's name
 //!   gets neither that Cluster's kubeconfig Secret nor anything else of it; a `<cluster>-kubeconfig` Secret the
 //!   control plane does not control is left alone;
-//! - hole 2: a value that would be Terraform code is refused by the API server (CRD
-//!   patterns), and, where it gets past it, never rendered; a template whose placeholder
-//!   stands in code (where even a plain literal is an expression) renders nothing;
+//! - hole 2: a tenant's value reaches the Workspace only as a Terraform variable's value,
+//!   verbatim; a key that is not an identifier is refused by the API server and, where it
+//!   gets past it, by the controller; a template with a tenant's key outside its variables,
+//!   or an apply with a key its template does not name, renders nothing;
 //! - hole 8: an apply waiting for another namespace's Workspace (cluster-scoped, named)
 //!   stays waiting, as if it did not exist;
 //! - hole 6: templates over the size limit are cached without their bodies and refused;
 //! - hole 5: the ServiceAccount, whose RBAC may create Secrets anywhere, creates and changes
-//!   only `cluster.x-k8s.io/secret` Secrets named `*-kubeconfig` (an admission policy).
+//!   only `cluster.x-k8s.io/secret` Secrets named `*-kubeconfig` (an admission policy);
+//! - hole 9: a tenant's own template (Terraform, run by the provider every namespace shares)
+//!   is refused unless the operator trusts its namespace with code; a template of the trusted
+//!   platform namespace renders for the tenant;
+//! - probes: the ways round that (the provider's token, `local-exec`, `managementPolicies`
+//!   without `Delete`, a key swap through a shared template, `TF_CLI_ARGS` in `env`, the
+//!   entrypoint trick, `retainWorkspaceOnDelete`), each refused under the defaults. The
+//!   `fileset`/`file` loot template runs on the real provider: `tests/tests/real_provider.rs`.
+//!
+//! Most tests here trust their own namespace (the `System`'s default), so that the checks
+//! that hold for a trusted template are what they attack; hole 9 runs untrusted.
 //!
 //! The negative checks wait for what shows the controller acted (the attacker's deletion
 //! completed, its Warning Event), then look at the victim. Every test ends by checking the API
@@ -31,7 +42,7 @@ use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
 use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use capt_controller::render::workspace_name;
 use capt_tests::audit_log::AuditLog;
-use capt_tests::system::{System, impersonating_kubeconfig};
+use capt_tests::system::{System, TRUST_TEMPLATES, impersonating_kubeconfig};
 use capt_tests::{TestNamespace, env, install_rbac, warnings};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -130,7 +141,7 @@ fn vpc_template(ns: &str) -> Value {
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
         "metadata": {"name": "vpc", "namespace": ns},
         "spec": {"template": {"metadata": {"annotations": {"fake.tf.upbound.io/outputs": "{\"vpc_id\": \"vpc-1\"}"}},
-                 "spec": {"forProvider": {"source": "Inline", "module": "# vpc ${CLUSTER_NAME}"}}}},
+                 "spec": {"forProvider": {"source": "Inline", "module": "# vpc"}}}},
     })
 }
 
@@ -493,9 +504,9 @@ async fn hole4_a_kubeconfig_secret_the_control_plane_does_not_control_is_left_al
 /// and opens a resource of its own.
 const INJECTION: &str = r#"1.31" } resource "null_resource" "x" {"#;
 
-/// The WorkspaceTemplateApply CRD as it was before values had a pattern, applied for the
-/// life of the guard (the committed CRD is applied back on drop): what a cluster whose CRDs
-/// were not upgraded, or an apply written before, lets through to the renderer.
+/// The WorkspaceTemplateApply CRD as it was before keys had a shape, applied for the
+/// test's duration: how an apply with a key the CRD now refuses gets past the API server
+/// (a CRD installed without the rule, an apply stored before). Put back on drop.
 struct RelaxedApplyCrd;
 
 const APPLY_CRD: &str =
@@ -505,12 +516,12 @@ impl RelaxedApplyCrd {
     fn apply() -> Result<Self> {
         let path = capt_tests::repo_root().join(APPLY_CRD);
         let mut crd: Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
-        let values = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-            ["properties"]["variables"]["additionalProperties"];
-        let values = values.as_object_mut().context("variables' values schema")?;
-        values
-            .remove("pattern")
-            .context("the CRD has the pattern")?;
+        let variables = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"]["properties"]["variables"];
+        let variables = variables.as_object_mut().context("variables' schema")?;
+        variables
+            .remove("x-kubernetes-validations")
+            .context("the CRD has the rule on keys")?;
         // As the test environment installed it (`hack/testenv.sh`, manager `testenv`): the
         // CRD's `spec.versions` is one atomic list, which another manager could not change.
         env().kubectl_ok(
@@ -543,21 +554,24 @@ impl Drop for RelaxedApplyCrd {
     }
 }
 
-/// Hole 2. A tenant's value pasted into the Terraform module would be code run with the
-/// platform's credentials. The API server refuses a CAPTControlPlane whose `spec.version` is
-/// not a version, and an apply whose variables are not plain literals (CRD patterns); and
-/// where such a value gets past it (the CRD without the pattern), the controller renders
-/// nothing: `Applied=False`, reason `UnsafeVariable`, and a Warning Event.
+/// Hole 2. A tenant's value is a value: the apply's `KUBERNETES_VERSION` reaches the Workspace
+/// only as the value of the template's variable (`forProvider.vars`), which provider-terraform
+/// hands to Terraform as a variable, never as HCL, so the injection
+/// `1.31" } resource "null_resource" "x" {` is stored and rendered verbatim there and the
+/// module stays the template's. (Before the fix it was pasted into the module; the CRD and a
+/// plain-literal check kept it out, and with it every CIDR and ARN.) The CAPT object's
+/// `spec.version` keeps its pattern. A key that is not an identifier (`local.bucket`, which
+/// replaced the platform module's own text) is refused by the API server and, where it gets
+/// past it, by the controller: `Applied=False`, reason `UnsafeVariable`, a Warning Event.
 #[tokio::test]
-async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
+async fn hole2_a_value_reaches_terraform_as_a_variable_never_as_code() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-inject").await?;
     let audit = AuditLog::from_now()?;
     let system = System::start(&ns.name, 50).await?;
 
-    // Through the CAPT object: refused by the API server. (Before the fix it was stored,
-    // and the control plane's Workspace carried the resource.)
+    // Through the CAPT object: its version's pattern holds.
     let cp = json!({
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
         "metadata": {"name": "demo", "namespace": ns.name},
@@ -574,63 +588,88 @@ async fn hole2_a_variable_never_becomes_terraform_code() -> Result<()> {
         other => panic!("a CAPTControlPlane with an injected version was stored: {other:?}"),
     }
 
-    // Through an apply the renderer sees: nothing rendered.
+    // Through an apply: a value of the template's variable, verbatim.
+    let module = "variable \"kubernetes_version\" {}\nmodule \"eks\" {\n  version = var.kubernetes_version\n}\n";
     let template = json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
         "metadata": {"name": "eks", "namespace": ns.name},
-        "spec": {"template": {"spec": {"forProvider": {"source": "Inline",
-                 "module": "module \"eks\" {\n  version = \"${KUBERNETES_VERSION}\"\n}\n"}}}},
+        "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": module,
+                 "vars": [{"key": "kubernetes_version", "value": "${KUBERNETES_VERSION}"}]}}}},
     });
     let injected = json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
         "metadata": {"name": "injected", "namespace": ns.name},
         "spec": {"templateRef": {"name": "eks"}, "variables": {"KUBERNETES_VERSION": INJECTION}},
     });
-    apply(&[template])?;
+    apply(&[template, injected])?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let rendered = workspace_name(&ns.name, "injected");
+    system
+        .wait_for("the Workspace", WAIT, || async {
+            Ok(workspaces.get_opt(&rendered).await?.is_some())
+        })
+        .await?;
+    let spec = workspaces.get(&rendered).await?.spec_value();
+    let text = spec["forProvider"]["module"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(module) && !text.contains("null_resource"),
+        "{text}"
+    );
+    assert_eq!(
+        spec["forProvider"]["vars"],
+        json!([{"key": "kubernetes_version", "value": INJECTION}])
+    );
+
+    // A key that would address the module's own text: refused where it enters, and by the
+    // controller where it gets past the API server.
+    let swapped = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "swapped", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "eks"},
+                 "variables": {"KUBERNETES_VERSION": "1.31", "var.kubernetes_version": "x"}},
+    });
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
     let refused = applies
         .create(
             &PostParams::default(),
-            &serde_json::from_value(injected.clone())?,
+            &serde_json::from_value(swapped.clone())?,
         )
         .await;
     assert!(
-        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 422),
-        "an apply with an injected variable was stored: {refused:?}"
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 422 && e.message.contains("identifier")),
+        "an apply with a key that is not an identifier was stored: {refused:?}"
     );
     let relaxed = RelaxedApplyCrd::apply()?;
     // The API server takes a CRD's new schema on shortly; no object reports when.
     system
         .wait_for("the apply stored under the relaxed CRD", WAIT, || async {
-            let body = serde_json::from_value(injected.clone())?;
+            let body = serde_json::from_value(swapped.clone())?;
             Ok(applies.create(&PostParams::default(), &body).await.is_ok())
         })
         .await?;
     drop(relaxed);
-    refused_not_rendered(&system, &ns.name, "injected", "UnsafeVariable").await?;
-    let notes = warnings(&ns.name, "UnsafeVariable", "injected")?;
+    refused_not_rendered(&system, &ns.name, "swapped", "UnsafeVariable").await?;
+    let notes = warnings(&ns.name, "UnsafeVariable", "swapped")?;
     assert!(
         notes
             .iter()
-            .any(|n| n.contains("spec.variables.KUBERNETES_VERSION")),
+            .any(|n| n.contains("\"var.kubernetes_version\"")),
         "{notes:?}"
-    );
-    assert!(
-        notes.iter().all(|n| !n.contains("null_resource")),
-        "the value is not echoed: {notes:?}"
     );
     assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
 
-/// Hole 2, the other way in: a plain literal is still code where the template puts its
-/// placeholder in code. A platform template with `value = ${NAME}` and a tenant's apply whose
-/// value is `var.platform_token` (a plain literal: the CRD lets it through) would hand the
-/// tenant the platform's variable as an output. The controller renders nothing:
-/// `Applied=False`, reason `PlaceholderInCode`, a Warning Event naming the template and the
-/// placeholder. (Before the fix the Workspace carried `value = var.platform_token`.)
+/// Hole 2, through a shared template: a tenant's key placed anywhere but a variable's value
+/// would be text of the platform's module. A template with `value = ${NAME}` in its module
+/// and a tenant's apply whose value is `var.platform_token` would hand the tenant the
+/// platform's variable as an output. The controller renders nothing: `Applied=False`, reason
+/// `PlaceholderOutsideVariables`, a Warning Event naming the template and the field. A key
+/// the template names nowhere (`BUCKET`) is refused the same way, reason
+/// `UndeclaredVariable`. (Before the fix the Workspace carried `value = var.platform_token`;
+/// a placeholder inside a string, or in an inline JSON module, was pasted.)
 #[tokio::test]
-async fn hole2_a_placeholder_in_code_is_refused_even_for_a_plain_literal() -> Result<()> {
+async fn hole2_a_key_outside_the_templates_variables_is_refused() -> Result<()> {
     let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "hostile-code").await?;
@@ -643,21 +682,45 @@ async fn hole2_a_placeholder_in_code_is_refused_even_for_a_plain_literal() -> Re
         "metadata": {"name": "unquoted", "namespace": ns.name},
         "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": module}}}},
     });
-    let reference = json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
-        "metadata": {"name": "reference", "namespace": ns.name},
-        "spec": {"templateRef": {"name": "unquoted"},
-                 "variables": {"NAME": "var.platform_token"}},
+    let json_module = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": "json", "namespace": ns.name},
+        "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "inlineFormat": "JSON",
+                 "module": "{\"output\": {\"name\": {\"value\": \"${NAME}\"}}}"}}}},
     });
-    apply(&[template, reference])?;
-    refused_not_rendered(&system, &ns.name, "reference", "PlaceholderInCode").await?;
-    let notes = warnings(&ns.name, "PlaceholderInCode", "reference")?;
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains(&format!("{}/unquoted", ns.name)) && n.contains("${NAME}")),
-        "{notes:?}"
-    );
+    let of = |name: &str, template: &str, variables: Value| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {"templateRef": {"name": template}, "variables": variables},
+        })
+    };
+    apply(&[
+        template,
+        json_module,
+        of(
+            "reference",
+            "unquoted",
+            json!({"NAME": "var.platform_token"}),
+        ),
+        of("in-json", "json", json!({"NAME": "${var.platform_token}"})),
+        of("undeclared", "json", json!({"BUCKET": "x"})),
+    ])?;
+    for (name, template) in [("reference", "unquoted"), ("in-json", "json")] {
+        refused_not_rendered(&system, &ns.name, name, "PlaceholderOutsideVariables").await?;
+        let notes = warnings(&ns.name, "PlaceholderOutsideVariables", name)?;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains(&format!("{}/{template}", ns.name))
+                    && n.contains("${NAME}")
+                    && n.contains("forProvider.module")),
+            "{notes:?}"
+        );
+    }
+    refused_not_rendered(&system, &ns.name, "undeclared", "UndeclaredVariable").await?;
+    let notes = warnings(&ns.name, "UndeclaredVariable", "undeclared")?;
+    assert!(notes.iter().any(|n| n.contains("BUCKET")), "{notes:?}");
     assert_stayed_in(&audit, &ns.name)?;
     Ok(())
 }
@@ -681,7 +744,7 @@ async fn hole1_a_template_chooses_neither_credentials_nor_state_nor_where_output
         System::start_with(&ns.name, 50, &["--allow-provider-config", &own_config]).await?;
     let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
     let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
-    let module = json!({"source": "Inline", "module": "# ${CLUSTER_NAME}"});
+    let module = json!({"source": "Inline", "module": "# hole 1"});
     // (name, template spec, template annotations, the field the refusal names; None: renders)
     let cases = [
         (
@@ -1040,5 +1103,370 @@ async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()
         "{denied:?}"
     );
     assert_stayed_in(&audit, &ns.name)?;
+    Ok(())
+}
+
+/// Hole 9. A tenant writes a template in its own namespace, the `fileset`/`file` loot module of
+/// `tests/tests/real_provider.rs` (which there reads every other stack's credential files), and
+/// an apply of it. Under the default (only the platform namespace trusted) it is refused:
+/// `Applied=False` and `TemplateTrusted=False`, reason `TemplateNotTrusted`, a Warning Event
+/// saying how an operator would trust the namespace, and no Workspace. The same tenant's apply
+/// of the platform namespace's template renders. Before the fix the own template rendered.
+#[tokio::test]
+async fn hole9_a_tenants_own_template_is_refused_unless_its_namespace_is_trusted() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "hostile-own").await?;
+    let platform = TestNamespace::create(&client, "hostile-platform").await?;
+    let audit = AuditLog::from_now()?;
+    let system =
+        System::start_with(&ns.name, 50, &[TRUST_TEMPLATES, platform.name.as_str()]).await?;
+    let loot =
+        "output \"neighbours\" {\n  value = fileset(abspath(\"${path.module}/..\"), \"*/*\")\n}\n";
+    let template = |namespace: &str| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": "loot", "namespace": namespace},
+            "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": loot}}}},
+        })
+    };
+    let own = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "own", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "loot"}},
+    });
+    apply(&[template(&ns.name), own])?;
+    refused_not_rendered(&system, &ns.name, "own", "TemplateNotTrusted").await?;
+    let notes = warnings(&ns.name, "TemplateNotTrusted", "own")?;
+    let how = format!("--allow-template-namespace {}", ns.name);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&format!("{}/loot", ns.name)) && n.contains(&how)),
+        "{notes:?}"
+    );
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &ns.name);
+    let status = serde_json::to_value(applies.get("own").await?.status)?;
+    let trusted = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "TemplateTrusted");
+    assert_eq!(
+        trusted.map(|c| (c["status"].clone(), c["reason"].clone())),
+        Some((json!("False"), json!("TemplateNotTrusted"))),
+        "{status}"
+    );
+
+    // The platform's template, in the trusted namespace, is rendered for the tenant.
+    let shared = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "shared", "namespace": ns.name},
+        "spec": {"templateRef": {"name": "loot", "namespace": platform.name}},
+    });
+    apply(&[template(&platform.name), shared])?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let rendered = workspace_name(&ns.name, "shared");
+    system
+        .wait_for("the platform template's Workspace", WAIT, || async {
+            Ok(workspaces.get_opt(&rendered).await?.is_some())
+        })
+        .await?;
+    assert!(
+        workspaces
+            .get_opt(&workspace_name(&ns.name, "own"))
+            .await?
+            .is_none()
+    );
+    // Reading the trusted namespace's template comes from the cluster-wide watch: no request
+    // on another namespace.
+    assert_stayed_in(&audit, &ns.name)?;
+    Ok(())
+}
+
+/// The probes of hole 9's round: each a way round "a tenant runs no Terraform of its own",
+/// refused under the defaults (only the platform namespace trusted). A tenant namespace, a
+/// platform namespace and a system trusting the platform's alone.
+struct Probe {
+    tenant: TestNamespace,
+    platform: TestNamespace,
+    system: System,
+    audit: AuditLog,
+}
+
+impl Probe {
+    async fn start(prefix: &str) -> Result<Self> {
+        let client = env().client().await?;
+        let tenant = TestNamespace::create(&client, prefix).await?;
+        let platform = TestNamespace::create(&client, &format!("{prefix}-platform")).await?;
+        let audit = AuditLog::from_now()?;
+        let system =
+            System::start_with(&tenant.name, 50, &[TRUST_TEMPLATES, platform.name.as_str()])
+                .await?;
+        Ok(Self {
+            tenant,
+            platform,
+            system,
+            audit,
+        })
+    }
+
+    /// A template `name` in `namespace` whose Workspace spec is `spec`.
+    fn template(namespace: &str, name: &str, spec: Value) -> Value {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"template": {"spec": spec}},
+        })
+    }
+
+    /// The tenant's apply `name` of the template `template_ref`, its spec `extra` besides.
+    fn apply(&self, name: &str, template_ref: Value, extra: Value) -> Value {
+        let mut spec = json!({"templateRef": template_ref});
+        if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra) {
+            spec.extend(extra);
+        }
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": name, "namespace": self.tenant.name}, "spec": spec,
+        })
+    }
+
+    /// Waits for the refusal of the tenant's apply `name` with `reason` and a Warning Event
+    /// whose note has `says`; no Workspace; nothing done outside the tenant's namespace.
+    async fn refused(&self, name: &str, reason: &str, says: &str) -> Result<()> {
+        refused_not_rendered(&self.system, &self.tenant.name, name, reason).await?;
+        let notes = warnings(&self.tenant.name, reason, name)?;
+        assert!(notes.iter().any(|n| n.contains(says)), "{says}: {notes:?}");
+        assert_stayed_in(&self.audit, &self.tenant.name)
+    }
+}
+
+/// Probe: the provider's ServiceAccount token read by a tenant's own template
+/// (`file("/var/run/secrets/kubernetes.io/serviceaccount/token")`, whose account Crossplane
+/// lets read and write every Secret). Refused: the template is the tenant's. Before the fix it
+/// was rendered.
+#[tokio::test]
+async fn probe_a_tenants_template_reading_the_providers_token_is_refused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-token").await?;
+    let module = "output \"token\" {\n  value     = file(\"/var/run/secrets/kubernetes.io/serviceaccount/token\")\n  sensitive = true\n}\n";
+    let ns = probe.tenant.name.clone();
+    apply(&[
+        Probe::template(
+            &ns,
+            "token",
+            json!({"forProvider": {"source": "Inline", "module": module}}),
+        ),
+        probe.apply("token", json!({"name": "token"}), json!({})),
+    ])?;
+    probe
+        .refused("token", "TemplateNotTrusted", "--allow-template-namespace")
+        .await
+}
+
+/// Probe: a command run by a tenant's own template (`local-exec`). Refused: the template is
+/// the tenant's. Before the fix it was rendered.
+#[tokio::test]
+async fn probe_a_tenants_template_running_local_exec_is_refused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-exec").await?;
+    let module = "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"id\"\n  }\n}\n";
+    let ns = probe.tenant.name.clone();
+    apply(&[
+        Probe::template(
+            &ns,
+            "exec",
+            json!({"forProvider": {"source": "Inline", "module": module}}),
+        ),
+        probe.apply("exec", json!({"name": "exec"}), json!({})),
+    ])?;
+    probe
+        .refused("exec", "TemplateNotTrusted", "--allow-template-namespace")
+        .await
+}
+
+/// Probe: `managementPolicies` without `Delete` (a Workspace provider-terraform never
+/// destroys, whatever its `deletionPolicy`), even in the platform's trusted template: refused
+/// as `Orphan` is, reason `WorkspaceNotAllowed`. Before the fix it was rendered
+/// (`Applied=True`).
+#[tokio::test]
+async fn probe_management_policies_without_delete_are_refused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-policies").await?;
+    let platform = probe.platform.name.clone();
+    let spec = json!({"managementPolicies": ["Observe", "Create", "Update", "LateInitialize"],
+        "forProvider": {"source": "Inline", "module": "# kept"}});
+    apply(&[
+        Probe::template(&platform, "kept", spec),
+        probe.apply(
+            "kept",
+            json!({"name": "kept", "namespace": platform}),
+            json!({}),
+        ),
+    ])?;
+    probe
+        .refused("kept", "WorkspaceNotAllowed", "spec.managementPolicies")
+        .await
+}
+
+/// Probe: a key swap through a shared template. The platform's template has Terraform's own
+/// `${local.bucket}` in its module; a tenant's key `local.bucket` would replace it. Refused:
+/// the API server stores no apply whose key is not an identifier, and the template's module
+/// takes no key anyway. Before the fix the apply was stored and the module rendered with the
+/// tenant's text in place of `${local.bucket}`.
+#[tokio::test]
+async fn probe_a_key_swap_through_a_shared_template_is_refused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-swap").await?;
+    let platform = probe.platform.name.clone();
+    let module = "locals {\n  bucket = \"platform-bucket\"\n}\noutput \"bucket\" {\n  value = \"s3://${local.bucket}\"\n}\n";
+    apply(&[Probe::template(
+        &platform,
+        "bucket",
+        json!({"forProvider": {"source": "Inline", "module": module}}),
+    )])?;
+    let swap = probe.apply(
+        "swap",
+        json!({"name": "bucket", "namespace": platform}),
+        json!({"variables": {"local.bucket": "tenant-bucket"}}),
+    );
+    let client = env().client().await?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &probe.tenant.name);
+    let created = applies
+        .create(&PostParams::default(), &serde_json::from_value(swap)?)
+        .await;
+    match created {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(e.message.contains("identifier"), "{}", e.message);
+        }
+        Ok(_) => {
+            let workspaces: Api<TerraformWorkspace> = Api::all(client);
+            let name = workspace_name(&probe.tenant.name, "swap");
+            probe
+                .system
+                .wait_for("the swapped Workspace", WAIT, || async {
+                    Ok(workspaces.get_opt(&name).await?.is_some())
+                })
+                .await?;
+            let module =
+                workspaces.get(&name).await?.spec_value()["forProvider"]["module"].to_string();
+            panic!("the tenant's key was stored and rendered: {module}");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    assert_stayed_in(&probe.audit, &probe.tenant.name)
+}
+
+/// Probe: `TF_CLI_ARGS_init` in `forProvider.env`, which Terraform adds to `tofu init`'s
+/// arguments round the checks of `initArgs` (`-backend-config=...`: another state). Refused
+/// even in the platform's trusted template, reason `WorkspaceNotAllowed`. Before the fix it
+/// was rendered.
+#[tokio::test]
+async fn probe_terraform_arguments_through_the_environment_are_refused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-env").await?;
+    let platform = probe.platform.name.clone();
+    let spec = json!({"forProvider": {"source": "Inline", "module": "# env",
+        "env": [{"name": "TF_CLI_ARGS_init", "value": "-backend-config=secret_suffix=team-b"}]}});
+    apply(&[
+        Probe::template(&platform, "env", spec),
+        probe.apply(
+            "env",
+            json!({"name": "env", "namespace": platform}),
+            json!({}),
+        ),
+    ])?;
+    probe
+        .refused("env", "WorkspaceNotAllowed", "env[0] is TF_CLI_ARGS_init")
+        .await
+}
+
+/// Probe: the entrypoint trick. provider-terraform strips `../` from `entrypoint` once, so
+/// `....//<uid>` runs another Workspace's directory. Refused even in the platform's trusted
+/// template, reason `WorkspaceNotAllowed`. Before the fix it was rendered.
+#[tokio::test]
+async fn probe_an_entrypoint_into_another_workspaces_directory_is_refused() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-entry").await?;
+    let platform = probe.platform.name.clone();
+    let spec = json!({"forProvider": {"source": "Inline", "module": "# entry",
+        "entrypoint": "....//0b7c5e32-7a5e-4c5e-9a0e-1d2f3a4b5c6d"}});
+    apply(&[
+        Probe::template(&platform, "entry", spec),
+        probe.apply(
+            "entry",
+            json!({"name": "entry", "namespace": platform}),
+            json!({}),
+        ),
+    ])?;
+    probe
+        .refused(
+            "entry",
+            "WorkspaceNotAllowed",
+            "spec.forProvider.entrypoint",
+        )
+        .await
+}
+
+/// Probe: a tenant's apply with `retainWorkspaceOnDelete: true`, which would leave its
+/// cluster-scoped Workspace (invisible to the tenant) running on the platform's credentials
+/// once the apply is deleted. Refused, reason `WorkspaceNotAllowed`; and an apply that gets the
+/// field once rendered still has its Workspace deleted with it. Before the fix it was rendered,
+/// and the Workspace kept.
+#[tokio::test]
+async fn probe_a_tenant_setting_retain_workspace_on_delete_keeps_no_workspace() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let probe = Probe::start("probe-retain").await?;
+    let platform = probe.platform.name.clone();
+    let spec = json!({"forProvider": {"source": "Inline", "module": "# retained"}});
+    let reference = json!({"name": "retained", "namespace": platform});
+    apply(&[
+        Probe::template(&platform, "retained", spec),
+        probe.apply(
+            "retain",
+            reference.clone(),
+            json!({"retainWorkspaceOnDelete": true}),
+        ),
+    ])?;
+    probe
+        .refused(
+            "retain",
+            "WorkspaceNotAllowed",
+            "spec.retainWorkspaceOnDelete",
+        )
+        .await?;
+
+    // Rendered first, then given the field, then deleted: its Workspace goes with it.
+    apply(&[probe.apply("later", reference, json!({}))])?;
+    let client = env().client().await?;
+    let workspaces: Api<TerraformWorkspace> = Api::all(client.clone());
+    let name = workspace_name(&probe.tenant.name, "later");
+    probe
+        .system
+        .wait_for("the Workspace", WAIT, || async {
+            Ok(workspaces.get_opt(&name).await?.is_some())
+        })
+        .await?;
+    let applies: Api<WorkspaceTemplateApply> = Api::namespaced(client, &probe.tenant.name);
+    applies
+        .patch(
+            "later",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retainWorkspaceOnDelete": true}})),
+        )
+        .await?;
+    applies.delete("later", &DeleteParams::default()).await?;
+    probe
+        .system
+        .wait_for("the apply gone", WAIT, || async {
+            Ok(applies.get_opt("later").await?.is_none())
+        })
+        .await?;
+    assert!(
+        workspaces.get_opt(&name).await?.is_none(),
+        "the Workspace of a deleted apply was kept"
+    );
     Ok(())
 }

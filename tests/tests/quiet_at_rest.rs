@@ -188,7 +188,8 @@ fn failing_template() -> Result<Vec<Value>> {
 /// `extra` besides the module.
 fn standalone(name: &str, extra: Option<Value>) -> Vec<Value> {
     let mut spec = json!({"forProvider": {"source": "Inline",
-        "module": "output \"bucket\" { value = \"${BUCKET}\" }"}});
+        "module": "variable \"bucket\" {}\noutput \"bucket\" { value = var.bucket }",
+        "vars": [{"key": "bucket", "value": "${BUCKET}"}]}});
     if let Some(Value::Object(extra)) = extra {
         spec.as_object_mut().unwrap().extend(extra);
     }

@@ -16,7 +16,7 @@ use capt_tests::deletion_order::{DeletionOrder, SAMPLE_STACK};
 use capt_tests::fake_provider::{
     APPLY_GATE_ANNOTATION, EXTERNAL_CREATE_PENDING, FAIL_DESTROY_ANNOTATION, OUTPUTS_ANNOTATION,
 };
-use capt_tests::system::System;
+use capt_tests::system::{System, TRUST_TEMPLATES};
 use capt_tests::{Env, env, repo_root, unique_name, with_real_provider};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams};
@@ -1082,4 +1082,276 @@ async fn the_kubeconfig_from_the_real_providers_outputs_lets_core_reach_the_clus
         assert!(!log.contains(token), "the token is in the {who} log");
     }
     stack.clean_up().await
+}
+
+/// A namespace of the real environment, deleted (without waiting) on drop.
+struct Namespace(String);
+
+impl Namespace {
+    fn create(prefix: &str) -> Result<Self> {
+        let name = unique_name(prefix);
+        env().kubectl_ok(&["create", "namespace", &name], None)?;
+        Ok(Self(name))
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let args = [
+            "delete",
+            "namespace",
+            &self.0,
+            "--wait=false",
+            "--ignore-not-found",
+        ];
+        let _ = env().kubectl_run(&args, None);
+    }
+}
+
+/// A WorkspaceTemplate `name` in `namespace` whose Workspace spec is `spec`.
+fn template_doc(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"template": {"spec": spec}},
+    })
+}
+
+/// A WorkspaceTemplateApply `name` in `namespace`, its spec `spec`.
+fn apply_doc(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": name, "namespace": namespace}, "spec": spec,
+    })
+}
+
+fn apply_docs(docs: &[Value]) -> Result<()> {
+    let text: Vec<String> = docs.iter().map(Value::to_string).collect();
+    env().kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&text.join("\n")),
+    )?;
+    Ok(())
+}
+
+/// The string data of the Secret `namespace`/`name`, if it exists.
+async fn secret_strings(namespace: &str, name: &str) -> Result<Option<Vec<(String, String)>>> {
+    let secrets: Api<Secret> = Api::namespaced(env().client().await?, namespace);
+    Ok(secrets.get_opt(name).await?.map(|s| {
+        s.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect()
+    }))
+}
+
+/// Whether the Workspace `name` is Ready.
+fn workspace_ready(system: &System, name: &str) -> Result<bool> {
+    Ok(system
+        .get(&["workspaces.tf.upbound.io", name])?
+        .is_some_and(|w| condition(&w, "Ready").0 == "True"))
+}
+
+/// Deletes the apply `namespace`/`name` and waits until its Workspace is gone (destroyed).
+async fn delete_apply(system: &System, namespace: &str, name: &str) -> Result<()> {
+    env().kubectl_ok(
+        &[
+            "delete",
+            "workspacetemplateapply",
+            name,
+            "-n",
+            namespace,
+            "--wait=false",
+        ],
+        None,
+    )?;
+    let workspace = workspace_name(namespace, name);
+    system
+        .wait_for("the Workspace destroyed", WAIT, || async {
+            Ok(system
+                .get(&["workspaces.tf.upbound.io", &workspace])?
+                .is_none())
+        })
+        .await
+}
+
+/// A tenant's values are values of Terraform variables: a CIDR, an IAM role ARN, a list of
+/// zones and a tag with spaces and quotes, each of which the plain-literal rule refused, reach
+/// the platform's module (a trusted namespace's template) through `forProvider.vars` and come
+/// back verbatim as its outputs, in the connection Secret.
+#[tokio::test]
+async fn a_stack_whose_variables_are_a_cidr_an_arn_and_a_list_of_zones_gets_them_verbatim()
+-> Result<()> {
+    with_real_provider();
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let tenant = Namespace::create("values")?;
+    let platform = Namespace::create("values-platform")?;
+    let system =
+        System::start_with(&tenant.0, 200, &[TRUST_TEMPLATES, platform.0.as_str()]).await?;
+    let names = ["cidr", "role_arn", "zones", "tag"];
+    let module: String = names
+        .iter()
+        .map(|n| {
+            format!("variable \"{n}\" {{ type = string }}\noutput \"{n}\" {{ value = var.{n} }}\n")
+        })
+        .collect();
+    let vars: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"key": n, "value": format!("${{{}}}", n.to_uppercase())}))
+        .collect();
+    let values = [
+        ("CIDR", "10.0.0.0/16"),
+        ("ROLE_ARN", "arn:aws:iam::123456789012:role/eks"),
+        ("ZONES", "ap-northeast-1a,ap-northeast-1c"),
+        ("TAG", "cost center \"42\" } # not code"),
+    ];
+    let variables: serde_json::Map<String, Value> = values
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    apply_docs(&[
+        template_doc(
+            &platform.0,
+            "net",
+            json!({"forProvider": {"source": "Inline", "module": module, "vars": vars}}),
+        ),
+        apply_doc(
+            &tenant.0,
+            "net",
+            json!({"templateRef": {"name": "net", "namespace": platform.0},
+                   "variables": variables,
+                   "writeConnectionSecretToRef": {"name": "net-outputs", "namespace": tenant.0}}),
+        ),
+    ])?;
+    let workspace = workspace_name(&tenant.0, "net");
+    system
+        .wait_for("the Workspace Ready", WAIT, || async {
+            workspace_ready(&system, &workspace)
+        })
+        .await?;
+    let outputs = secret_strings(&tenant.0, "net-outputs")
+        .await?
+        .context("the connection Secret")?;
+    for (key, value) in values {
+        let name = key.to_lowercase();
+        let got = outputs
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str());
+        assert_eq!(got, Some(value), "output {name}");
+    }
+    println!("outputs: {outputs:?}");
+    delete_apply(&system, &tenant.0, "net").await
+}
+
+/// Probe: the loot template. A tenant's own template lists (`fileset`) and reads (`file`)
+/// the directories of the other Workspaces the one provider-terraform runs beside it, each
+/// with its ProviderConfig's credential files (here the backend's kubeconfig, an
+/// administrator's). Refused under the defaults: the tenant's namespace is not trusted with
+/// code (`TemplateNotTrusted`), and nothing runs. Before the fix it ran, and its connection
+/// Secret listed the neighbour's files (names printed, never their contents; the bytes read
+/// are counted).
+#[tokio::test]
+async fn probe_a_tenants_template_cannot_list_or_read_its_neighbours_files() -> Result<()> {
+    with_real_provider();
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let victim = Namespace::create("loot-victim")?;
+    let tenant = Namespace::create("loot-tenant")?;
+    let platform = Namespace::create("loot-platform")?;
+    let trust = [TRUST_TEMPLATES, platform.0.as_str()];
+    let victim_system = System::start_with(&victim.0, 200, &trust).await?;
+    let system = System::start_with(&tenant.0, 200, &trust).await?;
+    // A neighbour: the victim's stack, of the platform's template, on the same provider.
+    apply_docs(&[
+        template_doc(
+            &platform.0,
+            "plain",
+            json!({"forProvider": {"source": "Inline", "module": "output \"x\" { value = \"v\" }\n"}}),
+        ),
+        apply_doc(
+            &victim.0,
+            "vpc",
+            json!({"templateRef": {"name": "plain", "namespace": platform.0}}),
+        ),
+    ])?;
+    let neighbour = workspace_name(&victim.0, "vpc");
+    victim_system
+        .wait_for("the neighbour's Workspace Ready", WAIT, || async {
+            workspace_ready(&victim_system, &neighbour)
+        })
+        .await?;
+    let neighbour_uid = victim_system
+        .get(&["workspaces.tf.upbound.io", &neighbour])?
+        .context("the neighbour")?["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    let loot = r#"locals {
+  tf    = abspath("${path.module}/..")
+  found = sort(fileset(local.tf, "*/*"))
+}
+output "neighbours" { value = join(",", local.found) }
+output "bytes_read" {
+  value = join(",", [for f in local.found : tostring(length(file("${local.tf}/${f}"))) if endswith(f, "kubeconfig")])
+}
+"#;
+    apply_docs(&[
+        template_doc(
+            &tenant.0,
+            "loot",
+            json!({"forProvider": {"source": "Inline", "module": loot}}),
+        ),
+        apply_doc(
+            &tenant.0,
+            "loot",
+            json!({"templateRef": {"name": "loot"},
+                   "writeConnectionSecretToRef": {"name": "loot", "namespace": tenant.0}}),
+        ),
+    ])?;
+    let refused = || -> Result<bool> {
+        let apply = system.get(&["workspacetemplateapply", "loot"])?;
+        Ok(apply.is_some_and(|a| condition(&a, "Applied").1 == "TemplateNotTrusted"))
+    };
+    // The connection Secret is written with the outputs once Terraform applied.
+    let looted = || async {
+        let outputs = secret_strings(&tenant.0, "loot").await?;
+        Ok::<_, anyhow::Error>(outputs.filter(|o| o.iter().any(|(k, _)| k == "neighbours")))
+    };
+    system
+        .wait_for("the refusal, or the loot", WAIT, || async {
+            Ok(refused()? || looted().await?.is_some())
+        })
+        .await?;
+    if let Some(outputs) = looted().await? {
+        let get = |key: &str| {
+            outputs
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let names = get("neighbours");
+        let theirs: Vec<&str> = names
+            .split(',')
+            .filter(|n| n.starts_with(&neighbour_uid))
+            .collect();
+        panic!(
+            "the tenant's template ran and read its neighbours' directories: {} files, the \
+             neighbour {neighbour_uid}'s {theirs:?}; kubeconfig bytes read: {}",
+            names.split(',').count(),
+            get("bytes_read")
+        );
+    }
+    assert!(refused()?, "Applied=False, reason TemplateNotTrusted");
+    assert!(
+        system
+            .get(&[
+                "workspaces.tf.upbound.io",
+                &workspace_name(&tenant.0, "loot")
+            ])?
+            .is_none()
+    );
+    delete_apply(&victim_system, &victim.0, "vpc").await
 }

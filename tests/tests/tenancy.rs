@@ -38,7 +38,8 @@ fn template(ns: &str, name: &str) -> WorkspaceTemplate {
         "metadata": {"name": name, "namespace": ns},
         "spec": {"template": {"metadata": {"annotations": {"fake.tf.upbound.io/outputs": "{\"id\": \"${ID}\"}"}},
                  "spec": {"forProvider": {"source": "Inline",
-                          "module": "# workspace ${WORKSPACE_NAME}, id ${ID}\noutput \"id\" { value = \"${ID}\" }"}}}},
+                          "module": "# workspace ${WORKSPACE_NAME}\nvariable \"id\" {}\noutput \"id\" { value = var.id }",
+                          "vars": [{"key": "id", "value": "id ${ID}"}]}}}},
     }))
     .expect("a valid WorkspaceTemplate")
 }
@@ -72,8 +73,9 @@ where
 }
 
 /// A Workspace's `spec.forProvider.module`.
-fn module(w: &TerraformWorkspace) -> String {
-    w.spec_value()["forProvider"]["module"]
+/// The value the Workspace passes to the module's variable `id`.
+fn id_value(w: &TerraformWorkspace) -> String {
+    w.spec_value()["forProvider"]["vars"][0]["value"]
         .as_str()
         .unwrap_or_default()
         .to_owned()
@@ -167,8 +169,7 @@ async fn applies_whose_legacy_names_collide_get_two_workspaces_and_delete_only_t
             Some(name)
         );
         assert_eq!(w.labels().get(APPLY_UID_LABEL), uid.as_ref());
-        let module = module(&w);
-        assert!(module.contains(&format!("id {name}")), "{module}");
+        assert_eq!(id_value(&w), format!("id {name}"));
     }
     let legacy = legacy_workspace_name(&team.name, "a-vpc");
     assert!(
@@ -444,8 +445,7 @@ async fn assert_an_allowed_template_namespace_resolves(
                     .is_null())
         })
         .await?;
-    let rendered = module(&api.get(&ws).await?);
-    assert!(rendered.contains("id template"), "{rendered}");
+    assert_eq!(id_value(&api.get(&ws).await?), "id template");
     // Still refused: the Secret of another namespace, with or without an allowed template.
     for name in ["secret", "wait", "template-secret"] {
         system

@@ -38,8 +38,9 @@ pub struct WorkspaceTemplateBody {
     /// Labels and annotations of the Workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TemplateMetadata>,
-    /// The Workspace's `spec` (provider-terraform `WorkspaceSpec`); `${key}` is substituted
-    /// from the apply's variables, `${WORKSPACE_NAME}` by the Workspace's name.
+    /// The Workspace's `spec` (provider-terraform `WorkspaceSpec`); `${key}` in
+    /// `forProvider.vars[].value` and `varmap` is the apply's variable `key`,
+    /// `${WORKSPACE_NAME}` anywhere the Workspace's name.
     #[schemars(schema_with = "any_json_schema")]
     pub spec: serde_json::Value,
 }
@@ -87,8 +88,11 @@ pub struct WorkspaceTemplateStatusSummary {
 pub struct WorkspaceTemplateApplySpec {
     /// The template to render.
     pub template_ref: NamespacedRef,
-    /// Values substituted for `${key}` in the template: plain literals only (letters,
-    /// digits, `.`, `_`, `-`; at most 253 characters), since they are pasted into Terraform.
+    /// Values of the template's Terraform variables: `${key}` is replaced only where the
+    /// template's `forProvider.vars[].value` or `varmap` (and the Workspace's labels and
+    /// annotations) name it, never in the module or any other field, so any string is a
+    /// value. A key is an identifier; one the template does not name is refused (but the keys
+    /// CAPT passes: `CLUSTER_NAME`, `REGION`, `KUBERNETES_VERSION`, `VPC_NAME`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "variables_schema")]
     pub variables: Option<BTreeMap<String, String>>,
@@ -101,7 +105,9 @@ pub struct WorkspaceTemplateApplySpec {
     /// Workspaces that must be ready before the Workspace is rendered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_workspaces: Option<Vec<NamespacedRef>>,
-    /// Keep the Workspace when this apply is deleted.
+    /// Not honoured, and an apply that sets it to true is not rendered: keeping a Workspace
+    /// (and the infrastructure it runs on the platform's credentials) is the platform's to
+    /// decide, never a tenant's object's (a VPC is kept by `retainVpcOnDelete`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retain_workspace_on_delete: Option<bool>,
 }
@@ -125,16 +131,28 @@ pub struct WorkspaceTemplateApplyStatus {
     pub conditions: Option<Vec<Condition>>,
 }
 
-/// Schema of `spec.variables`: a map of plain literals (`crate::variables`), so that a value
-/// that could become Terraform code is refused by the API server already.
+/// Schema of `spec.variables`: identifiers as keys (`crate::variables`), any string as a value
+/// (it reaches Terraform as a variable's value, never as its code).
 fn variables_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "nullable": true,
+        "maxProperties": crate::variables::MAX_VARIABLES,
         "additionalProperties": {
             "type": "string",
-            "pattern": crate::variables::PLAIN_LITERAL_PATTERN,
             "maxLength": crate::variables::MAX_VALUE,
         },
+        "x-kubernetes-validations": [{
+            "rule": format!(
+                "self.all(k, size(k) <= {} && k.matches('{}'))",
+                crate::variables::MAX_KEY,
+                crate::variables::KEY_PATTERN
+            ),
+            "message": format!(
+                "every key of spec.variables is an identifier ({}, at most {} characters)",
+                crate::variables::KEY_PATTERN,
+                crate::variables::MAX_KEY
+            ),
+        }],
     })
 }

@@ -1,9 +1,10 @@
 //! WorkspaceTemplateApply: renders its Workspace from the WorkspaceTemplate, mirrors the
 //! Workspace's conditions (manager `capt-workspacetemplateapply`), and on deletion deletes
-//! the Workspace (unless retained) and keeps its finalizer until the Workspace is gone.
+//! the Workspace (always: `retainWorkspaceOnDelete` is a tenant's, not honoured) and keeps its
+//! finalizer until the Workspace is gone.
 //!
-//! Tenancy (`crate::tenancy`): every reference stays in the apply's namespace (templates from
-//! an allowed namespace excepted), and a Workspace under its name that belongs to another is
+//! Tenancy (`crate::tenancy`): only a template of a namespace the operator trusts with code is
+//! rendered, every other reference stays in the apply's namespace, and a Workspace under its name that belongs to another is
 //! never applied to nor deleted; each is reported as a condition and a Warning Event.
 
 use super::shared::{Located, contains, locate_workspace};
@@ -18,7 +19,7 @@ use crate::render::{
 };
 use crate::tenancy::{
     Placement, Refusal, WORKSPACE_OWNED_BY_ANOTHER, WORKSPACE_OWNED_CONDITION,
-    apply_cross_namespace, rendered_cross_namespace,
+    apply_cross_namespace, rendered_cross_namespace, untrusted_template,
 };
 use crate::watches::cached;
 use crate::write_loops::Basis;
@@ -146,19 +147,36 @@ fn template_of(
 }
 
 /// Why the apply's own spec must not be rendered, if it must not: a reference to another
-/// namespace (templates from an allowed one excepted), or a variable whose value could
-/// become code (values are pasted into Terraform).
+/// namespace (templates from an allowed one excepted), a template of a namespace the operator
+/// does not trust with code (the apply's own included), or a variable refused for itself (its
+/// key's shape, its value's size: `crate::variables`).
 fn spec_refusal(apply: &WorkspaceTemplateApply, ctx: &Context, namespace: &str) -> Option<Refusal> {
     let allowed = &ctx.settings.allowed_template_namespaces;
     if let Some(crossing) = apply_cross_namespace(apply, allowed) {
         return Some(Refusal::cross_namespace(&crossing, namespace));
+    }
+    let template_ref = &apply.spec.template_ref;
+    let template_ns = template_ref.namespace.as_deref().unwrap_or(namespace);
+    if let Some(refusal) = untrusted_template(template_ns, &template_ref.name, allowed) {
+        return Some(refusal);
+    }
+    if apply.spec.retain_workspace_on_delete == Some(true) {
+        let message = "spec.retainWorkspaceOnDelete is not a tenant's to set: the Workspace \
+                       would outlive the apply, running on the platform's credentials with no \
+                       one to see or destroy it; nothing is rendered (a VPC is kept by the \
+                       CAPTCluster's spec.retainVpcOnDelete)";
+        return Some(blocked(
+            crate::workspace_policy::NOT_ALLOWED,
+            message.to_owned(),
+        ));
     }
     crate::variables::first_unsafe(apply.spec.variables.as_ref())
         .map(|message| blocked(crate::variables::UNSAFE_VARIABLE, message))
 }
 
 /// The Workspace `template` renders for the apply under `name`, or why it must not be
-/// rendered: a template over the size limit, a placeholder standing in code, a rendered
+/// rendered: a template over the size limit, a key of the apply's outside the variables'
+/// values or not named by the template (`crate::variables`), a rendered
 /// reference to another namespace (what the template brings stays in the apply's namespace
 /// too), or what the operator's workspace policy forbids (the credentials, the state and
 /// where outputs go are the operator's, not the template's).
@@ -182,10 +200,8 @@ fn render_checked(
         );
         return Ok(Err(blocked("TemplateTooLarge", message)));
     }
-    let in_code = crate::render::placeholders_in_code(apply, template);
-    if !in_code.is_empty() {
-        let message = crate::hcl::refusal_message(&template_name, &in_code);
-        return Ok(Err(blocked(crate::hcl::PLACEHOLDER_IN_CODE, message)));
+    if let Some((reason, message)) = crate::render::variables_refusal(apply, template) {
+        return Ok(Err(blocked(reason, message)));
     }
     let rendered = render_workspace(apply, template, name)?;
     if let Some(crossing) = rendered_cross_namespace(&namespace, &rendered["spec"]) {
@@ -503,7 +519,9 @@ async fn delete(
     if !apply.finalizers().iter().any(|f| f == APPLY_FINALIZER) {
         return Ok(Action::await_change());
     }
-    let retain = apply.spec.retain_workspace_on_delete.unwrap_or(false);
+    // `spec.retainWorkspaceOnDelete` is the tenant's, so it is not honoured: a Workspace left
+    // behind would keep running on the platform's credentials, seen by no one.
+    let retain = false;
     match (&located.placement, located.workspace) {
         (Placement::Taken { name, owner }, _) => {
             // Another's Workspace under our name: never deleted.
