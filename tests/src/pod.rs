@@ -41,6 +41,8 @@ pub struct Pod {
     controller_starts: u32,
     /// The namespace the controller manages (`--namespace`); `None`: every namespace.
     namespace: Option<String>,
+    /// The namespace whose WorkspaceTemplates it trusts.
+    templates: String,
     election: Election,
     kubeconfig: PathBuf,
     /// Its shard: the value of the `cluster.x-k8s.io/watch-filter` label it manages.
@@ -69,22 +71,26 @@ impl Pod {
         election: &Election,
         shard: Option<&str>,
     ) -> Result<Self> {
-        Self::start_scoped(name, Some(namespace), election, shard).await
+        Self::start_scoped(name, (Some(namespace), namespace), election, shard).await
     }
 
     /// [`Pod::start_in_shard`] managing the shard's objects of every namespace, as a
-    /// Deployment without `--namespace` does (every tenant's objects, sharded by label).
+    /// Deployment without `--namespace` does (every tenant's objects, sharded by label), with
+    /// the WorkspaceTemplates of `templates` trusted.
     pub async fn start_in_shard_everywhere(
         name: &str,
         election: &Election,
         shard: &str,
+        templates: &str,
     ) -> Result<Self> {
-        Self::start_scoped(name, None, election, Some(shard)).await
+        Self::start_scoped(name, (None, templates), election, Some(shard)).await
     }
 
+    /// A pod managing `namespace` (every one when `None`), trusting the templates of
+    /// `templates`.
     async fn start_scoped(
         name: &str,
-        namespace: Option<&str>,
+        (namespace, templates): (Option<&str>, &str),
         election: &Election,
         shard: Option<&str>,
     ) -> Result<Self> {
@@ -113,6 +119,7 @@ impl Pod {
             controller: None,
             controller_starts: 0,
             namespace: namespace.map(str::to_owned),
+            templates: templates.to_owned(),
             election: election.clone(),
             kubeconfig,
             shard: shard.map(str::to_owned),
@@ -151,7 +158,7 @@ impl Pod {
             ])
             .args(["--insecure-diagnostics", "--poll-interval-seconds", "1"])
             // The tests keep their templates beside their stacks: trusted explicitly.
-            .args([crate::system::TRUST_TEMPLATES, &self.namespace])
+            .args([crate::system::TRUST_TEMPLATES, &self.templates])
             .args(["--metrics-bind-address", &metrics_addr])
             .args(["--health-probe-bind-address", &probe_addr])
             .arg("--applier-socket")

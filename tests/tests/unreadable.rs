@@ -104,7 +104,7 @@ async fn a_tenants_odd_but_valid_objects_cost_only_themselves_across_a_restart()
         grace_seconds: 5,
     };
     // Every namespace, as deployed; the shard's label keeps other tests' objects out.
-    let mut pod = Pod::start_in_shard_everywhere("pod-a", &election, &shard).await?;
+    let mut pod = Pod::start_in_shard_everywhere("pod-a", &election, &shard, &tenant.name).await?;
     apply_sample_in_shard(env(), &tenant.name, "demo", &shard)?;
     provisioned(&pod, &tenant.name, "demo").await?;
 
