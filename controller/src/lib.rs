@@ -8,6 +8,7 @@ pub mod context;
 pub mod hcl;
 pub mod k8s;
 pub mod kubeconfig;
+pub mod leader;
 pub mod metrics;
 pub mod publish;
 pub mod reconcile;
