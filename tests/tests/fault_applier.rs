@@ -132,7 +132,7 @@ async fn create_waiting_capt_cluster(api: &Api<CAPTCluster>, name: &str) -> Resu
     let cc: CAPTCluster = serde_json::from_value(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
         "metadata": {"name": name, "finalizers": [CAPT_CLUSTER_FINALIZER]},
-        "spec": {"region": "ap-northeast-1"},
+        "spec": {"region": "ap-northeast-1", "existingVpcId": "vpc-0123456789abcdef0"},
     }))?;
     api.create(&PostParams::default(), &cc).await?;
     Ok(())

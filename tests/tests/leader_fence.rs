@@ -44,7 +44,8 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() -
     // It leads and writes: a new CAPTCluster gets its finalizer.
     let cc: CAPTCluster = serde_json::from_value(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
-        "metadata": {"name": "before"}, "spec": {"region": "ap-northeast-1"},
+        "metadata": {"name": "before"},
+        "spec": {"region": "ap-northeast-1", "existingVpcId": "vpc-0123456789abcdef0"},
     }))?;
     api.create(&PostParams::default(), &cc).await?;
     system
