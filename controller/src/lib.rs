@@ -7,6 +7,7 @@ pub mod api;
 pub mod context;
 pub mod k8s;
 pub mod kubeconfig;
+pub mod leader;
 pub mod metrics;
 pub mod publish;
 pub mod reconcile;

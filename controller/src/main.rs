@@ -3,7 +3,6 @@
 //! lives here.
 #![forbid(unsafe_code)]
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -128,7 +127,8 @@ struct DiagnosticsArgs {
 }
 
 /// Leader election: only the holder of a coordination Lease runs the reconcilers and
-/// publishes; the others wait, and take over within the lease duration when it dies.
+/// publishes, until the Lease would expire unrenewed; the others wait, and take over within
+/// the lease duration when it dies.
 #[derive(clap::Args)]
 struct LeaderArgs {
     /// Run without leader election (a single replica).
@@ -147,9 +147,24 @@ struct LeaderArgs {
     /// How long a leader's claim lasts without renewal.
     #[arg(long, env = "CAPT_LEASE_DURATION_SECONDS", default_value_t = 15)]
     lease_duration_seconds: u64,
-    /// How long before expiry the leader renews.
+    /// How long before expiry the leader renews (at least a second more than the margin at
+    /// which it stops writing, a fifth of the duration).
     #[arg(long, env = "CAPT_LEASE_GRACE_SECONDS", default_value_t = 5)]
     lease_grace_seconds: u64,
+}
+
+impl LeaderArgs {
+    /// The election these flags ask for; this replica is `POD_NAME`.
+    fn election(&self) -> capt_controller::leader::Election {
+        capt_controller::leader::Election {
+            namespace: self.leader_election_namespace.clone(),
+            lease: self.leader_election_lease.clone(),
+            identity: std::env::var("POD_NAME")
+                .unwrap_or_else(|_| format!("capt-controller-{}", std::process::id())),
+            duration: Duration::from_secs(self.lease_duration_seconds),
+            grace: Duration::from_secs(self.lease_grace_seconds),
+        }
+    }
 }
 
 #[tokio::main]
@@ -221,67 +236,16 @@ async fn main() -> anyhow::Result<()> {
         capt_controller::run::run(ctx, assignment, watches).await;
         return Ok(());
     }
-    let mut leading = lead(&ctx.client, &args.leader).await?;
+    let lead = capt_controller::leader::lead(&ctx.client, &args.leader.election()).await?;
     tokio::select! {
         _ = capt_controller::run::run(ctx, assignment, watches) => Ok(()),
-        _ = leading.wait_for(|leader| !leader) => {
-            // Another replica may already be reconciling: stop at once, and let the
-            // kubelet restart this one as a candidate.
-            tracing::error!("Lost the leader lease; exiting");
+        lost = lead.lost() => {
+            // Another replica may already be reconciling, or may take the Lease once it
+            // expires: stop at once, and let the kubelet restart this one as a candidate.
+            tracing::error!(%lost, "No longer leading; exiting");
             std::process::exit(1)
         }
     }
-}
-
-/// Waits until this replica holds the lease; the receiver then reports its loss.
-async fn lead(
-    client: &kube::Client,
-    args: &LeaderArgs,
-) -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
-    let identity = std::env::var("POD_NAME")
-        .unwrap_or_else(|_| format!("capt-controller-{}", std::process::id()));
-    // A Lease that cannot be used (RBAC, say) is reported and retried, not a crash loop.
-    let manager = loop {
-        let built = kube_lease_manager::LeaseManagerBuilder::new(
-            client.clone(),
-            &args.leader_election_lease,
-        )
-        .with_namespace(&args.leader_election_namespace)
-        .with_identity(&identity)
-        .with_duration(args.lease_duration_seconds)
-        .with_grace(
-            args.lease_grace_seconds
-                .min(args.lease_duration_seconds.saturating_sub(1)),
-        )
-        .with_field_manager("capt-controller-leader")
-        .build()
-        .await;
-        match built {
-            Ok(manager) => break manager,
-            Err(error) => {
-                tracing::error!(
-                    ?error,
-                    lease = args.leader_election_lease,
-                    namespace = args.leader_election_namespace,
-                    "Cannot use the leader Lease; retrying in 10 s"
-                );
-                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-            }
-        }
-    };
-    let (mut leading, _task) = manager.watch().await;
-    tracing::info!(
-        identity,
-        lease = args.leader_election_lease,
-        namespace = args.leader_election_namespace,
-        "Waiting for the leader lease"
-    );
-    leading
-        .wait_for(|leader| *leader)
-        .await
-        .context("leader election stopped")?;
-    tracing::info!(identity, "Leading");
-    Ok(leading)
 }
 
 /// What `/readyz` asks.

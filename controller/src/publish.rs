@@ -5,14 +5,19 @@
 //! state costs no request at all. Delivered means the applier kept it: the publisher waits
 //! for the outcome, which is what the apply did or, when the applier's wait timeout runs
 //! out first, `queued` (kept, not applied yet); a failed delivery is forgotten, so the next
-//! reconcile sends it again.
+//! reconcile sends it again. An intent answered `queued`, or not answered, is also kept
+//! until the applier is seen to act on it, and sent again meanwhile ([`unconfirmed`]): an
+//! applier that dies with it loses nothing, with no change of its fragment.
+
+mod unconfirmed;
 
 use crate::write_loops::{Basis, ObjectId, WriteId, Written};
 use serde_json::Value;
 use status_applier_api::client::{Client, ClientError};
 use status_applier_api::intent::{Intent, Subresource, Target};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use unconfirmed::{Answer, Unconfirmed};
 
 /// Why an intent was not delivered.
 #[derive(Debug, thiserror::Error)]
@@ -250,10 +255,12 @@ impl Published {
     }
 }
 
-/// Delivers intents, skipping repeats.
+/// Delivers intents, skipping repeats, and delivers again those not yet seen applied.
 pub struct Publisher {
     client: Client,
     delivered: Mutex<HashMap<WriteId, Delivered>>,
+    /// Sent, answered `queued` or not at all: sent again by a task of its own.
+    unconfirmed: Arc<Unconfirmed>,
 }
 
 impl Publisher {
@@ -262,6 +269,7 @@ impl Publisher {
         Self {
             client,
             delivered: Mutex::default(),
+            unconfirmed: Arc::default(),
         }
     }
 
@@ -300,17 +308,32 @@ impl Publisher {
             release: p.release,
             not_older_than,
         };
+        // A re-send of an older intent of the key is let through first: the applier must
+        // take this one last.
+        self.unconfirmed.supersede(&key).await;
         self.delivered.lock().expect("lock").remove(&key);
         // Waiting for the apply's outcome means an intent is remembered only once the
         // applier acted on it: an applier that dies with intents queued makes the next
-        // reconcile send them again, so nothing is lost. The one exception: an answer of
-        // `queued` after the applier's wait timeout (30 s by default) is remembered, though
-        // not applied yet; an applier that dies after it loses that intent until the
-        // fragment changes or the controller restarts.
+        // reconcile send them again. An answer of `queued` after the applier's wait timeout
+        // (30 s by default) is remembered too, though not applied yet, so that repeats are
+        // not sent: that intent, and one not answered at all, is kept and sent again until
+        // the applier acts on it, whether it is slow or died and came back
+        // ([`unconfirmed`]).
         // Any outcome is delivered, a conflict or a rejection too: the applier keeps the
         // document and retries when the object changes. A refusal (a bad intent, an applier
         // failure) is not; the client reads which is which.
-        let outcome = match client.send(&intent).await {
+        let result = client.send(&intent).await;
+        if Answer::of(&result).unconfirmed() && self.unconfirmed.keep(key, intent, sent) {
+            let (unconfirmed, client) = (self.unconfirmed.clone(), client.clone());
+            tokio::spawn(async move {
+                let send = |intent: Intent| {
+                    let client = client.clone();
+                    async move { client.send(&intent).await }
+                };
+                unconfirmed::redeliver(&unconfirmed, send).await;
+            });
+        }
+        let outcome = match result {
             Ok(outcome) => outcome,
             Err(ClientError::Refused { status, body }) => {
                 return Err(PublishError::Refused {
@@ -333,15 +356,23 @@ impl Publisher {
         })
     }
 
-    /// Forgets what was delivered for an object, which was deleted: what the publisher keeps
-    /// stays bounded by the objects that exist (churn leaves nothing behind).
+    /// Forgets what was delivered for an object, which was deleted, and what is kept to be
+    /// sent again: what the publisher keeps stays bounded by the objects that exist (churn
+    /// leaves nothing behind).
     pub fn forget(&self, object: ObjectId) {
         (self.delivered.lock().expect("lock")).retain(|k, _| k.object != object);
+        self.unconfirmed.forget(object);
     }
 
     /// How many (object, subresource, manager) deliveries are remembered.
     pub fn remembered(&self) -> usize {
         self.delivered.lock().expect("lock").len()
+    }
+
+    /// How many intents are kept to be sent again: answered `queued` or not at all, and not
+    /// yet seen applied (none at rest).
+    pub fn unconfirmed(&self) -> usize {
+        self.unconfirmed.len()
     }
 }
 
@@ -386,6 +417,24 @@ mod tests {
             p().after(Some("3".into())).not_older_than().as_deref(),
             Some("7")
         );
+    }
+
+    #[tokio::test]
+    async fn an_intent_not_answered_is_kept_to_be_sent_again_until_its_object_is_deleted() {
+        let publisher = Publisher::new(Client::new("/nonexistent/applier.sock"));
+        let (a, b) = (capt_cluster("a"), capt_cluster("b"));
+        for obj in [&a, &b] {
+            let p = Publication::status(obj, "capt-captcluster", serde_json::json!({"status": {}}));
+            let sent = publisher.publish(p).await;
+            assert!(
+                matches!(sent, Err(PublishError::Unreachable { .. })),
+                "{sent:?}"
+            );
+        }
+        assert_eq!(publisher.remembered(), 0, "not delivered");
+        assert_eq!(publisher.unconfirmed(), 2, "kept to be sent again");
+        publisher.forget(ObjectId::of_object(&a));
+        assert_eq!(publisher.unconfirmed(), 1, "only b's is left");
     }
 
     #[test]

@@ -286,6 +286,13 @@ impl Applier {
         self.wait_healthy().await
     }
 
+    /// [`Applier::restart`], the new process reaching the API server through `kubeconfig`
+    /// from now on (around a proxy that holds what the killed one sent, say).
+    pub async fn restart_as(&mut self, kubeconfig: &std::path::Path) -> Result<()> {
+        self.kubeconfig = kubeconfig.to_owned();
+        self.restart().await
+    }
+
     async fn wait_healthy(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {

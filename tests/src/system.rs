@@ -583,6 +583,11 @@ impl System {
         Ok(())
     }
 
+    /// How the controller exited, if it has (`None`: it runs).
+    pub fn controller_exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        Ok(self.controller.try_wait()?)
+    }
+
     /// The controller's process id.
     pub fn controller_pid(&self) -> u32 {
         self.controller.id()

@@ -1,12 +1,16 @@
 //! The status-applier killed and restarted in the middle of a burst of Workspace rewrites:
 //! nothing is lost (the last rewrite reaches the control plane), the control plane's status
 //! is what it was but for what the new revision changes (no field dropped, emptied or
-//! changed), and after catching up it writes nothing more.
+//! changed), and after catching up it writes nothing more. Intents the applier answered
+//! `queued` before it was killed are applied by the next one, with no fragment changed.
 
 use anyhow::Result;
+use capt_controller::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster};
+use capt_tests::held_proxy::HeldProxy;
 use capt_tests::system::System;
 use capt_tests::{TestNamespace, differences, env, without_paths};
-use serde_json::Value;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
 use std::time::Duration;
 
 /// What a new Workspace revision changes in the control plane's status, and only that: the
@@ -118,5 +122,119 @@ async fn intents_queued_when_the_applier_is_killed_are_applied_after_the_restart
     let after = system.get(&["captcontrolplane", "demo"])?.unwrap();
     assert_same_status_but_the_revision(&before, &after);
     assert_eq!(after["status"]["phase"], "Ready");
+    Ok(())
+}
+
+/// A CAPTCluster with no Cluster to own it: the controller publishes its status once
+/// (`WaitingForCluster`, which nothing changes) and writes nothing itself, since it is created
+/// with its finalizer.
+async fn create_waiting_capt_cluster(api: &Api<CAPTCluster>, name: &str) -> Result<()> {
+    let cc: CAPTCluster = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": name, "finalizers": [CAPT_CLUSTER_FINALIZER]},
+        "spec": {"region": "ap-northeast-1", "existingVpcId": "vpc-0123456789abcdef0"},
+    }))?;
+    api.create(&PostParams::default(), &cc).await?;
+    Ok(())
+}
+
+/// How many intents the controller published for CAPTClusters' status.
+async fn published(system: &System) -> Result<f64> {
+    system
+        .controller_metric(
+            "capt_intents_published_total",
+            &["manager=\"capt-captcluster\""],
+        )
+        .await
+}
+
+/// The reason of the CAPTCluster's `Ready` condition, once its status was applied.
+async fn ready_reason(api: &Api<CAPTCluster>, name: &str) -> Result<Option<String>> {
+    let cc = serde_json::to_value(api.get(name).await?)?;
+    let conditions = cc["status"]["conditions"].as_array().cloned();
+    let ready = conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c["type"] == "Ready");
+    Ok(ready.and_then(|c| c["reason"].as_str().map(str::to_owned)))
+}
+
+#[tokio::test]
+async fn intents_answered_queued_before_the_applier_is_killed_are_applied_after_it_is_back_with_no_fragment_changed()
+-> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-queued").await?;
+    // The applier reaches the API server through a proxy that can hold what it sends, and
+    // answers `queued` after a second without an outcome. The controller goes through the
+    // proxy too, its watches still flowing; it runs alone, without a Lease it could not
+    // renew while the proxy holds.
+    let proxy = HeldProxy::in_front_of(&env().kubeconfig).await?;
+    let (alone, wait_timeout) = (["--no-leader-election"], ["--wait-timeout-seconds", "1"]);
+    let mut system =
+        System::start_tuned(&ns.name, 20, &alone, &wait_timeout, proxy.kubeconfig()).await?;
+    let api: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
+    // The whole path works before anything is held.
+    create_waiting_capt_cluster(&api, "warm-up").await?;
+    system
+        .wait_for(
+            "the warm-up CAPTCluster's status",
+            Duration::from_secs(30),
+            || async {
+                let applied = ready_reason(&api, "warm-up").await?.is_some();
+                Ok(applied && published(&system).await? >= 1.0)
+            },
+        )
+        .await?;
+    let before = published(&system).await?;
+    // What the same computation gives every object below.
+    let waiting = ready_reason(&api, "warm-up").await?;
+
+    // The applier's requests held: each object's intent is taken and answered `queued`.
+    proxy.hold();
+    const NAMES: [&str; 5] = ["queued-a", "queued-b", "queued-c", "queued-d", "queued-e"];
+    for name in NAMES {
+        create_waiting_capt_cluster(&api, name).await?;
+    }
+    let in_flight = before + NAMES.len() as f64;
+    system
+        .wait_for(
+            "every object's intent answered `queued`",
+            Duration::from_secs(30),
+            || async { Ok(published(&system).await? >= in_flight) },
+        )
+        .await?;
+    let sent = published(&system).await?;
+    for name in NAMES {
+        assert_eq!(
+            ready_reason(&api, name).await?,
+            None,
+            "{name}'s intent must still be in flight when the applier is killed"
+        );
+    }
+
+    // SIGKILL. The next applier reaches the API server directly: what the killed one sent
+    // stays held, and never arrives.
+    system.applier.restart_as(&env().kubeconfig).await?;
+    for name in NAMES {
+        system
+            .wait_for(
+                &format!("{name}'s status from the intent published before the kill"),
+                Duration::from_secs(30),
+                || async { Ok(ready_reason(&api, name).await? == waiting) },
+            )
+            .await?;
+    }
+    assert_eq!(
+        published(&system).await?,
+        sent,
+        "no intent was published anew: no fragment changed, no reconcile had a cause to"
+    );
+
+    // The objects go with their namespace: the finalizer the test put on comes off.
+    let unfinalized = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for name in NAMES.into_iter().chain(["warm-up"]) {
+        api.patch(name, &PatchParams::default(), &unfinalized)
+            .await?;
+    }
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! `capt_objects_unreadable` gauge) until they are deleted. And a watch that keeps failing
 //! (an upgrade whose ClusterRole lacks a kind) makes `/readyz` fail and name it.
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use capt_tests::applier::metric_value;
 use capt_tests::fake_provider::FakeProvider;
 use capt_tests::pod::{Election, Pod};
@@ -238,16 +238,17 @@ async fn readyz_fails_and_names_the_watch_that_keeps_failing() -> Result<()> {
     let scratch = Scratch::new(&user)?;
     let kubeconfig = impersonating_kubeconfig(&user, &scratch)?;
     let system = System::start_as(&ns.name, 50, &["--no-leader-election"], &kubeconfig).await?;
-    let mut seen = String::new();
     let failing = wait_until("/readyz failing on the template watch", TIMEOUT, || async {
         let (status, body) = system.controller_readyz().await?;
-        seen = body.clone();
         Ok(status == 503
             && body.contains("watch of WorkspaceTemplate failing")
             && body.contains("forbidden"))
     })
     .await;
-    failing.with_context(|| format!("last /readyz: {seen}"))?;
+    if let Err(e) = failing {
+        let (status, body) = system.controller_readyz().await?;
+        bail!("{e}; /readyz now answers {status}: {body}");
+    }
     let failures =
         system.controller_metric("capt_watch_failures_total", &["kind=\"WorkspaceTemplate\""]);
     ensure!(failures.await? >= 2.0, "the failures are counted");
