@@ -2,7 +2,7 @@
 //! Workspace they describe. Pure: no API server.
 
 use crate::api::{WorkspaceTemplate, WorkspaceTemplateApply};
-use crate::variables::PathStep;
+use crate::variables::{PathStep, WORKSPACE_NAME_VARIABLE};
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -22,8 +22,6 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// The label Cluster API providers shard by (`--watch-filter`); the applies a sharded
 /// controller creates carry their owner's.
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
-/// The variable that stands for the Workspace's own name.
-pub const WORKSPACE_NAME_VARIABLE: &str = "WORKSPACE_NAME";
 /// Annotation on a Workspace: the revision of what was rendered into it (see
 /// [`render_workspace`]), which its module echoes as [`REVISION_OUTPUT`] once applied.
 pub const REVISION_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/workspace-revision";
@@ -47,7 +45,7 @@ pub const RENDERING_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/workspac
 /// change of the rendered Workspace (the golden files of `controller/tests/render_golden.rs`
 /// refuse a changed rendering under the same number): a Workspace rendered by an earlier one
 /// keeps its rendering until its inputs change (`reconcile/apply.rs`, docs/upgrading.md).
-pub const RENDERING: u32 = 2;
+pub const RENDERING: u32 = 3;
 /// The rendering of v0.1.0, which recorded none.
 pub const FIRST_RENDERING: u32 = 1;
 /// Hex digits of a revision.

@@ -21,6 +21,10 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The longest value (bytes).
+/// The platform's variable that stands for the Workspace's own name: replaced everywhere in
+/// a template, the one substitution that is not a tenant's value.
+pub const WORKSPACE_NAME_VARIABLE: &str = "WORKSPACE_NAME";
+
 pub const MAX_VALUE: usize = 8192;
 /// The longest key.
 pub const MAX_KEY: usize = 63;
@@ -72,7 +76,7 @@ pub fn first_unsafe(variables: Option<&BTreeMap<String, String>>) -> Option<Stri
                  {MAX_KEY} characters); nothing is rendered"
             ));
         }
-        if key == crate::render::WORKSPACE_NAME_VARIABLE {
+        if key == WORKSPACE_NAME_VARIABLE {
             return Some(format!(
                 "spec.variables.{key} is the platform's (the Workspace's name); nothing is \
                  rendered"

@@ -205,7 +205,10 @@ impl System {
         }
         args.extend(leader_args.iter().map(|a| (*a).to_owned()));
         // The test's own namespace holds its templates: trusted, unless the test says which.
-        if !controller_args.iter().any(|a| a.starts_with(TRUST_TEMPLATES)) {
+        if !controller_args
+            .iter()
+            .any(|a| a.starts_with(TRUST_TEMPLATES))
+        {
             args.extend([TRUST_TEMPLATES.to_owned(), namespace.to_owned()]);
         }
         args.extend(controller_args.iter().map(|a| (*a).to_owned()));

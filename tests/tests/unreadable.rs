@@ -1,12 +1,18 @@
-//! One object never stops the others. A tenant's Cluster that the API server and Cluster API
-//! core's webhooks accept, but that the controller's types cannot read (v1beta2 makes the
-//! endpoint's port optional), used to fail the controller's list of every Cluster: after a
-//! restart its caches never synced and nothing was reconciled for any tenant, while
-//! `/readyz` said ready. Here, beside the real core manager, such objects are created, the
-//! controller is restarted as a pod restart does, and another tenant's stacks are still
-//! reconciled; the odd objects are reported (a Warning Event, the
-//! `capt_objects_unreadable` gauge) until they are deleted. And a watch that keeps failing
-//! (an upgrade whose ClusterRole lacks a kind) makes `/readyz` fail and name it.
+//! One object never stops the others. A tenant's objects that the API server (and Cluster API
+//! core's webhooks) accept are created beside another tenant's stacks, the controller is
+//! restarted as a pod restart does, and the other tenant's stacks are still reconciled:
+//!
+//! - the Cluster of the report that found the trap (v1beta2 makes the endpoint's port
+//!   optional; the controller's view once required it, so this Cluster failed its list of
+//!   every Cluster, and after a restart nothing was reconciled for any tenant) now reads as a
+//!   Cluster with no endpoint yet;
+//! - a CAPTControlPlane whose `spec.controlPlaneEndpoint.port` is past 32 bits: the CRD says
+//!   `format: int32`, which the API server does not enforce on integers, and the controller
+//!   cannot read it. It costs only itself: it is reported (a Warning Event, the
+//!   `capt_objects_unreadable` gauge, a log line) until it is deleted.
+//!
+//! And a watch that keeps failing (an upgrade whose ClusterRole lacks a kind) makes `/readyz`
+//! fail and name it.
 
 use anyhow::{Context, Result, bail, ensure};
 use capt_tests::applier::metric_value;
@@ -35,9 +41,9 @@ fn poison_cluster(namespace: &str, shard: &str) -> Value {
     })
 }
 
-/// A CAPTControlPlane of tenant `mallory` whose `spec.replicas` is past what a 32-bit
-/// integer holds: the CRD's schema says `format: int32`, which the API server does not
-/// enforce on integers.
+/// A CAPTControlPlane of tenant `mallory` whose endpoint's port is past what a 32-bit integer
+/// holds: the CRD's schema says `format: int32`, which the API server does not enforce on
+/// integers.
 fn poison_control_plane(namespace: &str, shard: &str) -> Value {
     json!({
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
@@ -47,7 +53,7 @@ fn poison_control_plane(namespace: &str, shard: &str) -> Value {
         "spec": {
             "version": "1.31",
             "workspaceTemplateRef": {"name": "poison"},
-            "controlPlaneConfig": {"region": "ap-northeast-1", "replicas": 4_294_967_296_i64},
+            "controlPlaneEndpoint": {"host": "poison.example.com", "port": 4_294_967_296_i64},
         },
     })
 }
@@ -111,14 +117,6 @@ async fn a_tenants_odd_but_valid_objects_cost_only_themselves_across_a_restart()
     apply(&poison_cluster(&mallory.name, &shard)).context("core accepts the poison Cluster")?;
     apply(&poison_control_plane(&mallory.name, &shard))
         .context("the API server accepts the poison control plane")?;
-    // Seen while the controller runs (a watch event of each).
-    for kind in ["Cluster", "CAPTControlPlane"] {
-        wait_until(&format!("one unreadable {kind}"), TIMEOUT, || async {
-            Ok(unreadable(&pod, kind).await? == 1.0)
-        })
-        .await?;
-    }
-
     // Restarted, as a pod restart, an eviction or a fail-over does: the first list meets them.
     pod.kill_controller();
     pod.start_controller()?;
