@@ -35,8 +35,8 @@ const MAX_ERROR_IN_NOTE: usize = 800;
 pub enum Decoded<K> {
     /// It fits `K`.
     Readable(K),
-    /// It does not.
-    Unreadable(Unreadable),
+    /// It does not (rare: boxed, so that a readable object carries no room for it).
+    Unreadable(Box<Unreadable>),
 }
 
 /// What is known of an object that does not fit its type: who it is, and why.
@@ -62,13 +62,13 @@ impl<K: DeserializeOwned> Decoded<K> {
         let meta = identity(&value);
         match serde_path_to_error::deserialize(value) {
             Ok(object) => Self::Readable(object),
-            Err(error) => Self::Unreadable(Unreadable {
+            Err(error) => Self::Unreadable(Box::new(Unreadable {
                 meta,
                 error: match error.path().to_string().as_str() {
                     "." => error.inner().to_string(),
                     path => format!("{path}: {}", error.inner()),
                 },
-            }),
+            })),
         }
     }
 }

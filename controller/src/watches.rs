@@ -448,14 +448,17 @@ async fn follow<K: Watched>(
     }
 }
 
+/// How an event of `K` is made again from its object.
+type Rewrap<K> = fn(K) -> watcher::Event<K>;
+
 /// The event with its object read as `K`; or the object that cannot be read, and whether the
 /// event was its deletion.
 fn readable<K>(
     event: watcher::Event<Decoded<K>>,
-) -> Result<watcher::Event<K>, (crate::unreadable::Unreadable, bool)> {
+) -> Result<watcher::Event<K>, (Box<crate::unreadable::Unreadable>, bool)> {
     use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
     let deleted = matches!(event, Delete(_));
-    let (object, rewrap): (Decoded<K>, fn(K) -> watcher::Event<K>) = match event {
+    let (object, rewrap): (Decoded<K>, Rewrap<K>) = match event {
         Init => return Ok(Init),
         InitDone => return Ok(InitDone),
         Apply(object) => (object, Apply),
@@ -617,7 +620,7 @@ mod tests {
     }
 
     fn unreadable<K>(name: &str, version: &str) -> Decoded<K> {
-        Decoded::Unreadable(crate::unreadable::Unreadable {
+        Decoded::Unreadable(Box::new(crate::unreadable::Unreadable {
             meta: kube::api::ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -625,7 +628,7 @@ mod tests {
                 ..Default::default()
             },
             error: "spec.templateRef: missing field `name`".into(),
-        })
+        }))
     }
 
     #[tokio::test]
