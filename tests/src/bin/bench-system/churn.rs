@@ -8,7 +8,7 @@
 
 use crate::deployed::Pod;
 use crate::probe::process_stats;
-use crate::round::{CREATE_CONCURRENCY, create_namespace, create_stacks, wait_provisioned};
+use crate::round::{CREATE_CONCURRENCY, Stacks, create_namespace, create_stacks, wait_provisioned};
 use crate::stacks::{Watches, create_templates, resource};
 use crate::system::BenchSystem;
 use crate::{Args, Mode};
@@ -48,14 +48,19 @@ pub(crate) async fn run_churn(args: &Args, n: usize, waves: usize, pod: &Pod) ->
     let system = BenchSystem::start(args, Mode::Sidecar, pod, &dir).await?;
     eprintln!("[churn N={n}] processes' logs in {}", dir.display());
     let timeout = args.provision_timeout(n);
+    let templates = pod.template_namespace()?;
     let mut done = Vec::new();
     for wave in 0..waves {
         let ns = format!("churn-{n}-w{wave}");
         create_namespace(&client, &ns).await?;
         let watches = Watches::start(&client, &ns);
         let start = Instant::now();
-        create_templates(&client, &ns, &[]).await?;
-        create_stacks(&client, &ns, n, 0).await?;
+        let stacks = Stacks {
+            ns: &ns,
+            templates: &templates,
+        };
+        create_templates(&client, &templates, &ns, &[]).await?;
+        create_stacks(&client, &stacks, n, 0).await?;
         wait_provisioned(&watches, n, timeout).await;
         let provisioned = watches.provisioned();
         let provisioned_in = start.elapsed().as_secs_f64();

@@ -28,6 +28,9 @@ use std::process::{Child, Command, Stdio};
 pub(crate) const DEPLOYMENT: &str = "manifests/deploy/deployment.yaml";
 /// The kustomization that generates the ConfigMaps the pod mounts.
 const KUSTOMIZATION: &str = "manifests/kustomization.yaml";
+/// How the controller is told the namespaces it trusts with code.
+const TEMPLATE_NAMESPACES_ENV: &str = "CAPT_ALLOW_TEMPLATE_NAMESPACES";
+const TEMPLATE_NAMESPACE_FLAG: &str = "--allow-template-namespace";
 /// The containers, by name.
 pub(crate) const APPLIER: &str = "status-applier";
 pub(crate) const MANAGER: &str = "manager";
@@ -61,6 +64,10 @@ impl Pod {
             .into_iter()
             .find(|d| d["kind"] == "Deployment")
             .with_context(|| format!("no Deployment in {DEPLOYMENT}"))?;
+        Self::of(&doc)
+    }
+
+    fn of(doc: &Value) -> Result<Self> {
         Ok(Self {
             namespace: doc["metadata"]["namespace"]
                 .as_str()
@@ -78,6 +85,42 @@ impl Pod {
             .flatten()
             .find(|c| c["name"] == name)
             .with_context(|| format!("no container {name} in {DEPLOYMENT}"))
+    }
+
+    /// The namespace whose WorkspaceTemplates the `manager` container trusts with code: the
+    /// first of its `CAPT_ALLOW_TEMPLATE_NAMESPACES`, else of its `--allow-template-namespace`
+    /// flags. The benchmark keeps its templates there, as an operator would: a template of any
+    /// other namespace is refused.
+    pub(crate) fn template_namespace(&self) -> Result<String> {
+        let c = self.container(MANAGER)?;
+        let from_env = c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == TEMPLATE_NAMESPACES_ENV)
+            .and_then(|e| e["value"].as_str());
+        let words: Vec<&str> = ["command", "args"]
+            .iter()
+            .flat_map(|k| c[k].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        let from_flags = words.iter().enumerate().find_map(|(i, w)| {
+            match w.strip_prefix(TEMPLATE_NAMESPACE_FLAG)? {
+                "" => words.get(i + 1).copied(),
+                rest => rest.strip_prefix('='),
+            }
+        });
+        from_env
+            .or(from_flags)
+            .and_then(|list| list.split(',').map(str::trim).find(|ns| !ns.is_empty()))
+            .map(str::to_owned)
+            .with_context(|| {
+                format!(
+                    "container {MANAGER} in {DEPLOYMENT} trusts no template namespace \
+                     ({TEMPLATE_NAMESPACES_ENV} or {TEMPLATE_NAMESPACE_FLAG}): every \
+                     WorkspaceTemplate would be refused"
+                )
+            })
     }
 
     /// The memory limit of container `name`, in MiB (`256Mi`, `1Gi`, or bytes).
@@ -438,4 +481,43 @@ pub(crate) fn env_summary(launch: &Launch) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(manager: Value) -> Pod {
+        let doc = json!({"metadata": {"namespace": "capt-system"},
+            "spec": {"template": {"spec": {"containers": [manager]}}}});
+        Pod::of(&doc).expect("a Deployment")
+    }
+
+    #[test]
+    fn the_template_namespace_is_the_first_the_manager_trusts() {
+        let pod = deployment(json!({"name": MANAGER, "command": ["/capt-controller"],
+            "env": [{"name": TEMPLATE_NAMESPACES_ENV, "value": " platform ,other"}]}));
+        assert_eq!(pod.template_namespace().unwrap(), "platform");
+        let pod = deployment(json!({"name": MANAGER,
+            "command": ["/capt-controller", "--allow-template-namespace", "flagged"]}));
+        assert_eq!(pod.template_namespace().unwrap(), "flagged");
+        let pod = deployment(json!({"name": MANAGER,
+            "command": ["/capt-controller"], "args": ["--allow-template-namespace=joined"]}));
+        assert_eq!(pod.template_namespace().unwrap(), "joined");
+    }
+
+    #[test]
+    fn a_manager_that_trusts_no_namespace_is_an_error_naming_the_variable() {
+        let pod = deployment(json!({"name": MANAGER, "command": ["/capt-controller"],
+            "env": [{"name": TEMPLATE_NAMESPACES_ENV, "value": ""}]}));
+        let error = pod.template_namespace().unwrap_err().to_string();
+        assert!(error.contains(TEMPLATE_NAMESPACES_ENV), "{error}");
+    }
+
+    #[test]
+    fn the_shipped_deployment_trusts_a_template_namespace() {
+        let pod = Pod::read().expect("the shipped Deployment");
+        assert!(!pod.template_namespace().unwrap().is_empty());
+    }
 }

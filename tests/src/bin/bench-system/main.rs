@@ -32,7 +32,8 @@
 //!    writes per probe stack by field manager;
 //! 4. output changes: the `cluster_endpoint` output of `--output-changes` provisioned stacks
 //!    changed, one at a time, where it comes from (each of those stacks has a
-//!    WorkspaceTemplate of its own); the writes per change by field manager, and the time
+//!    WorkspaceTemplate of its own, in the namespace the Deployment trusts with templates, as
+//!    all the benchmark's are: `stacks`); the writes per change by field manager, and the time
 //!    from the Workspace's new output to the CAPTControlPlane's new endpoint (core never
 //!    changes a Cluster's endpoint once set, so that is where a change ends);
 //! 5. peak RSS and CPU seconds of each process;

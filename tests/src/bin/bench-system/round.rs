@@ -138,6 +138,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     let client = env().client().await?;
     let audit = env().state_dir().join("audit.log");
     let ns = format!("bench-{n}-{}", mode.short());
+    let templates = pod.template_namespace()?;
     create_namespace(&client, &ns).await?;
     let dir = std::env::temp_dir().join(capt_tests::unique_name(&ns));
     std::fs::create_dir_all(&dir)?;
@@ -146,6 +147,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         mode,
         ns: &ns,
         audit: &audit,
+    };
+    let stacks = Stacks {
+        ns: &ns,
+        templates: &templates,
     };
     let watches = Watches::start(&client, &ns);
     let (captclusters, census_task) = StatusCensus::watch(Api::namespaced_with(
@@ -169,6 +174,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         &system,
         &client,
         &watches,
+        &stacks,
         n,
         &own,
         provision_timeout,
@@ -200,6 +206,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         &system,
         &client,
         &watches,
+        &stacks,
         probe_count,
         match mode {
             Mode::Sidecar => args.probe_concurrency,
@@ -224,7 +231,10 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         Mode::Sidecar => &own[..],
         Mode::Baseline => &own[..args.baseline_changes.min(own.len())],
     };
-    let changes = output_changes(&round, &system, &client, &watches, changed, timeout).await?;
+    let changes = output_changes(
+        &round, &system, &client, &watches, &stacks, changed, timeout,
+    )
+    .await?;
     let (controller, applier) = measure_processes(&system)?;
     let standby = system
         .standbys()
@@ -279,22 +289,31 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     })
 }
 
+/// Where a round's stacks go: their namespace, and the template namespace their templates are
+/// kept in (the one the Deployment trusts with code).
+pub(crate) struct Stacks<'a> {
+    pub(crate) ns: &'a str,
+    pub(crate) templates: &'a str,
+}
+
 /// Phase 1, provisioning: the templates and `n` stacks created at once (`own` of them with
 /// a WorkspaceTemplate of their own) while the fake provider plays Terraform, until they are
 /// provisioned (or a deadline passes) and the writes settle. Returns how many were
 /// provisioned, in how many seconds, and what happened meanwhile.
+#[allow(clippy::too_many_arguments)]
 async fn provision(
     round: &Probe<'_>,
     system: &BenchSystem,
     client: &kube::Client,
     watches: &Watches,
+    stacks: &Stacks<'_>,
     n: usize,
     own: &[String],
     timeout: Duration,
 ) -> Result<(usize, f64, Delta)> {
     let start = round.snapshot(system).await?;
-    create_templates(client, round.ns, own).await?;
-    create_stacks(client, round.ns, n, own.len()).await?;
+    create_templates(client, stacks.templates, stacks.ns, own).await?;
+    create_stacks(client, stacks, n, own.len()).await?;
     eprintln!(
         "  {n} stacks created in {:.1} s",
         start.at.elapsed().as_secs_f64()
@@ -330,27 +349,28 @@ pub(crate) async fn create_namespace(client: &kube::Client, ns: &str) -> Result<
 /// WorkspaceTemplate of their own.
 pub(crate) async fn create_stacks(
     client: &kube::Client,
-    ns: &str,
+    stacks: &Stacks<'_>,
     n: usize,
     own: usize,
 ) -> Result<()> {
-    create_stacks_in(client, ns, n, own, None).await
+    create_stacks_in(client, stacks, n, own, None).await
 }
 
 /// [`create_stacks`], each labelled for `shard`, if any.
 pub(crate) async fn create_stacks_in(
     client: &kube::Client,
-    ns: &str,
+    stacks: &Stacks<'_>,
     n: usize,
     own: usize,
     shard: Option<&str>,
 ) -> Result<()> {
     futures::stream::iter((0..n).map(|i| {
-        let template = (i < own).then(|| own_template(&stack_name(i)));
+        let template = (i < own).then(|| own_template(stacks.ns, &stack_name(i)));
         let shard = shard.map(str::to_owned);
         create_stack(
             client.clone(),
-            ns.to_owned(),
+            stacks.ns.to_owned(),
+            stacks.templates.to_owned(),
             stack_name(i),
             template,
             shard,
@@ -415,17 +435,26 @@ struct ProbeTimes {
 /// Probe stack `i` and (with `floor`) floor stack `i`, created together so that both hops
 /// run under the same load, each waited for up to `timeout`.
 async fn probe_one(
-    ns: &str,
+    stacks: &Stacks<'_>,
     client: &kube::Client,
     watches: &Watches,
     i: usize,
     timeout: Duration,
     floor: Option<&Padding>,
 ) -> Result<ProbeTimes> {
+    let ns = stacks.ns;
     let stack = probe_name(i);
     let name = floor_name(i);
     let ours = async {
-        create_stack(client.clone(), ns.to_owned(), stack.clone(), None, None).await?;
+        create_stack(
+            client.clone(),
+            ns.to_owned(),
+            stacks.templates.to_owned(),
+            stack.clone(),
+            None,
+            None,
+        )
+        .await?;
         let t2 = watches
             .clusters
             .wait(timeout, |s| s.first_with(&stack, "host:"))
@@ -474,6 +503,7 @@ async fn probe_stacks(
     system: &BenchSystem,
     client: &kube::Client,
     watches: &Watches,
+    stacks: &Stacks<'_>,
     count: usize,
     concurrency: usize,
     timeout: Duration,
@@ -493,7 +523,7 @@ async fn probe_stacks(
             }
             std::future::ready(go)
         })
-        .map(|i| probe_one(round.ns, client, watches, i, timeout, floor))
+        .map(|i| probe_one(stacks, client, watches, i, timeout, floor))
         .buffer_unordered(concurrency.max(1));
     while let Some(times) = results.next().await {
         let times = times?;
@@ -562,6 +592,7 @@ async fn output_changes(
     system: &BenchSystem,
     client: &kube::Client,
     watches: &Watches,
+    stacks: &Stacks<'_>,
     own: &[String],
     timeout: Duration,
 ) -> Result<Changes> {
@@ -583,7 +614,7 @@ async fn output_changes(
         let host = endpoint_host(stack, 1);
         let ws = workspace_name(round.ns, &format!("{stack}-controlplane"));
         c.made += 1;
-        change_output(client, round.ns, stack, &host).await?;
+        change_output(client, stacks.templates, stacks.ns, stack, &host).await?;
         let wanted = format!("host:{host}");
         let t1 = watches
             .control_planes

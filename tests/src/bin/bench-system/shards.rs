@@ -9,7 +9,7 @@
 
 use crate::deployed::Pod;
 use crate::probe::{CREDENTIAL_ID, Probe, ProcessStats, process_stats};
-use crate::round::{create_namespace, create_stacks_in, wait_provisioned};
+use crate::round::{Stacks, create_namespace, create_stacks_in, wait_provisioned};
 use crate::stacks::{Watches, create_templates};
 use crate::system::{BenchSystem, start_provider};
 use crate::{Args, Mode};
@@ -67,13 +67,15 @@ pub(crate) async fn run_shards(args: &Args, n: usize, k: usize, pod: &Pod) -> Re
     let from = log.audit_end()?;
     let per_shard = n / k;
     let timeout = args.provision_timeout(n);
+    let templates = &pod.template_namespace()?;
     let start = Instant::now();
     let provisioning = names.iter().zip(&namespaces).map(|(name, ns)| {
         let client = client.clone();
         async move {
             let watches = Watches::start(&client, ns);
-            create_templates(&client, ns, &[]).await?;
-            create_stacks_in(&client, ns, per_shard, 0, Some(name)).await?;
+            let stacks = Stacks { ns, templates };
+            create_templates(&client, templates, ns, &[]).await?;
+            create_stacks_in(&client, &stacks, per_shard, 0, Some(name)).await?;
             wait_provisioned(&watches, per_shard, timeout).await;
             anyhow::Ok((watches.provisioned(), start.elapsed().as_secs_f64()))
         }

@@ -1,6 +1,10 @@
 //! The benchmark's CAPT stacks: the sample templates and stacks it creates, what it watches
 //! of them (one watch per kind, each value stamped when it first arrives), and an output
 //! change made where outputs come from (the stack's own WorkspaceTemplate).
+//!
+//! The templates live where the Deployment's controller trusts them with code (its template
+//! namespace, `Pod::template_namespace`), shared by every round of a run, and the stacks of
+//! every round name them there, as the samples do.
 
 use anyhow::{Context, Result};
 use capt_tests::fake_provider::{OUTPUTS_ANNOTATION, workspace_resource};
@@ -8,6 +12,7 @@ use capt_tests::pod::WATCH_FILTER_LABEL;
 use capt_tests::repo_root;
 use capt_tests::system::APPLY_NAMESPACE_LABEL;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -41,10 +46,11 @@ pub(crate) fn probe_name(i: usize) -> String {
     format!("p{i:04}")
 }
 
-/// The WorkspaceTemplate of its own a stack whose output the benchmark changes uses: a copy
-/// of the sample's `eks`.
-pub(crate) fn own_template(stack: &str) -> String {
-    format!("eks-{stack}")
+/// The WorkspaceTemplate of its own a stack of round `ns` whose output the benchmark changes
+/// uses: a copy of the sample's `eks`, named after the round too, since all rounds keep their
+/// templates in the one trusted namespace.
+pub(crate) fn own_template(ns: &str, stack: &str) -> String {
+    format!("eks-{ns}-{stack}")
 }
 
 /// The Cluster endpoint each output change should produce.
@@ -61,7 +67,7 @@ fn stack_docs(name: &str) -> Result<Vec<Value>> {
         .collect()
 }
 
-fn templates(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+fn templates_in(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
         client.clone(),
         ns,
@@ -69,38 +75,63 @@ fn templates(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     )
 }
 
-/// The sample templates (`vpc`, `eks`), and a copy of `eks` for each of `own` stacks
-/// ([`own_template`]).
+/// In the template namespace `templates` (created if absent): the sample templates (`vpc`,
+/// `eks`; kept when an earlier round made them), and a copy of `eks` for each of `own` stacks
+/// of round `ns` ([`own_template`]).
 pub(crate) async fn create_templates(
     client: &kube::Client,
+    templates: &str,
     ns: &str,
     own: &[String],
 ) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": templates}}))?;
+    already_there_or_made(namespaces.create(&bench_creates(), &namespace).await)
+        .with_context(|| format!("creating the template namespace {templates}"))?;
     let text = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
-    let api = templates(client, ns);
+    let api = templates_in(client, templates);
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc)?;
-        v["metadata"]["namespace"] = json!(ns);
+        // The file also holds the namespace, made above under the Deployment's name for it.
+        if v["kind"] != "WorkspaceTemplate" {
+            continue;
+        }
+        v["metadata"]["namespace"] = json!(templates);
         if v["metadata"]["name"] == "eks" {
             for stack in own {
                 let mut copy = v.clone();
-                copy["metadata"]["name"] = json!(own_template(stack));
+                let name = own_template(ns, stack);
+                copy["metadata"]["name"] = json!(name);
                 api.create(&bench_creates(), &serde_json::from_value(copy)?)
-                    .await?;
+                    .await
+                    .with_context(|| format!("creating WorkspaceTemplate {templates}/{name}"))?;
             }
         }
-        api.create(&bench_creates(), &serde_json::from_value(v)?)
-            .await?;
+        let name = v["metadata"]["name"].clone();
+        already_there_or_made(
+            api.create(&bench_creates(), &serde_json::from_value(v)?)
+                .await,
+        )
+        .with_context(|| format!("creating WorkspaceTemplate {templates}/{name}"))?;
     }
     Ok(())
 }
 
-/// Changes the `cluster_endpoint` output of `stack`'s control plane where it comes from: its
-/// own WorkspaceTemplate, whose outputs the controller renders into the Workspace and the
-/// provider applies (as a new Terraform configuration would), as
-/// `System::set_endpoint_output` does for the sample.
+/// A create answered 409 (an earlier round's, left as it is) counts as made.
+fn already_there_or_made<T>(created: kube::Result<T>) -> kube::Result<()> {
+    match created {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Changes the `cluster_endpoint` output of round `ns`'s `stack`'s control plane where it
+/// comes from: its own WorkspaceTemplate (in the template namespace `templates`), whose
+/// outputs the controller renders into the Workspace and the provider applies (as a new
+/// Terraform configuration would), as `System::set_endpoint_output` does for the sample.
 pub(crate) async fn change_output(
     client: &kube::Client,
+    templates: &str,
     ns: &str,
     stack: &str,
     host: &str,
@@ -109,9 +140,9 @@ pub(crate) async fn change_output(
         "cluster_name": "${CLUSTER_NAME}"});
     let patch = json!({"spec": {"template": {"metadata": {"annotations":
         {OUTPUTS_ANNOTATION: outputs.to_string()}}}}});
-    templates(client, ns)
+    templates_in(client, templates)
         .patch(
-            &own_template(stack),
+            &own_template(ns, stack),
             &PatchParams {
                 field_manager: Some(BENCH_MANAGER.into()),
                 ..Default::default()
@@ -122,17 +153,24 @@ pub(crate) async fn change_output(
     Ok(())
 }
 
-/// Creates one stack (its control plane using the WorkspaceTemplate `template`, the
-/// sample's `eks` when `None`; its objects labelled for `shard`, if any); Cluster API core adopts its CAPT objects (their cluster-name
-/// label names the Cluster where core does not run).
+/// Creates one stack (its templates those of the template namespace `templates`, its control
+/// plane's the WorkspaceTemplate `template`, the sample's `eks` when `None`; its objects
+/// labelled for `shard`, if any); Cluster API core adopts its CAPT objects (their
+/// cluster-name label names the Cluster where core does not run).
 pub(crate) async fn create_stack(
     client: kube::Client,
     ns: String,
+    templates: String,
     name: String,
     template: Option<String>,
     shard: Option<String>,
 ) -> Result<()> {
     for mut doc in stack_docs(&name)? {
+        for field in ["vpcTemplateRef", "workspaceTemplateRef"] {
+            if let Some(r) = doc["spec"].get_mut(field) {
+                r["namespace"] = json!(templates);
+            }
+        }
         if let Some(shard) = &shard {
             doc["metadata"]["labels"][WATCH_FILTER_LABEL] = json!(shard);
         }

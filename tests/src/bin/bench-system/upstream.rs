@@ -17,6 +17,9 @@
 //!   values, so the baseline provisions; it never writes `null`s.
 //! - no server-side apply anywhere: creates, `Update`s and merge patches, under the field
 //!   managers our system uses (so that the audit log counts them alike).
+//! - templates where the stacks name them: upstream kept a template in its object's namespace;
+//!   here an apply names the template's namespace too (the benchmark's templates are where the
+//!   Deployment trusts them), which changes what is read, not what is written.
 //!
 //! At one cluster at rest that is 8 writes per 30 s tick (CAPTCluster: its status and the
 //! Cluster's status; CAPTControlPlane: its endpoint, its status, the Cluster's status and
@@ -26,7 +29,7 @@
 
 use anyhow::{Context as _, Result};
 use capt_controller::api::{
-    CAPTCluster, CAPTControlPlane, WorkspaceTemplate, WorkspaceTemplateApply,
+    CAPTCluster, CAPTControlPlane, NamespacedRef, WorkspaceTemplate, WorkspaceTemplateApply,
 };
 use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use capt_controller::render::{
@@ -172,7 +175,7 @@ async fn ensure_apply<O: Resource<DynamicType = ()>>(
     ctx: &Ctx,
     owner: &O,
     suffix: &str,
-    template: &str,
+    template: &NamespacedRef,
     variables: Value,
 ) -> Result<Option<Arc<WorkspaceTemplateApply>>, Failed> {
     let ns = owner.namespace().unwrap_or_default();
@@ -189,7 +192,7 @@ async fn ensure_apply<O: Resource<DynamicType = ()>>(
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
         "metadata": {"name": name, "namespace": ns, "labels": labels,
             "ownerReferences": [owner.controller_owner_ref(&())]},
-        "spec": {"templateRef": {"name": template}, "variables": variables},
+        "spec": {"templateRef": template, "variables": variables},
     });
     let api: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &ns);
     let body = serde_json::from_value(body).map_err(|e| Failed(e.to_string()))?;
@@ -243,12 +246,7 @@ async fn patch_cluster(
 
 async fn reconcile_capt_cluster(cc: Arc<CAPTCluster>, ctx: Arc<Ctx>) -> Result<Action, Failed> {
     ctx.reconciles.inc();
-    let template = cc
-        .spec
-        .vpc_template_ref
-        .as_ref()
-        .map(|r| r.name.clone())
-        .unwrap_or_default();
+    let template = cc.spec.vpc_template_ref.clone().unwrap_or_default();
     let mut variables = json!({"CLUSTER_NAME": cluster_of(&*cc).unwrap_or_else(|| cc.name_any()),
         "REGION": cc.spec.region});
     if let Some(vpc) = &cc.spec.vpc_config {
@@ -300,7 +298,7 @@ async fn reconcile_control_plane(
     if vpc_ready {
         let variables = json!({"CLUSTER_NAME": cluster.clone().unwrap_or_else(|| cp.name_any()),
             "KUBERNETES_VERSION": cp.spec.version});
-        let template = cp.spec.workspace_template_ref.name.clone();
+        let template = cp.spec.workspace_template_ref.clone();
         let apply = ensure_apply(&ctx, &*cp, "controlplane", &template, variables).await?;
         observed = apply.as_deref().and_then(|a| observe(&ctx, a));
     }
@@ -370,7 +368,8 @@ async fn reconcile_apply(
     ctx.reconciles.inc();
     let ns = apply.namespace().unwrap_or_default();
     let name = workspace_name(&ns, &apply.name_any());
-    let templates: Api<WorkspaceTemplate> = Api::namespaced(ctx.client.clone(), &ns);
+    let template_ns = apply.spec.template_ref.namespace.as_deref().unwrap_or(&ns);
+    let templates: Api<WorkspaceTemplate> = Api::namespaced(ctx.client.clone(), template_ns);
     // Upstream read its template from the manager's cache; here from the API server (the
     // baseline does not watch templates).
     let template = templates
