@@ -380,8 +380,11 @@ async fn follow<K: Watched>(
     let mut listed = false;
     while let Some(event) = events.next().await {
         let event = match event {
+            // `Init` comes before the list is asked for: it tells nothing of the watch.
             Ok(event) => {
-                reports.health.succeeded();
+                if !matches!(event, watcher::Event::Init) {
+                    reports.health.succeeded();
+                }
                 event
             }
             Err(error) => {
@@ -684,6 +687,27 @@ mod tests {
         ];
         follow_all(events, store, writer, reports).await;
         assert_eq!(reporting.unreadables.count("WorkspaceTemplateApply"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_list_that_fails_each_time_keeps_the_watch_failing() {
+        use watcher::Event::Init;
+        // kube-rs announces each list (`Init`) before it asks for it.
+        let events = [
+            Ok(Init),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(Init),
+            Err(watcher::Error::NoResourceVersion),
+        ];
+        let (store, writer) = reflector::store::<WorkspaceTemplateApply>();
+        let (reports, reporting) = reports_of::<WorkspaceTemplateApply>();
+        let stream = futures::stream::iter(events);
+        follow(stream, store, writer, Subscribers::default(), reports).await;
+        let not_ready = reporting.health.readiness(Instant::now()).unwrap_err();
+        assert!(
+            not_ready.starts_with("watch of WorkspaceTemplateApply failing (2 times in a row"),
+            "{not_ready}"
+        );
     }
 
     async fn follow_all<K: Watched, const N: usize>(

@@ -117,7 +117,9 @@ impl WatchReport {
         });
     }
 
-    /// The watch delivered an event: it works.
+    /// The watch delivered an object, or finished a list: it works. (Not its `Init`: kube-rs
+    /// announces a list before asking for it, so a list that fails each time still starts
+    /// with one.)
     pub fn succeeded(&self) {
         self.update(|s| s.failures_in_a_row = 0);
     }

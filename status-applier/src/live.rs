@@ -251,6 +251,8 @@ async fn watch(
     info!(kind = %kind.resource.kind, "Watching");
     while let Some(event) = events.next().await {
         match &event {
+            // `Init` comes before the list is asked for: it tells nothing of the watch.
+            Ok(watcher::Event::Init) => {}
             Ok(_) => health.succeeded(),
             Err(e) => health.failed(e, std::time::Instant::now()),
         }
