@@ -450,6 +450,20 @@ pub fn warnings(ns: &str, reason: &str, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The condition of `type_` in an object's `status.conditions`, if it has one.
+pub fn condition<'a>(object: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// The provider's last word on a Workspace (the real one's and the fake one's alike): its
+/// status carries the checksum again (an apply leaves it out until the next poll).
+pub fn provider_rests(workspace: &serde_json::Value) -> bool {
+    workspace["status"]["atProvider"]["checksum"].is_string()
+}
+
 /// `value` without the fields at `paths`: dot-separated keys, `[]` for every element of an
 /// array (`status.conditions[].lastTransitionTime`). For comparing two versions of an object
 /// with the fields that may legitimately differ named, and nothing else left out.

@@ -76,15 +76,8 @@ async fn wait_cluster_gone(system: &System) -> Result<()> {
         .await
 }
 
-fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
 fn is_true(obj: &Value, type_: &str) -> bool {
-    condition(obj, type_).is_some_and(|c| c["status"] == "True")
+    capt_tests::condition(obj, type_).is_some_and(|c| c["status"] == "True")
 }
 
 /// The managers with an entry on `obj` that owns at least one field.
@@ -195,14 +188,15 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         v1beta2["status"]["initialization"],
         json!({"infrastructureProvisioned": true, "controlPlaneInitialized": true})
     );
-    let infra = condition(&v1beta2, "InfrastructureReady").context("InfrastructureReady")?;
+    let infra =
+        capt_tests::condition(&v1beta2, "InfrastructureReady").context("InfrastructureReady")?;
     assert_eq!(
         (&infra["status"], &infra["reason"]),
         (&json!("True"), &json!("VPCReady")),
         "{infra}"
     );
-    let available =
-        condition(&v1beta2, "ControlPlaneAvailable").context("ControlPlaneAvailable")?;
+    let available = capt_tests::condition(&v1beta2, "ControlPlaneAvailable")
+        .context("ControlPlaneAvailable")?;
     assert_eq!(
         (&available["status"], &available["reason"]),
         (&json!("True"), &json!("ControlPlaneReady")),
@@ -308,7 +302,7 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
             Duration::from_secs(20),
             || async {
                 let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
-                Ok(condition(&cluster, "Paused").is_some_and(|c| {
+                Ok(capt_tests::condition(&cluster, "Paused").is_some_and(|c| {
                     c["status"] == "True"
                         && c["observedGeneration"] == cluster["metadata"]["generation"]
                 }))
@@ -354,7 +348,7 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
     // The controller did see the change in the window: its Paused condition observes it.
     let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
     assert_eq!(
-        condition(&cp, "Paused").context("Paused")?["observedGeneration"],
+        capt_tests::condition(&cp, "Paused").context("Paused")?["observedGeneration"],
         generation,
         "the controller reconciled the changed spec while paused"
     );
@@ -406,7 +400,7 @@ async fn a_paused_cluster_holds_workspaces_applies_and_statuses_until_unpaused()
         .await?;
     let cp = system.get(&["captcontrolplane", "demo"])?.context("cp")?;
     assert_eq!(
-        condition(&cp, "Paused").context("Paused")?["status"],
+        capt_tests::condition(&cp, "Paused").context("Paused")?["status"],
         "False"
     );
     Ok(())
@@ -541,14 +535,14 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
     system
         .wait_for("both explained", Duration::from_secs(30), || async {
             let cluster = system.get(&[CLUSTER_V1BETA2, "lost"])?.unwrap_or_default();
-            let infra = condition(&cluster, "InfrastructureReady")
+            let infra = capt_tests::condition(&cluster, "InfrastructureReady")
                 .cloned()
                 .unwrap_or_default();
             let cp = system
                 .get(&["captcontrolplane", "orphan"])?
                 .unwrap_or_default();
-            let waiting =
-                condition(&cp, "Ready").is_some_and(|c| c["reason"] == "WaitingForCluster");
+            let waiting = capt_tests::condition(&cp, "Ready")
+                .is_some_and(|c| c["reason"] == "WaitingForCluster");
             Ok(infra["status"] == "False"
                 && infra["message"]
                     .as_str()
@@ -608,7 +602,9 @@ async fn missing_references_are_explained_without_a_hot_loop() -> Result<()> {
 /// The condition `type_` of the Cluster `demo` in core's v1beta2 view, as `(status, reason)`.
 fn cluster_condition(system: &System, type_: &str) -> Result<(String, String)> {
     let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
-    let c = condition(&cluster, type_).cloned().unwrap_or_default();
+    let c = capt_tests::condition(&cluster, type_)
+        .cloned()
+        .unwrap_or_default();
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     Ok((text(&c["status"]), text(&c["reason"])))
 }
@@ -743,14 +739,14 @@ type Histories = Arc<std::sync::Mutex<BTreeMap<String, Vec<Value>>>>;
 /// the one way back to False that is no flip).
 fn field_value(obj: &Value, field: &str) -> Value {
     if let Some(type_) = field.strip_prefix("condition:") {
-        return condition(obj, type_)
+        return capt_tests::condition(obj, type_)
             .map(|c| json!([c["status"], c["reason"]]))
             .unwrap_or(Value::Null);
     }
     if let Some(type_) = field.strip_prefix("condition-status:") {
         // Core may never mirror our `Deleting` (its reconcile can fall after the control plane
         // is gone): True, then straight to False with `ObjectDeleted`.
-        return condition(obj, type_)
+        return capt_tests::condition(obj, type_)
             .map(|c| match c["reason"].as_str() {
                 Some(reason @ ("Deleting" | "ObjectDeleted")) => json!(reason),
                 _ => c["status"].clone(),
@@ -907,7 +903,7 @@ async fn provisioning_an_upgrade_and_deletion_beside_core_flip_nothing_and_confl
             Duration::from_secs(60),
             || async {
                 let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap_or_default();
-                Ok(condition(&cluster, "ControlPlaneAvailable")
+                Ok(capt_tests::condition(&cluster, "ControlPlaneAvailable")
                     .is_some_and(|c| c["status"] == "False"))
             },
         )
@@ -1000,7 +996,8 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
                     .get(&["captcontrolplane", "demo"])?
                     .unwrap_or_default();
                 Ok(cc["status"]["ready"] == true
-                    && condition(&cp, "Ready").is_some_and(|c| c["reason"] == "WorkspaceCreating"))
+                    && capt_tests::condition(&cp, "Ready")
+                        .is_some_and(|c| c["reason"] == "WorkspaceCreating"))
             },
         )
         .await?;
@@ -1010,7 +1007,7 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
             Duration::from_secs(60),
             || async {
                 let cluster = system.get(&[CLUSTER_V1BETA1, "demo"])?.unwrap_or_default();
-                Ok(condition(&cluster, "ControlPlaneReady")
+                Ok(capt_tests::condition(&cluster, "ControlPlaneReady")
                     .is_some_and(|c| c["reason"] == "WorkspaceCreating"))
             },
         )
@@ -1018,11 +1015,12 @@ async fn the_clusters_ready_condition_waits_for_the_control_plane() -> Result<()
     let cluster = system
         .get(&[CLUSTER_V1BETA1, "demo"])?
         .context("the Cluster")?;
-    let mirrored = condition(&cluster, "ControlPlaneReady").context("ControlPlaneReady")?;
+    let mirrored =
+        capt_tests::condition(&cluster, "ControlPlaneReady").context("ControlPlaneReady")?;
     assert_eq!(mirrored["status"], "False", "{mirrored}");
     assert_eq!(mirrored["severity"], "Info", "{mirrored}");
     assert_eq!(
-        condition(&cluster, "Ready").context("Ready")?["status"],
+        capt_tests::condition(&cluster, "Ready").context("Ready")?["status"],
         "False",
         "the Cluster is not Ready while its control plane creates: {}",
         cluster["status"]["conditions"]

@@ -212,19 +212,6 @@ fn workspace(system: &System, apply: &str) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout).unwrap_or(Value::Null))
 }
 
-fn condition<'a>(obj: &'a Value, type_: &str) -> &'a Value {
-    obj["status"]["conditions"]
-        .as_array()
-        .and_then(|l| l.iter().find(|c| c["type"] == type_))
-        .unwrap_or(&Value::Null)
-}
-
-/// The provider's last word on a Workspace: its status carries the checksum again (an
-/// apply leaves it out until the next poll).
-fn provider_rests(ws: &Value) -> bool {
-    ws["status"]["atProvider"]["checksum"].is_string()
-}
-
 /// Provisioned, and each CAPT object mirrors what its Workspace finally reported; the
 /// kubeconfig Secret written.
 fn demo_rests(system: &System) -> Result<bool> {
@@ -234,8 +221,8 @@ fn demo_rests(system: &System) -> Result<bool> {
     );
     let cc = get(system, "captcluster", "demo")?;
     let cp = get(system, "captcontrolplane", "demo")?;
-    Ok(provider_rests(&vpc)
-        && provider_rests(&eks)
+    Ok(capt_tests::provider_rests(&vpc)
+        && capt_tests::provider_rests(&eks)
         && get(system, "cluster", "demo")?["status"]["phase"] == "Provisioned"
         && cc["status"]["workspaceTemplateStatus"]["lastAppliedRevision"]
             == vpc["status"]["atProvider"]["checksum"]
@@ -248,8 +235,8 @@ fn demo_rests(system: &System) -> Result<bool> {
 fn paused_rests(system: &System) -> Result<bool> {
     let cc = get(system, "captcluster", "paused")?;
     let cp = get(system, "captcontrolplane", "paused")?;
-    Ok(condition(&cc, "Paused")["status"] == "True"
-        && condition(&cp, "Paused")["status"] == "True"
+    Ok(condition_or_null(&cc, "Paused")["status"] == "True"
+        && condition_or_null(&cp, "Paused")["status"] == "True"
         && workspace(system, "paused-vpc")?.is_null())
 }
 
@@ -260,8 +247,8 @@ fn failing_rests(system: &System) -> Result<bool> {
     let eks = workspace(system, "failing-controlplane")?;
     let cc = get(system, "captcluster", "failing")?;
     let cp = get(system, "captcontrolplane", "failing")?;
-    let failed = condition(&cp, "Failed");
-    Ok(provider_rests(&vpc)
+    let failed = condition_or_null(&cp, "Failed");
+    Ok(capt_tests::provider_rests(&vpc)
         && cc["status"]["workspaceTemplateStatus"]["lastAppliedRevision"]
             == vpc["status"]["atProvider"]["checksum"]
         && cp["status"]["phase"] == "Failed"
@@ -278,14 +265,22 @@ fn standalone_rests(system: &System, name: &str) -> Result<bool> {
     let ws = workspace(system, name)?;
     let apply = get(system, "workspacetemplateapply", name)?;
     let mirrored = |type_: &str| {
-        let (ours, theirs) = (condition(&apply, type_), condition(&ws, type_));
+        let (ours, theirs) = (
+            condition_or_null(&apply, type_),
+            condition_or_null(&ws, type_),
+        );
         !theirs.is_null()
             && ours["status"] == theirs["status"]
             && ours["lastTransitionTime"] == theirs["lastTransitionTime"]
     };
-    Ok(provider_rests(&ws)
-        && condition(&ws, "Ready")["status"] == "True"
+    Ok(capt_tests::provider_rests(&ws)
+        && condition_or_null(&ws, "Ready")["status"] == "True"
         && apply["status"]["applied"] == true
         && mirrored("Ready")
         && mirrored("Synced"))
+}
+
+/// The condition of `type_`, or `null` when there is none.
+fn condition_or_null<'a>(obj: &'a Value, type_: &str) -> &'a Value {
+    capt_tests::condition(obj, type_).unwrap_or(&Value::Null)
 }

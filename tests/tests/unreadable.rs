@@ -71,13 +71,6 @@ fn get(namespace: &str, what: &str, name: &str) -> Result<Value> {
     Ok(serde_json::from_str(&out)?)
 }
 
-fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
 async fn unreadable(pod: &Pod, kind: &str) -> Result<f64> {
     let text = pod.controller_metrics_text().await?;
     metric_value(
@@ -144,7 +137,8 @@ async fn a_tenants_odd_but_valid_objects_cost_only_themselves_across_a_restart()
         TIMEOUT,
         || async {
             let capt_cluster = get(&tenant.name, "captcluster", "demo")?;
-            Ok(condition(&capt_cluster, "Paused").is_some_and(|c| c["status"] == "True"))
+            Ok(capt_tests::condition(&capt_cluster, "Paused")
+                .is_some_and(|c| c["status"] == "True"))
         },
     )
     .await

@@ -363,7 +363,7 @@ fn snapshot(system: &System) -> Result<Snapshot> {
         for item in list(system, kind)? {
             let name = format!("{kind}/{}", item["metadata"]["name"].as_str().unwrap_or(""));
             let kept = if kind == "cluster" {
-                condition(&item, "Available").clone()
+                condition_or_null(&item, "Available").clone()
             } else {
                 item["status"].clone()
             };
@@ -520,18 +520,6 @@ fn workspace(system: &System, apply: &str) -> Result<Value> {
         .unwrap_or(Value::Null))
 }
 
-fn condition<'a>(obj: &'a Value, type_: &str) -> &'a Value {
-    obj["status"]["conditions"]
-        .as_array()
-        .and_then(|l| l.iter().find(|c| c["type"] == type_))
-        .unwrap_or(&Value::Null)
-}
-
-/// The provider's last word on a Workspace: its status carries the checksum again.
-fn provider_rests(ws: &Value) -> bool {
-    ws["status"]["atProvider"]["checksum"].is_string()
-}
-
 /// Provisioned, the failure domains reported, each CAPT object mirroring its Workspace; core
 /// has judged the Cluster's `Available`.
 fn zones_rests(system: &System) -> Result<bool> {
@@ -541,10 +529,10 @@ fn zones_rests(system: &System) -> Result<bool> {
     );
     let cc = get(system, "captcluster", "zones")?;
     let cp = get(system, "captcontrolplane", "zones")?;
-    Ok(provider_rests(&vpc)
-        && provider_rests(&eks)
+    Ok(capt_tests::provider_rests(&vpc)
+        && capt_tests::provider_rests(&eks)
         && get(system, "cluster", "zones")?["status"]["phase"] == "Provisioned"
-        && !condition(&get(system, "cluster", "zones")?, "Available").is_null()
+        && !condition_or_null(&get(system, "cluster", "zones")?, "Available").is_null()
         && cc["status"]["failureDomains"]
             .as_array()
             .is_some_and(|d| d.len() == 2)
@@ -558,8 +546,8 @@ fn zones_rests(system: &System) -> Result<bool> {
 fn paused_rests(system: &System) -> Result<bool> {
     let cc = get(system, "captcluster", "paused")?;
     let cp = get(system, "captcontrolplane", "paused")?;
-    Ok(condition(&cc, "Paused")["status"] == "True"
-        && condition(&cp, "Paused")["status"] == "True"
+    Ok(condition_or_null(&cc, "Paused")["status"] == "True"
+        && condition_or_null(&cp, "Paused")["status"] == "True"
         && workspace(system, "paused-vpc")?.is_null())
 }
 
@@ -569,9 +557,9 @@ fn midway_rests(system: &System) -> Result<bool> {
     let vpc = workspace(system, "midway-vpc")?;
     let eks = workspace(system, "midway-controlplane")?;
     let cp = get(system, "captcontrolplane", "midway")?;
-    Ok(provider_rests(&vpc)
+    Ok(capt_tests::provider_rests(&vpc)
         && !eks.is_null()
-        && !condition(&get(system, "cluster", "midway")?, "Available").is_null()
+        && !condition_or_null(&get(system, "cluster", "midway")?, "Available").is_null()
         && cp["status"]["phase"].is_string()
         && cp["status"]["phase"] != "Ready"
         && cp["status"]["observedGeneration"] == cp["metadata"]["generation"])
@@ -583,12 +571,23 @@ fn standalones_rest(system: &System) -> Result<bool> {
         let ws = workspace(system, name)?;
         let apply = get(system, "workspacetemplateapply", name)?;
         let mirrored = |type_: &str| {
-            let (ours, theirs) = (condition(&apply, type_), condition(&ws, type_));
+            let (ours, theirs) = (
+                condition_or_null(&apply, type_),
+                condition_or_null(&ws, type_),
+            );
             !theirs.is_null() && ours["status"] == theirs["status"]
         };
-        if !(provider_rests(&ws) && apply["status"]["applied"] == true && mirrored("Ready")) {
+        if !(capt_tests::provider_rests(&ws)
+            && apply["status"]["applied"] == true
+            && mirrored("Ready"))
+        {
             return Ok(false);
         }
     }
     Ok(true)
+}
+
+/// The condition of `type_`, or `null` when there is none.
+fn condition_or_null<'a>(obj: &'a Value, type_: &str) -> &'a Value {
+    capt_tests::condition(obj, type_).unwrap_or(&Value::Null)
 }
