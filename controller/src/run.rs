@@ -84,7 +84,7 @@ impl Watches {
     ) -> Self {
         // Lists in pages of 50, not kube-rs's 500: a page is parsed whole, managedFields and
         // all, before the cache strips it, and six kinds list at once after a restart, which
-        // is where the peak at 1,000 clusters was (docs/performance.md, "Memory").
+        // is where the peak at 1,000 clusters was (docs/performance-history.md, "Memory").
         let wc = || watcher::Config::default().page_size(50);
         let shard = || match &assignment.watch_filter {
             Some(value) => wc().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
