@@ -54,8 +54,12 @@ impl WatchHealth {
         }
     }
 
-    /// The report of the watch of `kind`, which counts as not listed until it says so.
+    /// The report of the watch of `kind`, which counts as not listed until it says so. Its
+    /// failure count is served from now on, at 0.
     pub fn watch(&self, kind: &str) -> WatchReport {
+        self.failures.get_or_create(&KindLabel {
+            kind: kind.to_owned(),
+        });
         self.kinds
             .lock()
             .expect("lock")

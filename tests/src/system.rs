@@ -703,26 +703,28 @@ fn sample_docs(file: &str) -> Result<Vec<Value>> {
         .collect()
 }
 
+/// A sample document moved into a test's `namespace`: its own namespace, and the samples'
+/// platform namespace ([`SAMPLE_TEMPLATE_NAMESPACE`], where the references to its templates
+/// point) become `namespace`, which the test's system trusts.
+pub fn in_test_namespace(doc: Value, namespace: &str) -> Value {
+    let text = doc.to_string().replace(
+        &format!("\"{SAMPLE_TEMPLATE_NAMESPACE}\""),
+        &format!("\"{namespace}\""),
+    );
+    let mut doc: Value = serde_json::from_str(&text).expect("JSON stays JSON");
+    doc["metadata"]["namespace"] = Value::from(namespace);
+    doc
+}
+
 /// Applies `docs` into `namespace`. Server-side, as a user should: a later `kubectl apply
 /// --server-side` by someone else then takes only what it names (a client-side apply is
-/// migrated to the next one).
-/// The samples' platform namespace ([`SAMPLE_TEMPLATE_NAMESPACE`], its Namespace and the
-/// references to its templates) becomes `namespace` too: the system trusts it.
+/// migrated to the next one). Each goes through [`in_test_namespace`]; the samples' Namespace
+/// document is left out.
 fn apply_in(env: &Env, namespace: &str, docs: Vec<Value>) -> Result<()> {
     let docs: Vec<String> = docs
         .into_iter()
         .filter(|v| v["kind"] != "Namespace")
-        .map(|v| {
-            let text = v.to_string().replace(
-                &format!("\"{SAMPLE_TEMPLATE_NAMESPACE}\""),
-                &format!("\"{namespace}\""),
-            );
-            serde_json::from_str::<Value>(&text).expect("JSON stays JSON")
-        })
-        .map(|mut v| {
-            v["metadata"]["namespace"] = Value::from(namespace);
-            v.to_string()
-        })
+        .map(|v| in_test_namespace(v, namespace).to_string())
         .collect();
     env.kubectl_ok(
         &["apply", "--server-side", "-f", "-"],

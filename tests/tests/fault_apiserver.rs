@@ -58,7 +58,18 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
 {
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "fault-apiserver").await?;
-    let system = System::start(&ns.name, 50).await?;
+    // The controller exits once its Lease cannot be renewed before its deadline (as
+    // controller-runtime's managers do: another replica may take over), so an outage it rides
+    // out without a restart must fit in the Lease's slack: renewed 40 s before expiry and
+    // stopped 12 s before it, a 60 s Lease rides out 28 s, the 10 s outage and the API
+    // server's restart with room to spare. The default 15 s Lease rides out about 2 s.
+    let lease = [
+        "--lease-duration-seconds",
+        "60",
+        "--lease-grace-seconds",
+        "40",
+    ];
+    let system = System::start_with(&ns.name, 50, &lease).await?;
     system.apply_samples(false).await?;
     system.wait_provisioned().await?;
     assert_eq!(

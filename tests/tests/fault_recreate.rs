@@ -66,10 +66,9 @@ fn intent(
 fn sample(kind: &str, ns: &str) -> Result<Value> {
     let text = std::fs::read_to_string(repo_root().join("manifests/samples/cluster.yaml"))?;
     for doc in serde_yaml::Deserializer::from_str(&text) {
-        let mut v: Value = serde::Deserialize::deserialize(doc)?;
+        let v: Value = serde::Deserialize::deserialize(doc)?;
         if v["kind"] == kind {
-            v["metadata"]["namespace"] = json!(ns);
-            return Ok(v);
+            return Ok(capt_tests::system::in_test_namespace(v, ns));
         }
     }
     bail!("no {kind} in the samples")

@@ -135,11 +135,8 @@ fn tally(writes: &[String]) -> String {
 fn apply(ns: &str, docs: &[Value]) -> Result<()> {
     let text: Vec<String> = docs
         .iter()
-        .map(|d| {
-            let mut d = d.clone();
-            d["metadata"]["namespace"] = json!(ns);
-            d.to_string()
-        })
+        .filter(|d| d["kind"] != "Namespace")
+        .map(|d| capt_tests::system::in_test_namespace(d.clone(), ns).to_string())
         .collect();
     env().kubectl_ok(
         &["apply", "--server-side", "-f", "-"],

@@ -448,7 +448,11 @@ fn apply(ns: &str, docs: &[Value]) -> Result<()> {
 /// `eks-gated`, whose applies wait for `gate` to exist; and `standalone`.
 fn templates_docs(gate: &str) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
-    let mut docs = yaml_documents(&text)?;
+    // The templates alone: the file's Namespace is the platform's, this test has its own.
+    let mut docs: Vec<Value> = yaml_documents(&text)?
+        .into_iter()
+        .filter(|d| d["kind"] == "WorkspaceTemplate")
+        .collect();
     let mut gated = None;
     for d in &mut docs {
         let is_vpc = d["metadata"]["name"] == "vpc";

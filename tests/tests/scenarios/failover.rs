@@ -59,6 +59,8 @@ impl Standby {
                 "1",
             ])
             .args(LEASE)
+            // As the first replica: the test's templates live in its own namespace.
+            .args([capt_tests::system::TRUST_TEMPLATES, system.namespace()])
             .arg("--applier-socket")
             .arg(&system.applier.socket)
             .args((!env().core).then_some(capt_tests::system::WITHOUT_CORE))
