@@ -159,7 +159,7 @@ impl Unreadables {
     /// The report of the kind `K`; its gauge is served from now on, at 0.
     pub fn of<K: Resource<DynamicType = ()>>(&self) -> UnreadableReport {
         let kind = K::kind(&()).into_owned();
-        self.gauge.get_or_create(&KindLabel { kind: kind.clone() });
+        let _ = self.gauge.get_or_create(&KindLabel { kind: kind.clone() });
         UnreadableReport {
             unreadables: self.clone(),
             api_version: K::api_version(&()).into_owned(),

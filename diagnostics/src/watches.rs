@@ -57,7 +57,7 @@ impl WatchHealth {
     /// The report of the watch of `kind`, which counts as not listed until it says so. Its
     /// failure count is served from now on, at 0.
     pub fn watch(&self, kind: &str) -> WatchReport {
-        self.failures.get_or_create(&KindLabel {
+        let _ = self.failures.get_or_create(&KindLabel {
             kind: kind.to_owned(),
         });
         self.kinds
