@@ -524,9 +524,22 @@ async fn a_uid_precondition_never_writes_a_recreated_object() -> Result<()> {
     assert_eq!(submit(&applier, &intent).await?["action"], "applied");
 
     f.api.delete("demo", &Default::default()).await?;
-    f.api
+    let recreated = f
+        .api
         .create(&PostParams::default(), &control_plane()?)
         .await?;
+    // The state the claim is about: the applier knows the object was re-created. Its watch
+    // shows the delete, then the re-create; submitted before they are shown, the intent is
+    // planned on the old view, refused for its uid and read again, and the late delete then
+    // answers it "object not found" (nothing written either, but not the path tested here).
+    // The new incarnation shown, the applier re-checks the document it holds, and refuses
+    // it for the new uid: that refusal is the sign.
+    let new_uid = recreated
+        .metadata
+        .uid
+        .clone()
+        .expect("a created object has a uid");
+    applier_refused_for(&applier, &f.ns.name, &new_uid).await?;
     let mut intent = f.status(json!({"phase": "Ready"}));
     intent.target.uid = Some(uid);
     let out = submit(&applier, &intent).await?;
@@ -543,6 +556,31 @@ async fn a_uid_precondition_never_writes_a_recreated_object() -> Result<()> {
         "the new object was not written"
     );
     Ok(())
+}
+
+/// Waits until the applier's document for `demo` in `namespace` was last refused for the
+/// object of uid `uid`: its watch has shown that incarnation.
+async fn applier_refused_for(applier: &Applier, namespace: &str, uid: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let documents = applier.client.get("/v1/intents").await?.json();
+        let shown = documents.as_array().into_iter().flatten().any(|d| {
+            d["object"]["namespace"] == namespace
+                && d["object"]["name"] == "demo"
+                && d["last"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(uid))
+        });
+        if shown {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the applier did not re-check its document for {namespace}/demo on the re-created \
+             object (uid {uid}) within 30 s: {documents}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
