@@ -528,18 +528,19 @@ async fn a_uid_precondition_never_writes_a_recreated_object() -> Result<()> {
         .api
         .create(&PostParams::default(), &control_plane()?)
         .await?;
-    // The state the claim is about: the applier knows the object was re-created. Its watch
-    // shows the delete, then the re-create; submitted before they are shown, the intent is
-    // planned on the old view, refused for its uid and read again, and the late delete then
-    // answers it "object not found" (nothing written either, but not the path tested here).
-    // The new incarnation shown, the applier re-checks the document it holds, and refuses
-    // it for the new uid: that refusal is the sign.
+    // The state the claim is about: the applier no longer takes the first incarnation for the
+    // live object. Submitted before its watch shows the delete, the intent is planned on the
+    // old view, refused for its uid and read again, and the late delete then answers it
+    // "object not found" (nothing written either, but not the path tested here). Once the
+    // watch shows the delete, the applier forgets the document it held (it had nothing left
+    // to do); had the watch shown the new incarnation alone (a relist), it re-checks the
+    // document and refuses it for the new uid. Either is the sign.
     let new_uid = recreated
         .metadata
         .uid
         .clone()
         .expect("a created object has a uid");
-    applier_refused_for(&applier, &f.ns.name, &new_uid).await?;
+    applier_let_go_of_the_old_object(&applier, &f.ns.name, &new_uid).await?;
     let mut intent = f.status(json!({"phase": "Ready"}));
     intent.target.uid = Some(uid);
     let out = submit(&applier, &intent).await?;
@@ -558,26 +559,34 @@ async fn a_uid_precondition_never_writes_a_recreated_object() -> Result<()> {
     Ok(())
 }
 
-/// Waits until the applier's document for `demo` in `namespace` was last refused for the
-/// object of uid `uid`: its watch has shown that incarnation.
-async fn applier_refused_for(applier: &Applier, namespace: &str, uid: &str) -> Result<()> {
+/// Waits until the applier holds no document for `demo` in `namespace` (its watch showed the
+/// deletion), or one last refused for the object of uid `uid` (its watch showed that
+/// incarnation).
+async fn applier_let_go_of_the_old_object(
+    applier: &Applier,
+    namespace: &str,
+    uid: &str,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let documents = applier.client.get("/v1/intents").await?.json();
-        let shown = documents.as_array().into_iter().flatten().any(|d| {
-            d["object"]["namespace"] == namespace
-                && d["object"]["name"] == "demo"
-                && d["last"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains(uid))
+        let mut held = documents
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["object"]["namespace"] == namespace && d["object"]["name"] == "demo");
+        let let_go = held.all(|d| {
+            d["last"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(uid))
         });
-        if shown {
+        if let_go {
             return Ok(());
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the applier did not re-check its document for {namespace}/demo on the re-created \
-             object (uid {uid}) within 30 s: {documents}"
+            "the applier still takes the first incarnation of {namespace}/demo for the live \
+             object after 30 s (the new one has uid {uid}): {documents}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
