@@ -587,8 +587,11 @@ fn a_stale_name_of_each_kind_is_caught() {
     assert!(flag_uses("kubectl apply --server-side -f x", &programs).is_empty());
 }
 
-/// Each option of a `--help` text (clap's long help): flag → (environment variable, default).
-fn options_in(help: &str) -> BTreeMap<String, (Option<String>, Option<String>)> {
+/// Each option of a `--help` text: flag → (environment variable, default).
+type Options = BTreeMap<String, (Option<String>, Option<String>)>;
+
+/// The options of a `--help` text (clap's long help).
+fn options_in(help: &str) -> Options {
     let header = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)").unwrap();
     let env = regex::Regex::new(r"\[env: ([A-Z0-9_]+)=").unwrap();
     let default = regex::Regex::new(r"\[default: ([^\]]*)\]").unwrap();
@@ -676,8 +679,7 @@ fn documented_environment_variables_and_defaults_are_the_binaries() {
     let mut wrong = Vec::new();
     for (page, flag, envs, defaults) in &documented {
         // Which binaries the row is about: those its environment variables name, in order.
-        let mut about: Vec<(&str, &BTreeMap<String, (Option<String>, Option<String>)>)> =
-            Vec::new();
+        let mut about: Vec<(&str, &Options)> = Vec::new();
         for env in envs {
             let candidates: Vec<_> = if let Some(rest) = env.strip_prefix('…') {
                 binaries
