@@ -310,7 +310,8 @@ const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// with code, or `None` when it may be. It must exist, carry [`TRUSTED_NAMESPACE_LABEL`]
 /// `=true`, and that label must have been set by the request that created it: the
 /// managedFields entry (manager, operation) that owns the label the API server sets at
-/// creation must own ours too. A namespace someone else created first and the install then
+/// creation must own ours too, or, where none owns it (a server-side apply created the
+/// namespace), the entry that owns ours must date from the creation. A namespace someone else created first and the install then
 /// labelled (`kubectl apply` adopts what exists) fails that: its creator may have granted
 /// themselves writes there, and would run code with every stack's credentials.
 pub fn untrusted_namespace(
