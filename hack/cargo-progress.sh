@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs `cargo COMMAND ARGS...` (a build: `build`, or `test --no-run`) and says how far along it
 # is every 20 s (crates compiled of the crates the workspace resolves, and the time), so a
-# cold build (about 11 minutes on two cores) is never silent. A warm build prints only its
+# cold build (docs/testing.md, "What the first run builds") is never silent. A warm build prints only its
 # result. Exits with cargo's status and shows cargo's last lines when it fails.
 #
 #   hack/cargo-progress.sh LABEL COMMAND [args...]      e.g. hack/cargo-progress.sh demo build --bins

@@ -34,7 +34,7 @@ cleanup() {
 if ! $keep; then trap cleanup EXIT; else trap 'cleanup; exit 130' INT TERM; fi
 
 demo_started=$(date +%s)
-say "building the binaries (cargo build; about 11 minutes cold on two cores, cached after the first run)"
+say "building the binaries (cargo build; cold, how long: docs/testing.md, \"What the first run builds\"; cached after the first run)"
 hack/cargo-progress.sh demo build --workspace --bins
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug
 POLICY=$ROOT/manifests/deploy/status-applier-policy.yaml # CAPT's policy, as deployed
@@ -42,7 +42,7 @@ if $fake; then
 	say "starting the local API server"
 	exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start) # with Cluster API core
 else
-	say "starting the local API server and provider-terraform (the first run builds it and OpenTofu from the Go module proxy: 23 minutes measured on two busy cores)"
+	say "starting the local API server and provider-terraform (the first run builds it and OpenTofu from the Go module proxy; how long: docs/testing.md, \"What the first run builds\")"
 	exports=$(CAPT_TESTENV_CORE=1 hack/testenv.sh start --real-provider)
 fi
 eval "$exports"
@@ -61,7 +61,9 @@ else
 	provider="provider-terraform (log in $(dirname "$KUBECONFIG")/provider-terraform.log)"
 fi
 for _ in $(seq 100); do [[ -S "$RUN/applier.sock" ]] && break; sleep 0.1; done
-# Templates are code: only those of the platform's namespace are used (manifests/samples/).
+# Templates are code: only those of the platform's namespace are used (manifests/samples/),
+# which the install creates, labelled as the controller checks at start.
+kubectl apply --server-side -f manifests/deploy/templates-namespace.yaml >/dev/null
 "$BIN/capt-controller" --applier-socket "$RUN/applier.sock" --allow-template-namespace capt-templates \
 	--metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
 	>"$RUN/capt-controller.log" 2>&1 &

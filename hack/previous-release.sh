@@ -7,7 +7,7 @@
 #
 # Cached by commit in ~/.cache/capt-previous-release/<commit>/bin (CAPT_PREVIOUS_RELEASE_CACHE
 # overrides the directory): a second run prints the directory at once. The sources come from
-# `git archive` of the commit (a clone with its history; CI's is one). The build shares the
+# `git archive` of the commit: a shallow clone's history is fetched first. The build shares the
 # current build's target directory (CARGO_TARGET_DIR, else target/), so the dependencies the
 # two trees share are compiled once; cargo copies each tree's binaries to target/debug/ when
 # it builds them, so the previous release's copies are removed from there once saved (the
@@ -19,8 +19,16 @@ say() { printf '[previous-release %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # The previous release: the commit of the first `## vX.Y.Z (<commit>)` heading of CHANGELOG.md.
 commit=${1:-$(sed -n 's/^## v[0-9][0-9.]* (\([0-9a-f]\{7,40\}\))$/\1/p' "$ROOT/CHANGELOG.md" | head -1)}
 [[ -n "$commit" ]] || { say "error: CHANGELOG.md names no released commit"; exit 2; }
-full=$(git -C "$ROOT" rev-parse --verify "$commit^{commit}" 2>/dev/null) ||
-	{ say "error: commit $commit is not in this clone (a shallow clone has no history; fetch it)"; exit 2; }
+# A shallow clone (`git clone --depth 1`) lacks the commit: its history is fetched (a few MiB)
+# from the clone's remote, once.
+if ! full=$(git -C "$ROOT" rev-parse --verify --quiet "$commit^{commit}") &&
+	[[ $(git -C "$ROOT" rev-parse --is-shallow-repository) == true ]]; then
+	say "commit $commit is not in this shallow clone: fetching its history (git fetch --unshallow)"
+	git -C "$ROOT" fetch --quiet --unshallow >&2 ||
+		say "git fetch --unshallow failed (no remote, or it is out of reach)"
+fi
+full=$(git -C "$ROOT" rev-parse --verify --quiet "$commit^{commit}") ||
+	{ say "error: commit $commit is not in this clone, nor fetched from its remote (git fetch --unshallow, or fetch $commit from a clone that has it)"; exit 2; }
 cache=${CAPT_PREVIOUS_RELEASE_CACHE:-$HOME/.cache/capt-previous-release}/$full
 if [[ -x "$cache/bin/capt-controller" && -x "$cache/bin/status-applier" ]]; then
 	echo "$cache/bin"

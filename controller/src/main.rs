@@ -183,6 +183,7 @@ async fn main() -> anyhow::Result<()> {
     let workspace_policy =
         capt_controller::workspace_policy::WorkspacePolicy::parse(&args.allow_provider_configs)
             .map_err(anyhow::Error::msg)?;
+    trusted_namespaces_hold(&client, &args.allow_template_namespaces).await?;
     let templates_elsewhere = !args.allow_template_namespaces.is_empty();
     let reporting = capt_controller::watches::Reporting {
         health: diagnostics::WatchHealth::new(metrics.watch_failures.clone()),
@@ -245,6 +246,29 @@ async fn main() -> anyhow::Result<()> {
             tracing::error!(%lost, "No longer leading; exiting");
             std::process::exit(1)
         }
+    }
+}
+
+/// Refuses to start when a namespace trusted with code was not created by the install
+/// (`tenancy::untrusted_namespace`): a pod that will not start is what an operator notices,
+/// where a warning would leave every stack's credentials to whoever made the namespace.
+async fn trusted_namespaces_hold(client: &kube::Client, names: &[String]) -> anyhow::Result<()> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let mut refused = Vec::new();
+    for name in names {
+        let namespace = api.get_opt(name).await.map_err(|e| {
+            anyhow::anyhow!(
+                "reading namespace {name}, trusted with code (--allow-template-namespace): {e}"
+            )
+        })?;
+        if let Some(why) = capt_controller::tenancy::untrusted_namespace(name, namespace.as_ref()) {
+            tracing::error!(namespace = %name, "{why}");
+            refused.push(why);
+        }
+    }
+    match refused.is_empty() {
+        true => Ok(()),
+        false => Err(anyhow::anyhow!("refusing to start: {}", refused.join("; "))),
     }
 }
 

@@ -14,6 +14,9 @@
 //!   another namespace, and only from a trusted one. Secrets never cross.
 //! - An existing apply is adopted only with proof: our owner labels naming this owner, or the
 //!   user's [`ADOPT_ANNOTATION`].
+//! - A namespace is trusted with code only when the install made it so: it carries
+//!   [`TRUSTED_NAMESPACE_LABEL`], set by the request that created it ([`untrusted_namespace`];
+//!   the controller checks each at start and refuses to run otherwise).
 
 use crate::api::WorkspaceTemplateApply;
 use crate::render::{
@@ -294,6 +297,107 @@ pub fn untrusted_template(
     })
 }
 
+/// The label the install sets on the namespace it creates for the trusted WorkspaceTemplates
+/// (`manifests/deploy/templates-namespace.yaml`). A namespace named by
+/// `--allow-template-namespace` must carry it, set when it was created.
+pub const TRUSTED_NAMESPACE_LABEL: &str = "capt.cluster.x-k8s.io/trusted-with-code";
+
+/// The label the API server sets on every namespace when it creates it: its managedFields
+/// entry is the creator's.
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Why the namespace `name` (`namespace`, as read; `None`: there is none) must not be trusted
+/// with code, or `None` when it may be. It must exist, carry [`TRUSTED_NAMESPACE_LABEL`]
+/// `=true`, and that label must have been set by the request that created it: the
+/// managedFields entry (manager, operation) that owns the label the API server sets at
+/// creation must own ours too, or, where none owns it (a server-side apply created the
+/// namespace), the entry that owns ours must date from the creation. A namespace someone else created first and the install then
+/// labelled (`kubectl apply` adopts what exists) fails that: its creator may have granted
+/// themselves writes there, and would run code with every stack's credentials.
+pub fn untrusted_namespace(
+    name: &str,
+    namespace: Option<&k8s_openapi::api::core::v1::Namespace>,
+) -> Option<String> {
+    let fix = "create it with the install (kubectl apply --server-side -k manifests/, or the \
+               clusterctl components), which sets the label when it creates it; docs/operating.md, \
+               \"The trusted namespace\"";
+    let Some(namespace) = namespace else {
+        return Some(format!(
+            "namespace {name} is trusted with code (--allow-template-namespace) but does not \
+             exist: {fix}"
+        ));
+    };
+    if namespace
+        .labels()
+        .get(TRUSTED_NAMESPACE_LABEL)
+        .map(String::as_str)
+        != Some("true")
+    {
+        return Some(format!(
+            "namespace {name} is trusted with code (--allow-template-namespace) but lacks the \
+             label {TRUSTED_NAMESPACE_LABEL}=true the install sets: {fix}"
+        ));
+    }
+    // Each managedFields entry that owns `label`: (manager, operation, time).
+    let owners = |label: &str| -> Vec<(String, String, Option<String>)> {
+        namespace
+            .managed_fields()
+            .iter()
+            .filter(|entry| {
+                entry.fields_v1.as_ref().is_some_and(|fields| {
+                    fields.0["f:metadata"]["f:labels"]
+                        .get(format!("f:{label}"))
+                        .is_some()
+                })
+            })
+            .map(|entry| {
+                (
+                    entry.manager.clone().unwrap_or_default(),
+                    entry.operation.clone().unwrap_or_default(),
+                    entry.time.as_ref().map(|t| t.0.to_string()),
+                )
+            })
+            .collect()
+    };
+    let created = (namespace.metadata.creation_timestamp.as_ref()).map(|t| t.0.to_string());
+    let (creators, labellers) = (owners(NAME_LABEL), owners(TRUSTED_NAMESPACE_LABEL));
+    let set_at_creation = if creators.is_empty() {
+        // Created by a server-side apply, which leaves the server's label to no one: the
+        // label's entry must date from the creation (both to the second; an entry's time moves
+        // only when its manager changes what it owns).
+        labellers.iter().any(|(_, _, time)| *time == created)
+    } else {
+        creators.iter().any(|(manager, operation, _)| {
+            labellers
+                .iter()
+                .any(|(m, o, _)| m == manager && o == operation)
+        })
+    };
+    if set_at_creation {
+        return None;
+    }
+    let created = created.unwrap_or_else(|| "an unknown time".to_owned());
+    let creators: Vec<_> = creators
+        .iter()
+        .map(|(m, o, _)| format!("{m} ({o})"))
+        .collect();
+    let labellers: Vec<_> = (labellers.iter())
+        .map(|(m, o, t)| {
+            format!(
+                "{m} ({o}, at {})",
+                t.as_deref().unwrap_or("an unknown time")
+            )
+        })
+        .collect();
+    Some(format!(
+        "namespace {name} is trusted with code (--allow-template-namespace), but its label \
+         {TRUSTED_NAMESPACE_LABEL} was not set by the request that created it (created at \
+         {created} by {creators:?}; labelled by {labellers:?}): it existed before the install labelled it, \
+         and whoever created it may write code there that runs with every stack's credentials. \
+         Find out who created it and who may write there; then delete it and {fix}"
+    ))
+}
+
 /// Why the controller leaves something alone, as the condition it publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -376,6 +480,84 @@ mod tests {
             l.insert(APPLY_UID_LABEL.into(), uid.into());
         }
         l
+    }
+
+    /// A namespace as the API server stores it, created at 00:00:00: `entries` are (manager,
+    /// operation, labels it owns, time).
+    fn namespace(
+        trusted: bool,
+        entries: &[(&str, &str, &[&str], &str)],
+    ) -> k8s_openapi::api::core::v1::Namespace {
+        let mut labels = json!({NAME_LABEL: "capt-templates"});
+        if trusted {
+            labels[TRUSTED_NAMESPACE_LABEL] = json!("true");
+        }
+        let managed: Vec<Value> = entries
+            .iter()
+            .map(|(manager, operation, owned, time)| {
+                let owned: serde_json::Map<String, Value> = owned
+                    .iter()
+                    .map(|l| (format!("f:{l}"), json!({})))
+                    .collect();
+                json!({"manager": manager, "operation": operation, "apiVersion": "v1",
+                       "time": format!("2026-12-01T{time}Z"), "fieldsType": "FieldsV1",
+                       "fieldsV1": {"f:metadata": {"f:labels": owned}}})
+            })
+            .collect();
+        serde_json::from_value(
+            json!({"metadata": {"name": "capt-templates", "labels": labels,
+            "managedFields": managed, "creationTimestamp": "2026-12-01T00:00:00Z"}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_namespace_is_trusted_only_with_the_label_its_creator_set() {
+        let trusted = |entries: &[(&str, &str, &[&str], &str)]| {
+            untrusted_namespace("capt-templates", Some(&namespace(true, entries)))
+        };
+        // Created by a server-side apply (the server's label is no one's), labelled in it.
+        let applied = (
+            "kubectl",
+            "Apply",
+            &[TRUSTED_NAMESPACE_LABEL][..],
+            "00:00:00",
+        );
+        assert_eq!(trusted(&[applied]), None);
+        // Created by a create (an Update): the server's label is the creator's.
+        let created = (
+            "clusterctl",
+            "Update",
+            &[NAME_LABEL, TRUSTED_NAMESPACE_LABEL][..],
+            "00:00:00",
+        );
+        assert_eq!(trusted(&[created]), None);
+
+        // Created by `kubectl create namespace`, then labelled by the install's apply.
+        let tenant = ("kubectl-create", "Update", &[NAME_LABEL][..], "00:00:00");
+        let install = (
+            "kubectl",
+            "Apply",
+            &[TRUSTED_NAMESPACE_LABEL][..],
+            "00:05:00",
+        );
+        let why = trusted(&[tenant, install]).expect("refused");
+        assert!(
+            why.contains("was not set by the request that created it"),
+            "{why}"
+        );
+        assert!(why.contains("kubectl-create (Update)"), "{why}");
+        // The same manager, another operation: another request.
+        let relabelled = ("kubectl", "Update", &[NAME_LABEL][..], "00:00:00");
+        assert!(trusted(&[relabelled, install]).is_some());
+        // Created by a server-side apply without the label, labelled later.
+        assert!(trusted(&[install]).is_some());
+
+        let unlabelled = namespace(false, &[tenant]);
+        let why = untrusted_namespace("capt-templates", Some(&unlabelled)).expect("refused");
+        assert!(why.contains("lacks the label"), "{why}");
+        let why = untrusted_namespace("capt-templates", None).expect("refused");
+        assert!(why.contains("does not exist"), "{why}");
     }
 
     #[test]

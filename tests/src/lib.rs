@@ -277,6 +277,89 @@ impl TestNamespace {
     }
 }
 
+/// The namespaces `args` (a controller's) trust with code: `--allow-template-namespace NS`,
+/// `=NS`, comma-separated lists.
+pub fn trusted_namespaces(args: &[String]) -> Vec<String> {
+    const FLAG: &str = "--allow-template-namespace";
+    let mut names = Vec::new();
+    for (i, arg) in args.iter().enumerate() {
+        let value = match arg.strip_prefix(FLAG) {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        };
+        names.extend(
+            value
+                .into_iter()
+                .flat_map(|v| v.split(','))
+                .map(str::to_owned),
+        );
+    }
+    names
+}
+
+/// Marks the namespaces `args` trust with code as the install marks the one it creates:
+/// `capt.cluster.x-k8s.io/trusted-with-code=true`, set under the field manager and operation
+/// that created the namespace, which is what the controller checks at start
+/// (docs/operating.md, "The trusted namespace"). A test's namespaces are made by the test,
+/// not by an install: this stands in for the install creating one with the label. A namespace
+/// that does not exist (yet) is left alone: the controller then refuses to start, by name.
+pub fn mark_trusted_namespaces(args: &[String]) -> Result<()> {
+    mark_trusted_namespaces_on(env(), args)
+}
+
+/// [`mark_trusted_namespaces`] on the API server of `on`.
+pub fn mark_trusted_namespaces_on(on: &Env, args: &[String]) -> Result<()> {
+    let label = capt_controller::tenancy::TRUSTED_NAMESPACE_LABEL;
+    for name in trusted_namespaces(args) {
+        let out = on.kubectl_run(
+            &[
+                "get",
+                "namespace",
+                &name,
+                "-o",
+                "json",
+                "--ignore-not-found",
+                "--show-managed-fields",
+            ],
+            None,
+        )?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || text.trim().is_empty() {
+            continue;
+        }
+        let namespace: serde_json::Value = serde_json::from_str(&text)?;
+        if namespace["metadata"]["labels"][label] == "true" {
+            continue;
+        }
+        // The creator's entry owns the label the API server set when it created the namespace.
+        let creator = namespace["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| {
+                !e["fieldsV1"]["f:metadata"]["f:labels"]["f:kubernetes.io/metadata.name"].is_null()
+            })
+            .with_context(|| {
+                format!("namespace {name} has no creator in its managedFields: {namespace}")
+            })?;
+        let manager = creator["manager"].as_str().unwrap_or_default();
+        let assignment = format!("{label}=true");
+        let field_manager = format!("--field-manager={manager}");
+        // Under the creator's manager and operation (an Update: the one that owns the server's
+        // label), the label joins the creator's entry.
+        anyhow::ensure!(
+            creator["operation"] == "Update",
+            "namespace {name} was created by {creator}: only a creator's Update can be joined"
+        );
+        on.kubectl_ok(
+            &["label", "namespace", &name, &assignment, &field_manager],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         // Dropping cannot await: kubectl deletes it, and the namespace controller of

@@ -140,6 +140,10 @@ impl Pod {
             .socket
             .with_file_name(format!("controller-{}.log", self.controller_starts));
         let [metrics_addr, probe_addr] = free_local_addrs()?;
+        crate::mark_trusted_namespaces(&[
+            crate::system::TRUST_TEMPLATES.to_owned(),
+            self.templates.clone(),
+        ])?;
         let child = Command::new(binary("capt-controller"))
             .args(
                 self.namespace

@@ -213,7 +213,7 @@ impl System {
         }
         args.extend(controller_args.iter().map(|a| (*a).to_owned()));
         let controller_command = (args, kubeconfig.to_owned());
-        let controller = spawn_controller(&controller_command, &controller_log)?;
+        let controller = spawn_controller(on, &controller_command, &controller_log)?;
         let system = Self {
             applier,
             provider,
@@ -540,7 +540,8 @@ impl System {
     /// `applier::use_capt_binaries_from`); returns once the controller answers.
     pub async fn start_processes(&mut self) -> Result<()> {
         self.applier.restart().await?;
-        self.controller = spawn_controller(&self.controller_command, &self.controller_log)?;
+        self.controller =
+            spawn_controller(&self.env, &self.controller_command, &self.controller_log)?;
         self.wait_for(
             "the new controller's /healthz",
             Duration::from_secs(20),
@@ -613,12 +614,15 @@ impl System {
 }
 
 /// Starts `capt-controller` ([`binary`]) with `command`'s arguments and kubeconfig, its
-/// output appended to `log`.
+/// output appended to `log`, on the API server of `on` (whose namespaces it trusts are marked
+/// as the install marks the one it creates: [`crate::mark_trusted_namespaces`]).
 fn spawn_controller(
+    on: &Env,
     command: &(Vec<String>, std::path::PathBuf),
     log: &std::path::Path,
 ) -> Result<Child> {
     let (args, kubeconfig) = command;
+    crate::mark_trusted_namespaces_on(on, args)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

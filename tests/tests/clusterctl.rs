@@ -170,6 +170,17 @@ async fn clusterctl_generates_both_providers_from_the_local_repository() -> Resu
         crd["metadata"]["labels"]["cluster.x-k8s.io/provider"],
         "control-plane-capt"
     );
+    // Its namespace (clusterctl takes one per provider) is the one trusted with code, made
+    // with the label the controller checks at start: the install creates it.
+    let namespaces: Vec<&Value> = (control_plane.iter())
+        .filter(|d| d["kind"] == "Namespace")
+        .collect();
+    assert_eq!(namespaces.len(), 1, "one target namespace");
+    assert_eq!(namespaces[0]["metadata"]["name"], "capt-templates");
+    assert_eq!(
+        namespaces[0]["metadata"]["labels"][capt_controller::tenancy::TRUSTED_NAMESPACE_LABEL],
+        "true"
+    );
     // The ClusterClass templates come with their provider, contract label and all.
     for (docs, name, provider) in [
         (

@@ -24,8 +24,8 @@
 //!   (`tests/tests/clusterctl.rs`). provider-terraform's Workspace CRD is not clusterctl's and
 //!   stays unlabelled;
 //! - the `Provider` objects (`components.InventoryObject`): `cluster-api` in `capi-system`
-//!   (CoreProvider at clusterctl's own version), `infrastructure-capt` and `control-plane-capt` in `capt-system`
-//!   (v0.1.0); `move` checks that the target has every provider of the source at least at
+//!   (CoreProvider at clusterctl's own version), `infrastructure-capt` in `capt-system` and
+//!   `control-plane-capt` in `capt-templates`, its components' namespace (v0.1.0); `move` checks that the target has every provider of the source at least at
 //!   the source's version (`mover.go` `checkTargetProviders`).
 //!
 //! The Workspaces are cluster-scoped objects of provider-terraform; clusterctl does not move
@@ -211,7 +211,7 @@ fn install_inventory(env: &Env) -> Result<()> {
     }
 
     let mut objects = Vec::new();
-    for ns in ["capi-system", "capt-system"] {
+    for ns in ["capi-system", "capt-system", "capt-templates"] {
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
     }
     for (ns, name, provider, kind, version) in [
@@ -230,7 +230,7 @@ fn install_inventory(env: &Env) -> Result<()> {
             "v0.1.0",
         ),
         (
-            "capt-system",
+            "capt-templates",
             "control-plane-capt",
             "capt",
             "ControlPlaneProvider",

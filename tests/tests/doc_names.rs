@@ -586,3 +586,179 @@ fn a_stale_name_of_each_kind_is_caught() {
     assert!(programs["hack/bench.sh"].contains("--clusters"));
     assert!(flag_uses("kubectl apply --server-side -f x", &programs).is_empty());
 }
+
+/// Each option of a `--help` text: flag → (environment variable, default).
+type Options = BTreeMap<String, (Option<String>, Option<String>)>;
+
+/// The options of a `--help` text (clap's long help).
+fn options_in(help: &str) -> Options {
+    let header = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)").unwrap();
+    let env = regex::Regex::new(r"\[env: ([A-Z0-9_]+)=").unwrap();
+    let default = regex::Regex::new(r"\[default: ([^\]]*)\]").unwrap();
+    let mut options = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    let mut finish = |current: Option<(String, String)>| {
+        if let Some((flag, block)) = current {
+            let env = env.captures(&block).map(|c| c[1].to_owned());
+            let default = default.captures(&block).map(|c| c[1].to_owned());
+            options.entry(flag).or_insert((env, default));
+        }
+    };
+    for line in help.lines() {
+        if let Some(c) = header.captures(line) {
+            finish(current.take());
+            current = Some((c[1].to_owned(), line.to_owned()));
+        } else if !line.starts_with(' ') && !line.is_empty() {
+            finish(current.take());
+        } else if let Some((_, block)) = &mut current {
+            block.push_str(line);
+        }
+    }
+    finish(current);
+    options
+}
+
+/// A flag the docs give an environment variable or a default: `(page, flag, environment
+/// variables, defaults)`. Two shapes: a table row `` | `--flag` (`ENV` / `ENV`) … | DEFAULT
+/// / DEFAULT | … |`` of a table whose second column is the default, and prose
+/// `` `… --flag …` (`ENV`) `` or `` `--flag` … default N ``.
+type Documented = (String, String, Vec<String>, Vec<String>);
+
+fn documented_options(pages: &[(String, String)]) -> Vec<Documented> {
+    let row =
+        regex::Regex::new(r"^\| `(--[a-z][a-z0-9-]*)` \(([^)]*)\)[^|]*\| ([^|]*) \|").unwrap();
+    let prose_env = regex::Regex::new(
+        r"`(?:[a-z-]+ )?(--[a-z][a-z0-9-]*)(?: [A-Z_.]+)?` \((?:or )?`([A-Z][A-Z0-9_]+)`[,;)]",
+    )
+    .unwrap();
+    let prose_default =
+        regex::Regex::new(r"`(--[a-z][a-z0-9-]*)`\)?,? \(?default ([0-9][0-9.]*)[),;]").unwrap();
+    let word = regex::Regex::new(r"`([^`]+)`").unwrap();
+    let mut documented = Vec::new();
+    for (page, text) in pages {
+        for line in text.lines() {
+            if let Some(c) = row.captures(line) {
+                let envs = word.captures_iter(&c[2]).map(|w| w[1].to_owned()).collect();
+                let defaults = c[3]
+                    .split(" / ")
+                    .map(|d| d.trim().trim_matches('`').to_owned())
+                    .collect();
+                documented.push((page.clone(), c[1].to_owned(), envs, defaults));
+                continue;
+            }
+            for c in prose_env.captures_iter(line) {
+                documented.push((page.clone(), c[1].to_owned(), vec![c[2].to_owned()], vec![]));
+            }
+            for c in prose_default.captures_iter(line) {
+                documented.push((page.clone(), c[1].to_owned(), vec![], vec![c[2].to_owned()]));
+            }
+        }
+    }
+    documented
+}
+
+/// What a page says of a flag's environment variable and default is what the binaries'
+/// `--help` says: an environment variable must be the flag's in the binary its prefix names
+/// (`CAPT_` the controller, `STATUS_APPLIER_` the status-applier, `…_` both); a default must
+/// be the flag's (`off` and `none`: it has none), and where two are given (`applier /
+/// controller`), each binary's in that order.
+#[test]
+fn documented_environment_variables_and_defaults_are_the_binaries() {
+    let controller = options_in(&help(&binary("capt-controller"), &[]));
+    let applier = options_in(&help(&binary("status-applier"), &[]));
+    let binaries = [
+        ("status-applier", &applier),
+        ("capt-controller", &controller),
+    ];
+    let pages = pages();
+    let documented = documented_options(&pages);
+    assert!(
+        documented.len() > 10,
+        "the pages' flags with an environment variable or a default are read: {documented:?}"
+    );
+    let mut wrong = Vec::new();
+    for (page, flag, envs, defaults) in &documented {
+        // Which binaries the row is about: those its environment variables name, in order.
+        let mut about: Vec<(&str, &Options)> = Vec::new();
+        for env in envs {
+            let candidates: Vec<_> = if let Some(rest) = env.strip_prefix('…') {
+                binaries
+                    .iter()
+                    .filter(|(_, o)| {
+                        o.get(flag)
+                            .and_then(|(e, _)| e.as_deref())
+                            .is_some_and(|e| e.ends_with(rest))
+                    })
+                    .collect()
+            } else {
+                binaries
+                    .iter()
+                    .filter(|(_, o)| o.get(flag).is_some_and(|(e, _)| e.as_deref() == Some(env)))
+                    .collect()
+            };
+            if candidates.is_empty() {
+                let helps: Vec<String> = binaries
+                    .iter()
+                    .filter_map(|(b, o)| Some(format!("{b}: {:?}", o.get(flag)?.0)))
+                    .collect();
+                wrong.push(format!(
+                    "{page}: `{flag}` (`{env}`): no binary's --help gives the flag that \
+                     environment variable ({helps:?})"
+                ));
+            }
+            about.extend(candidates.into_iter().map(|(b, o)| (*b, *o)));
+        }
+        if about.is_empty() {
+            about = binaries
+                .iter()
+                .filter(|(_, o)| o.contains_key(flag))
+                .map(|(b, o)| (*b, *o))
+                .collect();
+        }
+        if defaults.is_empty() || about.is_empty() {
+            continue;
+        }
+        let pairs: Vec<(&str, &str)> = if defaults.len() == about.len() {
+            about
+                .iter()
+                .zip(defaults)
+                .map(|((b, _), d)| (*b, d.as_str()))
+                .collect()
+        } else {
+            about
+                .iter()
+                .map(|(b, _)| (*b, defaults[0].as_str()))
+                .collect()
+        };
+        for (binary, said) in pairs {
+            let options = binaries.iter().find(|(b, _)| *b == binary).unwrap().1;
+            let actual = options.get(flag).and_then(|(_, d)| d.clone());
+            let same = match said {
+                "off" | "none" => actual.is_none() || actual.as_deref() == Some("false"),
+                _ => actual.as_deref() == Some(said),
+            };
+            if !same {
+                wrong.push(format!(
+                    "{page}: `{flag}` of {binary}: the page says the default is {said}, \
+                     --help says {actual:?}"
+                ));
+            }
+        }
+    }
+    // docs/status-applier.md: "Every `serve` flag has an environment variable".
+    let serve = options_in(&help(&binary("status-applier"), &["serve"]));
+    for (flag, (env, _)) in &serve {
+        if env.is_none() && flag != "--help" && flag != "--version" {
+            wrong.push(format!(
+                "docs/status-applier.md: every `serve` flag has an environment variable, and \
+                 `{flag}` has none"
+            ));
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "the docs' environment variables and defaults differ from --help: {wrong:#?}"
+    );
+}

@@ -3,9 +3,10 @@
 //! provision a Cluster; with a permission taken away, the refusal is reported clearly and
 //! nothing crashes.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capt_tests::system::{System, impersonating_kubeconfig};
 use capt_tests::{TestNamespace, env, install_rbac, repo_root};
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -244,4 +245,299 @@ fn the_deployment_does_not_turn_the_unauthenticated_debug_listener_on() -> Resul
     }
     assert!(!containers.is_empty());
     Ok(())
+}
+
+/// A copy of what `hack/image.sh` reads and writes (the manifests, the scripts, the
+/// Dockerfile, Cargo.toml), so that `--set` edits the copy, not this tree.
+fn image_scratch() -> Result<capt_tests::Scratch> {
+    let dir = capt_tests::Scratch::new("image")?;
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .args(["manifests", "hack", "Dockerfile", "Cargo.toml"].map(|p| repo_root().join(p)))
+        .arg(&*dir)
+        .status()?;
+    anyhow::ensure!(status.success(), "copying the tree for hack/image.sh");
+    Ok(dir)
+}
+
+/// `hack/image.sh` in `dir`, with `bin` first on the PATH (then the environment's kubectl
+/// and the PATH of the test), the builders it may try named by `builders`.
+fn image_script(
+    dir: &std::path::Path,
+    bin: &std::path::Path,
+    builders: &str,
+) -> std::process::Command {
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        env().bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = std::process::Command::new(dir.join("hack/image.sh"));
+    command
+        .env("PATH", path)
+        .env("CAPT_IMAGE_BUILDER", builders);
+    command
+}
+
+/// The image a user builds is the one both install paths deploy: every container of
+/// `kubectl kustomize manifests/` and of the clusterctl components runs it, and no
+/// container is left on the default.
+#[test]
+fn hack_image_names_the_image_for_both_install_paths() -> Result<()> {
+    const IMAGE: &str = "registry.example.com:5000/capt/status-management:v9.8.7";
+    let dir = image_scratch()?;
+    let out = image_script(&dir, &dir, "")
+        .args(["--no-build", "--set", IMAGE])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "hack/image.sh --set: {stderr}");
+    let kustomized = env().kubectl_ok(
+        &["kustomize", &dir.join("manifests").display().to_string()],
+        None,
+    )?;
+    let versions = dir.join(".clusterctl-repo/infrastructure-capt");
+    let version = std::fs::read_dir(&versions)?
+        .next()
+        .context("a version")??
+        .path();
+    let components = std::fs::read_to_string(version.join("infrastructure-components.yaml"))?;
+    for (path, text) in [("kubectl apply -k", kustomized), ("clusterctl", components)] {
+        let images: Vec<String> = capt_tests::yaml_documents(&text)?
+            .iter()
+            .filter(|d| d["kind"] == "Deployment")
+            .flat_map(|d| {
+                d["spec"]["template"]["spec"]["containers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|c| c["image"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(images, vec![IMAGE; 2], "{path}: the containers' images");
+    }
+    Ok(())
+}
+
+/// Without a builder, or with one whose daemon is not there, `hack/image.sh` says which and
+/// what to do instead, and builds nothing; with one, it builds the Dockerfile under the name
+/// given, and pushes it when asked.
+#[test]
+fn hack_image_builds_with_the_builder_there_is_and_says_when_there_is_none() -> Result<()> {
+    let dir = image_scratch()?;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    let fake = |name: &str, info_fails: bool| -> Result<()> {
+        let script = format!(
+            "#!/bin/sh\necho \"{name} $*\" >>'{}'\n{}",
+            dir.join("calls").display(),
+            if info_fails {
+                "[ \"$1\" = info ] && exit 1\nexit 0\n"
+            } else {
+                "exit 0\n"
+            }
+        );
+        let path = bin.join(name);
+        std::fs::write(&path, script)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        Ok(())
+    };
+    // Only a docker without its daemon: the builders the machine has are left out, since
+    // CAPT_IMAGE_BUILDER names the fakes alone (and one that is nowhere).
+    fake("docker", true)?;
+    let none = image_script(&dir, &bin, "docker no-such-builder")
+        .arg("example.com/capt:v1")
+        .output()?;
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(none.status.code(), Some(3), "{said}");
+    assert!(said.contains("no usable container builder"), "{said}");
+    assert!(
+        said.contains("docker (installed, but `docker info` fails"),
+        "{said}"
+    );
+    assert!(
+        said.contains("--no-build --set example.com/capt:v1"),
+        "{said}"
+    );
+
+    fake("podman", false)?;
+    let built = image_script(&dir, &bin, "docker podman")
+        .args(["--push", "example.com/capt:v1"])
+        .output()?;
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let calls = std::fs::read_to_string(dir.join("calls"))?;
+    let root = dir.display();
+    assert_eq!(
+        calls
+            .lines()
+            .filter(|l| !l.ends_with(" info"))
+            .collect::<Vec<_>>(),
+        [
+            format!("podman build -t example.com/capt:v1 -f {root}/Dockerfile {root}"),
+            "podman push example.com/capt:v1".to_owned()
+        ],
+        "the builder's calls"
+    );
+    Ok(())
+}
+
+/// The controller, as the ServiceAccount, trusting the templates of `trusted`, on its own
+/// (no applier, no Lease); its probes on `probes`.
+fn controller_trusting(
+    trusted: &str,
+    probes: &str,
+    dir: &std::path::Path,
+) -> Result<std::process::Child> {
+    let kubeconfig = impersonating_kubeconfig(capt_tests::pod::SERVICE_ACCOUNT, dir)?;
+    let [metrics] = capt_tests::system::free_local_addrs()?;
+    Ok(
+        std::process::Command::new(capt_tests::applier::binary("capt-controller"))
+            .args([
+                "--allow-template-namespace",
+                trusted,
+                "--no-leader-election",
+            ])
+            .args(["--insecure-diagnostics", "--metrics-bind-address", &metrics])
+            .args(["--health-probe-bind-address", probes])
+            .arg("--applier-socket")
+            .arg(dir.join("no-applier.sock"))
+            .env("KUBECONFIG", kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?,
+    )
+}
+
+/// How a controller started by [`controller_trusting`] went: `Ok(())` once it serves its
+/// probes (it is past its start), `Err(stderr)` when it exits first.
+async fn started_or_refused(
+    mut controller: std::process::Child,
+    probes: &str,
+) -> Result<std::result::Result<(), String>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = controller.try_wait()? {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut controller.stderr.take().unwrap(), &mut stderr)?;
+            return Ok(Err(format!("exited {status}: {stderr}")));
+        }
+        if capt_tests::system::plain_get(probes, "/healthz")
+            .await
+            .is_ok()
+        {
+            let _ = controller.kill();
+            let _ = controller.wait();
+            return Ok(Ok(()));
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the controller neither served its probes nor exited within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `kubectl apply -k manifests/` alone creates the namespace trusted with code, labelled in
+/// the request that creates it; the controller trusting it starts.
+#[tokio::test]
+async fn the_install_creates_the_trusted_namespace_and_the_controller_trusts_it() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let manifests = repo_root().join("manifests");
+    let out = env().kubectl_ok(
+        // The field manager of the other tests' applies of the manifests, so that their
+        // server-side dry run (above) finds no other owner of what they set.
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=testenv",
+            "-k",
+            manifests.to_str().unwrap(),
+        ],
+        None,
+    )?;
+    assert!(
+        out.contains("namespace/capt-templates serverside-applied"),
+        "{out}"
+    );
+    let labels = env().kubectl_ok(
+        &[
+            "get",
+            "namespace",
+            "capt-templates",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ],
+        None,
+    )?;
+    assert!(
+        labels.contains(r#""capt.cluster.x-k8s.io/trusted-with-code":"true""#),
+        "{labels}"
+    );
+    let dir = capt_tests::Scratch::new("trusted-install")?;
+    let [probes] = capt_tests::system::free_local_addrs()?;
+    let controller = controller_trusting("capt-templates", &probes, &dir)?;
+    let went = started_or_refused(controller, &probes).await?;
+    assert_eq!(
+        went,
+        Ok(()),
+        "the controller trusts the namespace the install made"
+    );
+    Ok(())
+}
+
+/// A tenant creates the trusted namespace before the install: `kubectl apply` adopts and labels
+/// it, and the controller refuses to start, naming the namespace, who created it and what to
+/// do. (The install's namespace document renamed, so that this test's tenant does not take
+/// the name the other tests install.)
+#[tokio::test]
+async fn a_trusted_namespace_a_tenant_created_first_stops_the_controller() -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    install_rbac()?;
+    let name = capt_tests::unique_name("tenant-first");
+    // The tenant's: created as `kubectl create namespace` does, before the install.
+    env().kubectl_ok(&["create", "namespace", &name], None)?;
+    let _cleanup = DeleteNamespace(name.clone());
+    // The install's namespace, renamed, applied as `kubectl apply -k manifests/` applies it.
+    let install =
+        std::fs::read_to_string(repo_root().join("manifests/deploy/templates-namespace.yaml"))?
+            .replace("capt-templates", &name);
+    env().kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&install))?;
+    let dir = capt_tests::Scratch::new("tenant-first")?;
+    let [probes] = capt_tests::system::free_local_addrs()?;
+    let controller = controller_trusting(&name, &probes, &dir)?;
+    let went = started_or_refused(controller, &probes).await?;
+    let Err(said) = went else {
+        panic!("the controller started trusting {name}, which a tenant created before the install");
+    };
+    for part in [
+        "refusing to start",
+        &format!("namespace {name} is trusted with code"),
+        "was not set by the request that created it",
+        "kubectl-create",
+    ] {
+        assert!(said.contains(part), "`{part}` in: {said}");
+    }
+    Ok(())
+}
+
+/// Deletes a namespace when dropped (without waiting for its finalization).
+struct DeleteNamespace(String);
+
+impl Drop for DeleteNamespace {
+    fn drop(&mut self) {
+        let _ = env().kubectl_run(
+            &[
+                "delete",
+                "namespace",
+                &self.0,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+    }
 }

@@ -207,6 +207,15 @@ const NEEDS: &[Need] = &[
     ),
     need(
         Cluster,
+        "",
+        "namespaces",
+        &["get"],
+        Controller,
+        "at start, by name: each namespace trusted with code carries the install's label, \
+         set when it was created; else the controller refuses to start",
+    ),
+    need(
+        Cluster,
         "events.k8s.io",
         "events",
         &["create", "patch"],

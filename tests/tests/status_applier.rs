@@ -524,9 +524,23 @@ async fn a_uid_precondition_never_writes_a_recreated_object() -> Result<()> {
     assert_eq!(submit(&applier, &intent).await?["action"], "applied");
 
     f.api.delete("demo", &Default::default()).await?;
-    f.api
+    let recreated = f
+        .api
         .create(&PostParams::default(), &control_plane()?)
         .await?;
+    // The state the claim is about: the applier no longer takes the first incarnation for the
+    // live object. Submitted before its watch shows the delete, the intent is planned on the
+    // old view, refused for its uid and read again, and the late delete then answers it
+    // "object not found" (nothing written either, but not the path tested here). Once the
+    // watch shows the delete, the applier forgets the document it held (it had nothing left
+    // to do); had the watch shown the new incarnation alone (a relist), it re-checks the
+    // document and refuses it for the new uid. Either is the sign.
+    let new_uid = recreated
+        .metadata
+        .uid
+        .clone()
+        .expect("a created object has a uid");
+    applier_let_go_of_the_old_object(&applier, &f.ns.name, &new_uid).await?;
     let mut intent = f.status(json!({"phase": "Ready"}));
     intent.target.uid = Some(uid);
     let out = submit(&applier, &intent).await?;
@@ -543,6 +557,39 @@ async fn a_uid_precondition_never_writes_a_recreated_object() -> Result<()> {
         "the new object was not written"
     );
     Ok(())
+}
+
+/// Waits until the applier holds no document for `demo` in `namespace` (its watch showed the
+/// deletion), or one last refused for the object of uid `uid` (its watch showed that
+/// incarnation).
+async fn applier_let_go_of_the_old_object(
+    applier: &Applier,
+    namespace: &str,
+    uid: &str,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let documents = applier.client.get("/v1/intents").await?.json();
+        let mut held = documents
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["object"]["namespace"] == namespace && d["object"]["name"] == "demo");
+        let let_go = held.all(|d| {
+            d["last"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(uid))
+        });
+        if let_go {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the applier still takes the first incarnation of {namespace}/demo for the live \
+             object after 30 s (the new one has uid {uid}): {documents}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]

@@ -44,6 +44,10 @@ impl Standby {
             .applier
             .socket
             .with_file_name("controller-standby.log");
+        capt_tests::mark_trusted_namespaces(&[
+            capt_tests::system::TRUST_TEMPLATES.to_owned(),
+            system.namespace().to_owned(),
+        ])?;
         let child = Command::new(binary("capt-controller"))
             .args([
                 "--namespace",

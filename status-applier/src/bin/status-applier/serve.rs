@@ -172,7 +172,7 @@ struct PolicyArgs {
     )]
     watch_kinds: Vec<String>,
     /// Do not publish Kubernetes Events for conflicts.
-    #[arg(long)]
+    #[arg(long, env = "STATUS_APPLIER_NO_EVENTS")]
     no_events: bool,
     /// Watch only this namespace's objects (of namespaced kinds): one shard of a sharded
     /// deployment. Intents for other objects are still served, read on demand.

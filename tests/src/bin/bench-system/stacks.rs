@@ -75,6 +75,21 @@ fn templates_in(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     )
 }
 
+/// The namespace the Deployment trusts with code, made as the install makes it: labelled when
+/// created, which the controller checks at start (`capt_controller::tenancy::untrusted_namespace`).
+pub(crate) async fn create_template_namespace(
+    client: &kube::Client,
+    templates: &str,
+) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let label = capt_controller::tenancy::TRUSTED_NAMESPACE_LABEL;
+    let namespace = serde_json::from_value(
+        json!({"metadata": {"name": templates, "labels": {label: "true"}}}),
+    )?;
+    already_there_or_made(namespaces.create(&bench_creates(), &namespace).await)
+        .with_context(|| format!("creating the template namespace {templates}"))
+}
+
 /// In the template namespace `templates` (created if absent): the sample templates (`vpc`,
 /// `eks`; kept when an earlier round made them), and a copy of `eks` for each of `own` stacks
 /// of round `ns` ([`own_template`]).
@@ -84,10 +99,7 @@ pub(crate) async fn create_templates(
     ns: &str,
     own: &[String],
 ) -> Result<()> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace = serde_json::from_value(json!({"metadata": {"name": templates}}))?;
-    already_there_or_made(namespaces.create(&bench_creates(), &namespace).await)
-        .with_context(|| format!("creating the template namespace {templates}"))?;
+    create_template_namespace(client, templates).await?;
     let text = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
     let api = templates_in(client, templates);
     for doc in serde_yaml::Deserializer::from_str(&text) {

@@ -182,6 +182,9 @@ impl BenchSystem {
         shard: Option<&str>,
     ) -> Result<Self> {
         identity::install(&pod.namespace)?;
+        // The controller refuses to start without the namespace it trusts with code.
+        let client = capt_tests::env().client().await?;
+        crate::stacks::create_template_namespace(&client, &pod.template_namespace()?).await?;
         let scraper = identity::scraper(&pod.namespace, dir)?;
         let replicas = match mode {
             Mode::Sidecar => pod.replicas.max(1) as usize,
