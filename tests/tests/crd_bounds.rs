@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 const APPLIES_CRD: &str =
     "manifests/crds/workspacetemplateapplies.infrastructure.cluster.x-k8s.io.yaml";
 const FINALIZER: &str = "example.com/hold";
+/// One test at a time: the second loosens the apply CRD the first checks.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `n` entries of a list: `{"name": "s<i>", "namespace": ns}`.
 fn refs(n: usize, ns: &str) -> Value {
@@ -129,6 +131,7 @@ fn dry_run(object: &Value) -> Result<Option<String>> {
 #[tokio::test]
 async fn admission_refuses_each_list_and_map_over_its_bound_with_a_message_naming_the_field()
 -> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "bounds").await?;
     let mut failures = Vec::new();
@@ -197,6 +200,7 @@ fn apply_crd(crd: &Value) -> Result<()> {
 #[tokio::test]
 async fn an_apply_stored_before_the_bound_can_still_lose_its_finalizer_and_be_deleted() -> Result<()>
 {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let client = env().client().await?;
     let ns = TestNamespace::create(&client, "bounds-old").await?;
     let _restored = RestoredCrd;
