@@ -69,6 +69,9 @@ pub struct Context {
     pub rewake: Rewake,
     /// Our recent writes per object, to notice one written in a loop ([`Context::wrote`]).
     pub write_loops: Mutex<WriteLoops<WriteId>>,
+    /// The Secrets `waitForSecrets` named that were found to exist lately
+    /// ([`crate::seen_secrets`]).
+    pub seen_secrets: crate::seen_secrets::SeenSecrets,
 }
 
 impl Context {

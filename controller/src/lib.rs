@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod context;
+pub mod fair_share;
 pub mod k8s;
 pub mod kubeconfig;
 pub mod leader;
@@ -14,6 +15,7 @@ pub mod reconcile;
 pub mod render;
 pub mod rewake;
 pub mod run;
+pub mod seen_secrets;
 pub mod status;
 pub mod sweep;
 pub mod tenancy;

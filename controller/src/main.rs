@@ -209,6 +209,7 @@ async fn main() -> anyhow::Result<()> {
             without_core: args.without_cluster_api_core,
         },
         events: capt_controller::context::recorder(client.clone()),
+        seen_secrets: Default::default(),
         write_loops: std::sync::Mutex::new(capt_controller::write_loops::WriteLoops::new(
             capt_controller::write_loops::Limit {
                 writes: args.write_loop_limit,

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the controller.
 
+use crate::fair_share::{QueueCollector, QueueLabels};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -83,7 +84,18 @@ pub struct Metrics {
     /// Objects the API server holds that the controller cannot read, by kind
     /// (`crate::unreadable`).
     pub objects_unreadable: Family<KindLabel, Gauge>,
+    /// Times a namespace with objects waiting saw a worker go to another namespace whose
+    /// oldest object had waited less ([`crate::fair_share`]).
+    pub held_back: Family<QueueLabels, Counter>,
+    /// The reconcile queues by kind and namespace, read at each scrape.
+    pub queues: QueueCollector,
+    /// Reconciles that ran longer than [`LONG_RECONCILE`], by kind (each is logged too).
+    pub long_reconciles: Family<KindLabel, Counter>,
 }
+
+/// A reconcile that runs longer than this is logged with its object and counted
+/// (`capt_reconciles_long_total`): with every object's cost bounded, none should.
+pub const LONG_RECONCILE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Metrics {
     /// Creates and registers the metrics (`capt_` prefix).
@@ -104,6 +116,9 @@ impl Metrics {
             deletion: Family::new_with_constructor(seconds),
             watch_failures: Family::default(),
             objects_unreadable: Family::default(),
+            held_back: Family::default(),
+            queues: QueueCollector::default(),
+            long_reconciles: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("capt");
         r.register(
@@ -174,6 +189,20 @@ impl Metrics {
              skipped, with a Warning Event (reason Unreadable), until it is fixed or deleted",
             m.objects_unreadable.clone(),
         );
+        r.register(
+            "reconcile_held_back",
+            "Times a namespace with objects waiting for a worker saw one go to another \
+             namespace whose oldest object had waited less (its fair share), by kind and \
+             namespace",
+            m.held_back.clone(),
+        );
+        r.register(
+            "reconciles_long",
+            "Reconciles that ran longer than 10 seconds, by kind (each is logged with its object)",
+            m.long_reconciles.clone(),
+        );
+        // capt_reconcile_queue_depth and capt_reconcile_queue_oldest_wait_seconds.
+        r.register_collector(Box::new(m.queues.clone()));
         m
     }
 

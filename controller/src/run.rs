@@ -10,6 +10,8 @@ use crate::api::{
     WorkspaceTemplate, WorkspaceTemplateApply,
 };
 use crate::context::Context;
+use crate::fair_share::FairShare;
+use crate::metrics::{KindLabel, LONG_RECONCILE};
 use crate::reconcile::shared::{cluster_name, cluster_name_in};
 use crate::reconcile::{
     OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, apply, capt_cluster, cluster,
@@ -240,19 +242,25 @@ fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
 }
 
 /// Runs the controller of `K` with `reconcile` until a shutdown signal: reading `store`, woken
-/// by `trigger` only, `concurrency` reconciles at once, and handed every cached object first
-/// by a sweep ([`crate::sweep`]: twice `concurrency` at a time keeps it busy). Each reconcile
-/// that finished (with or without an error) is counted, so that a rising count says a
-/// reconcile has made its decisions; how long each waited to start and took is recorded.
+/// by `trigger` only, `concurrency` reconciles at once shared fairly among namespaces
+/// ([`crate::fair_share`]), and handed every cached object first by a sweep
+/// ([`crate::sweep`]: twice `concurrency` at a time keeps it busy). Each reconcile that
+/// finished (with or without an error) is counted, so that a rising count says a reconcile
+/// has made its decisions; how long each waited for its worker and took is recorded, and one
+/// that ran long is logged.
+///
+/// kube-rs's controller still dedups wakes, keeps one reconcile per object at a time and
+/// schedules requeues and retries; it is left unbounded, and each reconcile it starts first
+/// waits for its permit, so that the fair share, not arrival order, decides who runs.
 async fn reconcile_all<K, F, Fut>(
     store: Store<K>,
     trigger: Trigger<K>,
     concurrency: u16,
-    mut reconcile: F,
+    reconcile: F,
     ctx: &Arc<Context>,
 ) where
     K: Watched,
-    F: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = crate::reconcile::Result<Action>> + Send + 'static,
 {
     use kube::runtime::controller::Error;
@@ -264,25 +272,64 @@ async fn reconcile_all<K, F, Fut>(
     });
     let kind = K::kind(&());
     let waiting = trigger.waiting();
+    let share = FairShare::new(&kind, concurrency.into(), ctx.metrics.held_back.clone());
+    ctx.metrics.queues.add(&share);
     let timed = {
         let (waited, took) = ctx.metrics.durations(&kind);
-        let waiting = waiting.clone();
+        let long = ctx.metrics.long_reconciles.get_or_create(&KindLabel {
+            kind: kind.to_string(),
+        });
+        let kind_of = kind.to_string();
+        let (waiting, store) = (waiting.clone(), store.clone());
         move |obj: Arc<K>, ctx: Arc<Context>| {
-            if let Some(wait) = waiting.ended(&reference(obj.as_ref())) {
-                waited.observe(wait.as_secs_f64());
-            }
-            let started = tokio::time::Instant::now();
-            let reconciled = reconcile(obj, ctx);
-            let took = took.clone();
+            let (share, waiting, waited, took, long, store) = (
+                share.clone(),
+                waiting.clone(),
+                waited.clone(),
+                took.clone(),
+                long.clone(),
+                store.clone(),
+            );
+            let (reconcile, kind_of) = (reconcile.clone(), kind_of.clone());
+            // While it waits for a worker, only the reference is held: the object is read
+            // from the cache once it has one, as it is then (a wait behind another
+            // namespace's work must not reconcile a stale copy, nor keep it in memory).
+            let r = reference(obj.as_ref());
+            drop(obj);
             async move {
-                let result = reconciled.await;
-                took.observe(started.elapsed().as_secs_f64());
+                let _worker = share
+                    .acquire(r.namespace.as_deref().unwrap_or_default())
+                    .await;
+                if let Some(wait) = waiting.ended(&r) {
+                    waited.observe(wait.as_secs_f64());
+                }
+                // Deleted while it waited: nothing to do (its deletion is no wake of its own).
+                let Some(obj) = store.get(&r) else {
+                    return Ok(Action::await_change());
+                };
+                let started = tokio::time::Instant::now();
+                let result = reconcile(obj, ctx).await;
+                let elapsed = started.elapsed();
+                took.observe(elapsed.as_secs_f64());
+                if elapsed > LONG_RECONCILE {
+                    long.inc();
+                    tracing::warn!(
+                        subject = format!(
+                            "{kind_of}/{}/{}",
+                            r.namespace.as_deref().unwrap_or_default(),
+                            r.name
+                        ),
+                        seconds = elapsed.as_secs_f64(),
+                        "Reconcile ran long"
+                    );
+                }
                 result
             }
         }
     };
+    // Unbounded here: the fair share bounds the reconciles that run.
     Controller::for_stream(futures::stream::empty(), store)
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .reconcile_on(trigger.into_stream())
         .shutdown_on_signal()
         .run(timed, error_policy, ctx.clone())

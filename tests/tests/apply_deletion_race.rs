@@ -79,6 +79,7 @@ fn context(caches: Caches, applier: &Applier, client: kube::Client, namespace: &
             allowed_template_namespaces: [namespace.to_owned()].into(),
             ..Settings::default()
         },
+        seen_secrets: Default::default(),
         write_loops: Mutex::new(WriteLoops::new(Limit {
             writes: 100,
             window: Duration::from_secs(60),

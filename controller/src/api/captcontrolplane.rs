@@ -46,6 +46,7 @@ pub struct CAPTControlPlaneSpec {
     pub control_plane_config: Option<ControlPlaneConfig>,
     /// Tags added to every AWS resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::bounds::tags_schema")]
     pub additional_tags: Option<BTreeMap<String, String>>,
     /// API server endpoint, applied by the controller (field manager `capt-captcontrolplane`)
     /// from the `cluster_endpoint` output.
@@ -71,6 +72,7 @@ pub struct ControlPlaneConfig {
     pub endpoint_access: Option<EndpointAccess>,
     /// EKS add-ons to install.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::MAX_ADDONS))]
     pub addons: Option<Vec<Addon>>,
     /// How long to wait before a wait turns into a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +91,7 @@ pub struct EndpointAccess {
     pub private: Option<bool>,
     /// CIDRs allowed to reach the public endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::MAX_PUBLIC_CIDRS), inner(length(max = super::bounds::MAX_CIDR)))]
     pub public_cidrs: Option<Vec<String>>,
 }
 
@@ -97,9 +100,11 @@ pub struct EndpointAccess {
 #[serde(rename_all = "camelCase")]
 pub struct Addon {
     /// Add-on name, e.g. `vpc-cni`.
+    #[schemars(length(max = super::bounds::MAX_SHORT))]
     pub name: String,
     /// Add-on version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::MAX_SHORT))]
     pub version: Option<String>,
 }
 

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 pub struct NamespacedRef {
     /// Name of the referenced object.
+    #[schemars(length(max = super::bounds::MAX_NAME))]
     pub name: String,
     /// Namespace of the referenced object; the referrer's namespace when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::MAX_NAMESPACE))]
     pub namespace: Option<String>,
 }
 
@@ -21,8 +23,10 @@ pub struct NamespacedRef {
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
     /// Name of the Secret.
+    #[schemars(length(max = super::bounds::MAX_NAME))]
     pub name: String,
     /// Namespace of the Secret.
+    #[schemars(length(max = super::bounds::MAX_NAMESPACE))]
     pub namespace: String,
 }
 

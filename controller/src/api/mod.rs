@@ -4,6 +4,7 @@
 //! (a `null` in an apply body would be a claim on the field). Conditions are list-type maps
 //! keyed by `type`, so several field managers can own different conditions of one list.
 
+pub mod bounds;
 mod captcluster;
 mod captcontrolplane;
 mod common;

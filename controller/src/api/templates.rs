@@ -21,9 +21,11 @@ use std::collections::BTreeMap;
 pub struct TemplateObjectMeta {
     /// Labels of the created object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::bounds::template_metadata_schema")]
     pub labels: Option<BTreeMap<String, String>>,
     /// Annotations of the created object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::bounds::template_metadata_schema")]
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -116,5 +118,6 @@ pub struct CAPTControlPlaneTemplateResourceSpec {
     pub control_plane_config: Option<ControlPlaneConfig>,
     /// Tags added to every AWS resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::bounds::tags_schema")]
     pub additional_tags: Option<BTreeMap<String, String>>,
 }

@@ -51,9 +51,11 @@ pub struct WorkspaceTemplateBody {
 pub struct TemplateMetadata {
     /// Labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::bounds::template_metadata_schema")]
     pub labels: Option<BTreeMap<String, String>>,
     /// Annotations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::bounds::template_metadata_schema")]
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -99,11 +101,13 @@ pub struct WorkspaceTemplateApplySpec {
     /// Where the Workspace writes its connection Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_connection_secret_to_ref: Option<SecretRef>,
-    /// Secrets that must exist before the Workspace is rendered.
+    /// Secrets that must exist before the Workspace is rendered (at most 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::MAX_WAITS))]
     pub wait_for_secrets: Option<Vec<SecretRef>>,
-    /// Workspaces that must be ready before the Workspace is rendered.
+    /// Workspaces that must be ready before the Workspace is rendered (at most 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::MAX_WAITS))]
     pub wait_for_workspaces: Option<Vec<NamespacedRef>>,
     /// Not honoured, and an apply that sets it to true is not rendered: keeping a Workspace
     /// (and the infrastructure it runs on the platform's credentials) is the platform's to

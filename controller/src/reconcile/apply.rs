@@ -170,8 +170,32 @@ fn spec_refusal(apply: &WorkspaceTemplateApply, ctx: &Context, namespace: &str) 
             message.to_owned(),
         ));
     }
+    if let Some(message) = over_bounds(apply) {
+        return Some(blocked(OVER_BOUNDS, message));
+    }
     crate::variables::first_unsafe(apply.spec.variables.as_ref())
         .map(|message| blocked(crate::variables::UNSAFE_VARIABLE, message))
+}
+
+/// Condition reason (and Warning Event reason) of an apply with a list over its CRD bound:
+/// one stored before the bound existed (the API server refuses a new one).
+pub const OVER_BOUNDS: &str = "OverBounds";
+
+/// Why the apply's lists are too long to act on, if they are: an apply stored before the CRD
+/// bounded them keeps them (ratcheting), and each entry would cost a read.
+fn over_bounds(apply: &WorkspaceTemplateApply) -> Option<String> {
+    use crate::api::bounds::MAX_WAITS;
+    let secrets = apply.spec.wait_for_secrets.as_ref().map_or(0, Vec::len);
+    let workspaces = apply.spec.wait_for_workspaces.as_ref().map_or(0, Vec::len);
+    [
+        ("spec.waitForSecrets", secrets),
+        ("spec.waitForWorkspaces", workspaces),
+    ]
+    .into_iter()
+    .find(|(_, n)| *n > MAX_WAITS)
+    .map(|(field, n)| {
+        format!("{field} has {n} entries, over the limit of {MAX_WAITS}; nothing is rendered")
+    })
 }
 
 /// The Workspace `template` renders for the apply under `name`, or why it must not be
@@ -332,12 +356,21 @@ async fn refuse(
 }
 
 /// What the apply waits for before rendering: Secrets and Workspaces named in its spec.
+/// A Secret is read (its metadata only) until it is seen, then remembered a while
+/// ([`crate::seen_secrets`]): the check reads at most the
+/// [`MAX_WAITS`](crate::api::bounds::MAX_WAITS) the CRD allows, and stops at the first missing.
 async fn waiting(
     apply: &WorkspaceTemplateApply,
     ctx: &Context,
     namespace: &str,
 ) -> Result<Option<(&'static str, String)>> {
     for secret in apply.spec.wait_for_secrets.iter().flatten() {
+        if ctx
+            .seen_secrets
+            .recently_seen(&secret.namespace, &secret.name)
+        {
+            continue;
+        }
         let api: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(ctx.client.clone(), &secret.namespace);
         // Only existence is checked: the Secret's data is never read here.
@@ -345,7 +378,9 @@ async fn waiting(
             .get_metadata_opt(&secret.name)
             .await
             .map_err(kube_err(apply, "checking a Secret it waits for"))?;
-        if found.is_none() {
+        if found.is_some() {
+            ctx.seen_secrets.saw(&secret.namespace, &secret.name);
+        } else {
             return Ok(Some((
                 "WaitingForSecrets",
                 format!(
@@ -591,6 +626,30 @@ async fn delete(
 mod tests {
     use super::*;
     use crate::watches::Watched as _;
+
+    #[test]
+    fn an_apply_stored_over_a_bound_is_refused_naming_the_field() {
+        use crate::api::bounds::MAX_WAITS;
+        let with = |field: &str, n: usize| -> WorkspaceTemplateApply {
+            let list: Vec<_> = (0..n)
+                .map(|i| json!({"name": format!("s{i}"), "namespace": "team"}))
+                .collect();
+            serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+                "metadata": {"name": "a", "namespace": "team"},
+                "spec": {"templateRef": {"name": "t"}, field: list},
+            }))
+            .unwrap()
+        };
+        assert_eq!(over_bounds(&with("waitForSecrets", MAX_WAITS)), None);
+        let refused = over_bounds(&with("waitForSecrets", 20_000)).expect("refused");
+        assert!(
+            refused.starts_with("spec.waitForSecrets has 20000 entries"),
+            "{refused}"
+        );
+        let refused = over_bounds(&with("waitForWorkspaces", MAX_WAITS + 1)).expect("refused");
+        assert!(refused.starts_with("spec.waitForWorkspaces"), "{refused}");
+    }
 
     #[test]
     fn defaulted_fields_do_not_make_a_workspace_look_changed() {

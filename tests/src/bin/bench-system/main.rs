@@ -63,6 +63,7 @@ mod churn;
 mod deployed;
 mod floor;
 mod identity;
+mod noisy;
 mod probe;
 mod round;
 mod shards;
@@ -153,6 +154,21 @@ struct Args {
     /// writes another's objects.
     #[arg(long, default_value_t = 0)]
     shards: usize,
+    /// Instead of the rounds: the noisy-neighbour run (`noisy`): tenant B's time to a
+    /// rendered Workspace, alone, beside tenant A's flood and waiting applies, and after a
+    /// restart; fails when B's p99 is over 2x of alone or a peak RSS over its limit.
+    #[arg(long)]
+    noisy_neighbour: bool,
+    /// Applies tenant A creates at once in the noisy-neighbour run.
+    #[arg(long, default_value_t = 1000)]
+    noisy_flood: usize,
+    /// Applies of tenant A that each wait for the most Secrets the CRD allows, one missing.
+    #[arg(long, default_value_t = 200)]
+    noisy_waits: usize,
+    /// Applies tenant B creates in each phase, one a second: at least 100, so that a p99 is
+    /// not the largest sample.
+    #[arg(long, default_value_t = 100)]
+    noisy_probes: usize,
     /// Restart the test environment (`hack/testenv.sh stop`, `start`, in its
     /// `CAPT_TESTENV_DIR`) before every round but the first, so that each round has an API
     /// server of its own: the processes are cluster-wide. `hack/bench.sh` passes it; never
@@ -229,6 +245,15 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let header = Header::now()?;
     eprintln!("{}", header.text());
+    if args.noisy_neighbour {
+        let (text, ok) = noisy::table(&noisy::run_noisy(&args, &deployed::Pod::read()?).await?);
+        print!("{}\n{text}", header.text());
+        anyhow::ensure!(
+            ok,
+            "a noisy-neighbour target was missed (the table says which)"
+        );
+        return Ok(());
+    }
     // The churn and the shards replace the rounds: one run per `--clusters`.
     if args.churn_waves > 0 || args.shards > 0 {
         for (i, &n) in args.clusters.iter().enumerate() {
