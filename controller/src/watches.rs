@@ -891,6 +891,45 @@ mod tests {
         assert_eq!(reporting.unreadables.count("WorkspaceTemplateApply"), 0);
     }
 
+    #[test]
+    fn watches_of_several_namespaces_list_once_together_and_relist_each_as_changes() {
+        use watcher::Event::{Init, InitApply, InitDone};
+        let mut merge = Merge {
+            listed: vec![false; 2],
+            started: false,
+            all_listed: false,
+            names: vec![HashSet::new(); 2],
+            relisting: vec![None; 2],
+        };
+        let mut step = |i: usize, event: watcher::Event<WorkspaceTemplateApply>| -> Vec<String> {
+            let gone = |name: &str| apply(&format!("gone-{name}"), 1, "");
+            let shown = |e: &watcher::Event<WorkspaceTemplateApply>| match e {
+                watcher::Event::Init => "Init".to_owned(),
+                watcher::Event::InitDone => "InitDone".to_owned(),
+                watcher::Event::InitApply(o) => format!("InitApply {}", o.name_any()),
+                watcher::Event::Apply(o) => format!("Apply {}", o.name_any()),
+                watcher::Event::Delete(o) => format!("Delete {}", o.name_any()),
+            };
+            let out = merge.step(i, Ok(event), gone);
+            out.iter().map(|e| shown(e.as_ref().unwrap())).collect()
+        };
+        // The first lists: one Init, one InitDone once both namespaces are listed.
+        assert_eq!(step(0, Init), ["Init"]);
+        assert_eq!(step(1, Init), Vec::<String>::new());
+        assert_eq!(step(0, InitApply(apply("x", 1, ""))), ["InitApply x"]);
+        assert_eq!(step(0, InitApply(apply("z", 1, ""))), ["InitApply z"]);
+        assert!(
+            step(0, InitDone).is_empty(),
+            "the other namespace is not listed yet"
+        );
+        assert_eq!(step(1, InitApply(apply("y", 1, ""))), ["InitApply y"]);
+        assert_eq!(step(1, InitDone), ["InitDone"]);
+        // A relist of one namespace: changes, and what it no longer shows deleted.
+        assert!(step(0, Init).is_empty());
+        assert_eq!(step(0, InitApply(apply("x", 2, ""))), ["Apply x"]);
+        assert_eq!(step(0, InitDone), ["Delete gone-z"]);
+    }
+
     #[tokio::test]
     async fn a_list_that_fails_each_time_keeps_the_watch_failing() {
         use watcher::Event::Init;
