@@ -184,7 +184,8 @@ async fn main() -> anyhow::Result<()> {
         capt_controller::workspace_policy::WorkspacePolicy::parse(&args.allow_provider_configs)
             .map_err(anyhow::Error::msg)?;
     trusted_namespaces_hold(&client, &args.allow_template_namespaces).await?;
-    let templates_elsewhere = !args.allow_template_namespaces.is_empty();
+    let trusted: std::collections::BTreeSet<String> =
+        args.allow_template_namespaces.into_iter().collect();
     let reporting = capt_controller::watches::Reporting {
         health: diagnostics::WatchHealth::new(metrics.watch_failures.clone()),
         unreadables: capt_controller::unreadable::Unreadables::new(
@@ -193,8 +194,7 @@ async fn main() -> anyhow::Result<()> {
         ),
     };
     let health = reporting.health.clone();
-    let watches =
-        capt_controller::run::Watches::new(&client, &assignment, templates_elsewhere, reporting);
+    let watches = capt_controller::run::Watches::new(&client, &assignment, &trusted, reporting);
     let ctx = Arc::new(Context {
         caches: watches.caches(),
         rewake: capt_controller::rewake::Rewake::new(metrics.rewake_gave_up.clone()),
@@ -204,7 +204,7 @@ async fn main() -> anyhow::Result<()> {
         settings: Settings {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),
             poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
-            allowed_template_namespaces: args.allow_template_namespaces.into_iter().collect(),
+            allowed_template_namespaces: trusted,
             workspace_policy,
             without_core: args.without_cluster_api_core,
         },

@@ -76,12 +76,14 @@ pub struct Watches {
 }
 
 impl Watches {
-    /// The watches of `assignment`, reporting to `reporting`. WorkspaceTemplates are watched in
-    /// every namespace when some may be used from other namespaces (`--allow-template-namespace`).
+    /// The watches of `assignment`, reporting to `reporting`. WorkspaceTemplates are watched
+    /// in the namespaces trusted with code (`--allow-template-namespace`) alone, one watch
+    /// each: only their templates are ever rendered, and a template of any other namespace
+    /// is never listed, so that it costs the controller nothing (none trusted: none watched).
     pub fn new(
         client: &kube::Client,
         assignment: &Assignment,
-        templates_elsewhere: bool,
+        template_namespaces: &std::collections::BTreeSet<String>,
         reporting: Reporting,
     ) -> Self {
         // Lists in pages of 50, not kube-rs's 500: a page is parsed whole, managedFields and
@@ -92,16 +94,12 @@ impl Watches {
             Some(value) => wc().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
             None => wc(),
         };
-        let templates = match templates_elsewhere {
-            true => Api::all(client.clone()),
-            false => assignment.api(client),
-        };
         Self {
             clusters: Watch::new(assignment.api(client), shard()),
             capt_clusters: Watch::new(assignment.api(client), shard()),
             control_planes: Watch::new(assignment.api(client), shard()),
             applies: Watch::new(assignment.api(client), shard()),
-            templates: Watch::new(templates, wc()),
+            templates: Watch::in_namespaces(client, template_namespaces.iter().cloned(), wc()),
             workspaces: Watch::new(Api::all(client.clone()), wc()),
             reporting,
         }

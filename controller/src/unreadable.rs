@@ -9,6 +9,11 @@
 //! only readable objects and reports the others here ([`UnreadableReport`]): a log line, a
 //! Warning Event on the object (reason [`UNREADABLE_REASON`]), and the gauge
 //! `capt_objects_unreadable{kind}`, which falls back once the object is fixed or deleted.
+//!
+//! An object nested too deep, or too large, for a list page or a watch event to be parsed
+//! at all reaches the watch as a stub (the client's layer, `diagnostics::guard`): it is
+//! unreadable too, with what the layer found (`nested 200 levels deep, over the limit of
+//! 100`).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -46,6 +51,9 @@ pub struct Unreadable {
     pub meta: ObjectMeta,
     /// Where and why it does not fit (`spec.controlPlaneEndpoint: missing field `port``).
     pub error: String,
+    /// Its size in bytes, when it is unreadable for being too large (only its identity
+    /// reached the watch).
+    pub too_large: Option<u64>,
 }
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
@@ -60,6 +68,13 @@ impl<K: DeserializeOwned> Decoded<K> {
     /// tracked as it goes.
     pub fn from_value(value: Value) -> Self {
         let meta = identity(&value);
+        if let Some(stub) = diagnostics::guard::unreadable(&value) {
+            return Self::Unreadable(Box::new(Unreadable {
+                meta,
+                error: stub.message,
+                too_large: stub.bytes,
+            }));
+        }
         match serde_path_to_error::deserialize(value) {
             Ok(object) => Self::Readable(object),
             Err(error) => Self::Unreadable(Box::new(Unreadable {
@@ -68,6 +83,7 @@ impl<K: DeserializeOwned> Decoded<K> {
                     "." => error.inner().to_string(),
                     path => format!("{path}: {}", error.inner()),
                 },
+                too_large: None,
             })),
         }
     }
@@ -320,6 +336,24 @@ mod tests {
     }
 
     #[test]
+    fn a_stub_of_the_clients_layer_is_unreadable_with_what_the_layer_found() {
+        let stub = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "deep", "namespace": "mallory", "uid": "u-2",
+                "resourceVersion": "8"},
+            diagnostics::guard::UNREADABLE_FIELD: {
+                "message": "nested 204 levels deep, over the limit of 100", "depth": 204},
+        });
+        let Decoded::<Cluster>::Unreadable(u) = serde_json::from_value(stub).unwrap() else {
+            panic!("a stub is not readable");
+        };
+        assert_eq!(u.meta.name.as_deref(), Some("deep"));
+        assert_eq!(u.meta.uid.as_deref(), Some("u-2"));
+        assert_eq!(u.error, "nested 204 levels deep, over the limit of 100");
+        assert_eq!(u.too_large, None);
+    }
+
+    #[test]
     fn a_list_with_one_object_that_does_not_fit_keeps_every_other_object() {
         let list = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterList",
@@ -368,6 +402,7 @@ mod tests {
                 ..ObjectMeta::default()
             },
             error: "missing field `port`".into(),
+            too_large: None,
         };
         let count = || {
             gauge

@@ -20,6 +20,7 @@ use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashSet;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
@@ -39,6 +40,14 @@ pub trait Watched:
 {
     /// Drops what of this kind no reconciler reads, before it is cached (after [`strip`]).
     fn trim(&mut self) {}
+
+    /// What is cached of an object of `bytes` bytes, too large for its text to reach the
+    /// watch (`diagnostics::guard::MAX_OBJECT_BYTES`), of which only `meta` (its name,
+    /// namespace, uid and resourceVersion) is known; `None`: nothing, it is unreadable.
+    fn too_large(meta: &kube::api::ObjectMeta, bytes: u64) -> Option<Self> {
+        let _ = (meta, bytes);
+        None
+    }
 }
 
 /// Our own status is read back only for what carries over from one computation to the next
@@ -63,7 +72,8 @@ impl Watched for WorkspaceTemplateApply {}
 
 /// Templates are written by tenants: one larger than [`MAX_TEMPLATE_BYTES`] is cached
 /// without its body (and refused by every apply that uses it, `reconcile/apply.rs`), so that
-/// what a tenant writes cannot grow the shared controller's memory without bound.
+/// what a tenant writes cannot grow the shared controller's memory without bound. One too
+/// large to reach the watch at all is cached the same way, with the size of the whole object.
 impl Watched for WorkspaceTemplate {
     fn trim(&mut self) {
         let size = serde_json::to_vec(&self.spec).map_or(0, |v| v.len());
@@ -74,6 +84,14 @@ impl Watched for WorkspaceTemplate {
                 .get_or_insert_default()
                 .insert(TOO_LARGE_ANNOTATION.to_owned(), size.to_string());
         }
+    }
+
+    fn too_large(meta: &kube::api::ObjectMeta, bytes: u64) -> Option<Self> {
+        let mut template = WorkspaceTemplate::new("", Default::default());
+        template.metadata = meta.clone();
+        template.metadata.annotations =
+            Some([(TOO_LARGE_ANNOTATION.to_owned(), bytes.to_string())].into());
+        Some(template)
     }
 }
 
@@ -294,7 +312,9 @@ impl<K: Watched> Subscribers<K> {
 /// The watch of one kind: its cache, and who is woken by its changes. Nothing is listed until
 /// [`Watch::spawn`].
 pub struct Watch<K: Watched> {
-    api: Api<Decoded<K>>,
+    /// One watch each, feeding the one cache: the namespace each is limited to, if it is one
+    /// of several ([`Watch::in_namespaces`]).
+    apis: Vec<(Option<String>, Api<Decoded<K>>)>,
     config: watcher::Config,
     store: Store<K>,
     writer: reflector::store::Writer<K>,
@@ -314,17 +334,45 @@ pub struct Reporting {
 
 /// What one watch reports to.
 struct Reports {
-    health: WatchReport,
+    /// `None` when the watch is several, each reporting its own health ([`merged`]).
+    health: Option<WatchReport>,
     unreadable: UnreadableReport,
 }
+
+/// The events of one watch, as [`follow`] reads them.
+type Events<K> = futures::stream::BoxStream<'static, watcher::Result<watcher::Event<Decoded<K>>>>;
 
 impl<K: Watched> Watch<K> {
     /// A watch of `api` with `config`, not started. Each object is decoded alone
     /// ([`Decoded`]): one that does not fit `K` is reported, not cached, and costs no other.
     pub fn new(api: Api<Decoded<K>>, config: watcher::Config) -> Self {
+        Self::of(vec![(None, api)], config)
+    }
+
+    /// A watch of `K` in each of `namespaces` (and nowhere else) with `config`, feeding one
+    /// cache, not started. No namespace: nothing is listed, and the cache is empty and ready.
+    pub fn in_namespaces(
+        client: &kube::Client,
+        namespaces: impl IntoIterator<Item = String>,
+        config: watcher::Config,
+    ) -> Self
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    {
+        let apis = namespaces
+            .into_iter()
+            .map(|ns| {
+                let api = Api::namespaced(client.clone(), &ns);
+                (Some(ns), api)
+            })
+            .collect();
+        Self::of(apis, config)
+    }
+
+    fn of(apis: Vec<(Option<String>, Api<Decoded<K>>)>, config: watcher::Config) -> Self {
         let (store, writer) = reflector::store();
         Self {
-            api,
+            apis,
             config,
             store,
             writer,
@@ -338,26 +386,178 @@ impl<K: Watched> Watch<K> {
     }
 
     /// Lists and watches until the process ends, keeping the cache, waking subscribers and
-    /// reporting to `reporting` (from now on, the watch counts in `/readyz`).
+    /// reporting to `reporting` (from now on, the watch counts in `/readyz`; each of several
+    /// counts alone, so that one namespace's failing relist is not hidden by another's
+    /// changes).
     pub fn spawn(self, reporting: &Reporting) {
         let Self {
-            api,
+            apis,
             config,
             store,
-            writer,
+            mut writer,
             subscribers,
         } = self;
+        let kind = K::kind(&());
+        let several = apis.len() > 1;
+        let mut streams: Vec<(String, Events<K>)> = Vec::new();
+        let mut health = None;
+        for (namespace, api) in apis {
+            let events = watcher(api, config.clone()).default_backoff().modify(|o| {
+                if let Decoded::Readable(o) = o {
+                    strip(o);
+                    o.trim();
+                }
+            });
+            match (several, namespace) {
+                (true, Some(ns)) => {
+                    let report = reporting.health.watch_in(&kind, &ns);
+                    let events = events.inspect(move |e| report.saw(e, Instant::now()));
+                    streams.push((ns, events.boxed()));
+                }
+                _ => {
+                    health = Some(reporting.health.watch(&kind));
+                    streams.push((String::new(), events.boxed()));
+                }
+            }
+        }
         let reports = Reports {
-            health: reporting.health.watch(&K::kind(&())),
+            health,
             unreadable: reporting.unreadables.of::<K>(),
         };
-        let events = watcher(api, config).default_backoff().modify(|o| {
-            if let Decoded::Readable(o) = o {
-                strip(o);
-                o.trim();
+        let events = match streams.len() {
+            0 => {
+                // Nothing to watch: the cache is complete as it is.
+                writer.apply_watcher_event(&watcher::Event::Init);
+                writer.apply_watcher_event(&watcher::Event::InitDone);
+                return;
             }
-        });
+            1 => streams.remove(0).1,
+            _ => merged(streams, store.clone()).boxed(),
+        };
         tokio::spawn(follow(events, store, writer, subscribers, reports));
+    }
+}
+
+/// The watches of one kind in several namespaces, as one watch of them all would yield them:
+/// one `Init`, and one `InitDone` once every namespace is listed. After that a namespace's
+/// relist is handed on as changes (what it lists as `Apply`, what it no longer lists as a
+/// `Delete` of the cached copy), so that it neither empties the cache of the others nor
+/// waits for them.
+fn merged<K: Watched>(
+    streams: Vec<(String, Events<K>)>,
+    store: Store<K>,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<Decoded<K>>>> + Send {
+    let namespaces: Vec<String> = streams.iter().map(|(ns, _)| ns.clone()).collect();
+    let n = namespaces.len();
+    let tagged = futures::stream::select_all(
+        streams
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, s))| s.map(move |e| (i, e))),
+    );
+    let mut merge = Merge {
+        listed: vec![false; n],
+        started: false,
+        all_listed: false,
+        names: vec![HashSet::new(); n],
+        relisting: vec![None; n],
+    };
+    tagged.flat_map(move |(i, event)| {
+        futures::stream::iter(merge.step(i, event, |name| gone(&store, &namespaces[i], name)))
+    })
+}
+
+/// What [`merged`] knows of each namespace's watch.
+struct Merge {
+    /// Each namespace's first list completed.
+    listed: Vec<bool>,
+    /// The one `Init` was handed on.
+    started: bool,
+    /// The one `InitDone` was handed on.
+    all_listed: bool,
+    /// The names each namespace's watch has shown and not deleted.
+    names: Vec<HashSet<String>>,
+    /// During a namespace's relist: the names it has listed so far.
+    relisting: Vec<Option<HashSet<String>>>,
+}
+
+impl Merge {
+    /// The events one watch of every namespace yields for `event` of namespace `i`; `gone`
+    /// is the deletion of one of its names (the cached copy, if any).
+    fn step<O: Resource>(
+        &mut self,
+        i: usize,
+        event: watcher::Result<watcher::Event<O>>,
+        gone: impl Fn(&str) -> O,
+    ) -> Vec<watcher::Result<watcher::Event<O>>> {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let name = |o: &O| o.meta().name.clone().unwrap_or_default();
+        match event {
+            Err(error) => vec![Err(error)],
+            // Before every namespace is listed, all of them list into one buffer (a namespace
+            // that lists again then lists into it again).
+            Ok(Init) if !self.all_listed => {
+                self.listed[i] = false;
+                match std::mem::replace(&mut self.started, true) {
+                    true => vec![],
+                    false => vec![Ok(Init)],
+                }
+            }
+            Ok(Init) => {
+                self.relisting[i] = Some(HashSet::new());
+                vec![]
+            }
+            Ok(InitApply(o)) => {
+                self.names[i].insert(name(&o));
+                match self.relisting[i].as_mut() {
+                    Some(seen) => {
+                        seen.insert(name(&o));
+                        vec![Ok(Apply(o))]
+                    }
+                    None => vec![Ok(InitApply(o))],
+                }
+            }
+            Ok(InitDone) => match self.relisting[i].take() {
+                Some(seen) => {
+                    let stale: Vec<String> = self.names[i].difference(&seen).cloned().collect();
+                    self.names[i] = seen;
+                    stale.iter().map(|n| Ok(Delete(gone(n)))).collect()
+                }
+                None => {
+                    self.listed[i] = true;
+                    if self.all_listed || !self.listed.iter().all(|l| *l) {
+                        return vec![];
+                    }
+                    self.all_listed = true;
+                    vec![Ok(InitDone)]
+                }
+            },
+            Ok(Apply(o)) => {
+                self.names[i].insert(name(&o));
+                vec![Ok(Apply(o))]
+            }
+            Ok(Delete(o)) => {
+                self.names[i].remove(&name(&o));
+                vec![Ok(Delete(o))]
+            }
+        }
+    }
+}
+
+/// The deletion of `namespace`/`name` as its watch would show it: the cached copy, or (not
+/// cached: it could not be read) its name alone, which resolves its report.
+fn gone<K: Watched>(store: &Store<K>, namespace: &str, name: &str) -> Decoded<K> {
+    match store.get(&named(Some(namespace), name)) {
+        Some(cached) => Decoded::Readable((*cached).clone()),
+        None => Decoded::Unreadable(Box::new(crate::unreadable::Unreadable {
+            meta: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            error: String::new(),
+            too_large: None,
+        })),
     }
 }
 
@@ -379,17 +579,15 @@ async fn follow<K: Watched>(
     let mut events = std::pin::pin!(events);
     let mut listed = false;
     while let Some(event) = events.next().await {
+        // Only a completed list or a watched change resets the failures (not a page of a
+        // list that may fail later): `WatchReport::saw`.
+        if let Some(health) = &reports.health {
+            health.saw(&event, Instant::now());
+        }
         let event = match event {
-            // `Init` comes before the list is asked for: it tells nothing of the watch.
-            Ok(event) => {
-                if !matches!(event, watcher::Event::Init) {
-                    reports.health.succeeded();
-                }
-                event
-            }
+            Ok(event) => event,
             Err(error) => {
                 tracing::warn!(%kind, %error, "Watch failed; retrying with backoff");
-                reports.health.failed(&error, Instant::now());
                 continue;
             }
         };
@@ -444,7 +642,6 @@ async fn follow<K: Watched>(
             watcher::Event::InitDone => {
                 writer.apply_watcher_event(&event);
                 reports.unreadable.relisted();
-                reports.health.listed();
                 listed = true;
             }
         }
@@ -454,9 +651,10 @@ async fn follow<K: Watched>(
 /// How an event of `K` is made again from its object.
 type Rewrap<K> = fn(K) -> watcher::Event<K>;
 
-/// The event with its object read as `K`; or the object that cannot be read, and whether the
-/// event was its deletion.
-fn readable<K>(
+/// The event with its object read as `K` (or as [`Watched::too_large`] makes it, of an object
+/// too large to reach the watch); or the object that cannot be read, and whether the event
+/// was its deletion.
+fn readable<K: Watched>(
     event: watcher::Event<Decoded<K>>,
 ) -> Result<watcher::Event<K>, (Box<crate::unreadable::Unreadable>, bool)> {
     use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
@@ -470,7 +668,10 @@ fn readable<K>(
     };
     match object {
         Decoded::Readable(object) => Ok(rewrap(object)),
-        Decoded::Unreadable(u) => Err((u, deleted)),
+        Decoded::Unreadable(u) => match u.too_large.and_then(|b| K::too_large(&u.meta, b)) {
+            Some(object) => Ok(rewrap(object)),
+            None => Err((u, deleted)),
+        },
     }
 }
 
@@ -586,7 +787,7 @@ mod tests {
             unreadables: Unreadables::new(Default::default(), None),
         };
         let reports = Reports {
-            health: reporting.health.watch(&K::kind(&())),
+            health: Some(reporting.health.watch(&K::kind(&()))),
             unreadable: reporting.unreadables.of::<K>(),
         };
         (reports, reporting)
@@ -631,6 +832,7 @@ mod tests {
                 ..Default::default()
             },
             error: "spec.templateRef: missing field `name`".into(),
+            too_large: None,
         }))
     }
 
@@ -687,6 +889,45 @@ mod tests {
         ];
         follow_all(events, store, writer, reports).await;
         assert_eq!(reporting.unreadables.count("WorkspaceTemplateApply"), 0);
+    }
+
+    #[test]
+    fn watches_of_several_namespaces_list_once_together_and_relist_each_as_changes() {
+        use watcher::Event::{Init, InitApply, InitDone};
+        let mut merge = Merge {
+            listed: vec![false; 2],
+            started: false,
+            all_listed: false,
+            names: vec![HashSet::new(); 2],
+            relisting: vec![None; 2],
+        };
+        let mut step = |i: usize, event: watcher::Event<WorkspaceTemplateApply>| -> Vec<String> {
+            let gone = |name: &str| apply(&format!("gone-{name}"), 1, "");
+            let shown = |e: &watcher::Event<WorkspaceTemplateApply>| match e {
+                watcher::Event::Init => "Init".to_owned(),
+                watcher::Event::InitDone => "InitDone".to_owned(),
+                watcher::Event::InitApply(o) => format!("InitApply {}", o.name_any()),
+                watcher::Event::Apply(o) => format!("Apply {}", o.name_any()),
+                watcher::Event::Delete(o) => format!("Delete {}", o.name_any()),
+            };
+            let out = merge.step(i, Ok(event), gone);
+            out.iter().map(|e| shown(e.as_ref().unwrap())).collect()
+        };
+        // The first lists: one Init, one InitDone once both namespaces are listed.
+        assert_eq!(step(0, Init), ["Init"]);
+        assert_eq!(step(1, Init), Vec::<String>::new());
+        assert_eq!(step(0, InitApply(apply("x", 1, ""))), ["InitApply x"]);
+        assert_eq!(step(0, InitApply(apply("z", 1, ""))), ["InitApply z"]);
+        assert!(
+            step(0, InitDone).is_empty(),
+            "the other namespace is not listed yet"
+        );
+        assert_eq!(step(1, InitApply(apply("y", 1, ""))), ["InitApply y"]);
+        assert_eq!(step(1, InitDone), ["InitDone"]);
+        // A relist of one namespace: changes, and what it no longer shows deleted.
+        assert!(step(0, Init).is_empty());
+        assert_eq!(step(0, InitApply(apply("x", 2, ""))), ["Apply x"]);
+        assert_eq!(step(0, InitDone), ["Delete gone-z"]);
     }
 
     #[tokio::test]

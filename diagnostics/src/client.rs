@@ -2,6 +2,9 @@
 //! in-cluster), with a `User-Agent` naming the program and its version. kube sends none by
 //! default, so without it the API server's audit log (and API Priority and Fairness) cannot
 //! tell the controller's requests from the status-applier's or anyone else's.
+//!
+//! Every response passes [`crate::guard`]: an object nested too deep or too large for the
+//! program reaches it as a stub that says so, and fails neither its list page nor its watch.
 
 use anyhow::Context as _;
 use axum::http::{HeaderValue, header};
@@ -14,5 +17,7 @@ pub async fn kube_client(program: &str, version: &str) -> anyhow::Result<kube::C
     let agent = HeaderValue::from_str(&format!("{program}/{version}"))
         .context("a User-Agent from the program's name")?;
     config.headers.push((header::USER_AGENT, agent));
-    kube::Client::try_from(config).context("connecting to the API server")
+    let builder =
+        kube::client::ClientBuilder::try_from(config).context("connecting to the API server")?;
+    Ok(builder.with_layer(&crate::guard::GuardLayer).build())
 }

@@ -25,6 +25,7 @@
 
 mod auth;
 mod client;
+pub mod guard;
 pub mod telemetry;
 mod tls;
 pub mod watches;

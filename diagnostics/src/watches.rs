@@ -8,6 +8,12 @@
 //! connection that the next attempt mends. A watch that was re-established yields nothing
 //! until something changes, so a success is not always seen: the window ends the failing
 //! state of a watch that failed and then went quiet.
+//!
+//! A success is a list completed or a change watched ([`WatchReport::saw`]), never a page of
+//! a list: kube-rs's watcher hands a list's objects on page by page and starts the list again
+//! from its first page after a failure, so a relist that fails on its third page every time
+//! still delivers two pages each time, and counting those as successes kept such a watch
+//! ready forever.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,6 +22,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use kube::runtime::watcher;
 
 /// Failures in a row after which a watch counts as failing.
 pub const FAILING_AFTER: u32 = 2;
@@ -57,17 +65,29 @@ impl WatchHealth {
     /// The report of the watch of `kind`, which counts as not listed until it says so. Its
     /// failure count is served from now on, at 0.
     pub fn watch(&self, kind: &str) -> WatchReport {
+        self.report(kind, kind.to_owned())
+    }
+
+    /// The report of the watch of `kind` in `namespace`, one of several watches of `kind`
+    /// (one per namespace) that count alone in `/readyz`; its failures are counted under
+    /// `kind`.
+    pub fn watch_in(&self, kind: &str, namespace: &str) -> WatchReport {
+        self.report(kind, format!("{kind} in namespace {namespace}"))
+    }
+
+    fn report(&self, kind: &str, watch: String) -> WatchReport {
         let _ = self.failures.get_or_create(&KindLabel {
             kind: kind.to_owned(),
         });
         self.kinds
             .lock()
             .expect("lock")
-            .entry(kind.to_owned())
+            .entry(watch.clone())
             .or_default();
         WatchReport {
             health: self.clone(),
             kind: kind.to_owned(),
+            watch,
         }
     }
 
@@ -109,10 +129,26 @@ impl State {
 #[derive(Clone)]
 pub struct WatchReport {
     health: WatchHealth,
+    /// The kind, as its failures are counted.
     kind: String,
+    /// The watch, as `/readyz` names it.
+    watch: String,
 }
 
 impl WatchReport {
+    /// What one step of the watch yielded at `now`: a list completed (`InitDone`) or a
+    /// change watched (`Apply`, `Delete`) shows that it works; a failure counts; the start
+    /// of a list (`Init`: kube-rs announces a list before asking for it) and each object of
+    /// a list (`InitApply`: the list may still fail on a later page) show nothing yet.
+    pub fn saw<K>(&self, step: &Result<watcher::Event<K>, watcher::Error>, now: Instant) {
+        match step {
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(watcher::Event::InitDone) => self.listed(),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => self.succeeded(),
+            Err(error) => self.failed(error, now),
+        }
+    }
+
     /// The watch listed its kind (a first list or a relist completed).
     pub fn listed(&self) {
         self.update(|s| {
@@ -121,9 +157,8 @@ impl WatchReport {
         });
     }
 
-    /// The watch delivered an object, or finished a list: it works. (Not its `Init`: kube-rs
-    /// announces a list before asking for it, so a list that fails each time still starts
-    /// with one.)
+    /// The watch delivered a change outside a list: it works. (Not an object of a list:
+    /// [`WatchReport::saw`].)
     pub fn succeeded(&self) {
         self.update(|s| s.failures_in_a_row = 0);
     }
@@ -145,7 +180,7 @@ impl WatchReport {
 
     fn update(&self, f: impl FnOnce(&mut State)) {
         let mut kinds = self.health.kinds.lock().expect("lock");
-        f(kinds.entry(self.kind.clone()).or_default());
+        f(kinds.entry(self.watch.clone()).or_default());
     }
 }
 
@@ -203,6 +238,39 @@ mod tests {
             })
             .get();
         assert_eq!(counted, 3);
+    }
+
+    #[test]
+    fn a_relist_that_fails_on_a_later_page_every_time_keeps_the_process_unready() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let health = health();
+        let templates = health.watch("WorkspaceTemplate");
+        let t0 = Instant::now();
+        let failed = || Err(watcher::Error::NoResourceVersion);
+        // Listed once, then each relist delivers two pages and fails on the third; kube-rs
+        // starts the list again from its first page each time.
+        let mut steps: Vec<Result<watcher::Event<&str>, watcher::Error>> =
+            vec![Ok(Init), Ok(InitApply("a")), Ok(InitDone), failed()];
+        for _ in 0..3 {
+            steps.extend([Ok(Init), Ok(InitApply("a")), Ok(InitApply("b")), failed()]);
+        }
+        for (i, step) in steps.iter().enumerate() {
+            templates.saw(step, t0 + Duration::from_secs(i as u64));
+        }
+        let now = t0 + Duration::from_secs(steps.len() as u64);
+        let not_ready = health.readiness(now).unwrap_err();
+        assert!(
+            not_ready.starts_with("watch of WorkspaceTemplate failing (4 times in a row"),
+            "{not_ready}"
+        );
+        // A relist that completes, or a change watched, shows that it works again.
+        templates.saw::<&str>(&Ok(InitDone), now);
+        assert_eq!(health.readiness(now), Ok(()));
+        templates.saw::<&str>(&failed(), now);
+        templates.saw::<&str>(&failed(), now);
+        assert!(health.readiness(now).is_err());
+        templates.saw(&Ok(Apply("a")), now);
+        assert_eq!(health.readiness(now), Ok(()));
     }
 
     #[test]

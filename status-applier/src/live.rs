@@ -227,6 +227,29 @@ fn object_ref(kind: &Kind, obj: &DynamicObject) -> ObjectRef {
     }
 }
 
+/// Whether `obj` reached the watch as a stub, nested too deep or too large to be read
+/// (`diagnostics::guard`): it is logged and not cached (a copy cached before goes), so that
+/// an apply to it reads it anew, and fails alone, instead of being planned against a stub;
+/// every other object of its list page or watch is read as usual.
+fn unreadable(kind: &Kind, obj: &DynamicObject) -> bool {
+    let Some(why) = diagnostics::guard::unreadable(&obj.data) else {
+        return false;
+    };
+    let name = (
+        obj.metadata.namespace.clone(),
+        obj.metadata.name.clone().unwrap_or_default(),
+    );
+    warn!(
+        kind = %kind.resource.kind,
+        namespace = name.0.as_deref().unwrap_or_default(),
+        name = name.1,
+        error = why.message,
+        "Object cannot be read; not cached until it changes"
+    );
+    kind.objects.write().expect("lock").remove(&name);
+    true
+}
+
 async fn watch(
     client: kube::Client,
     scope: WatchScope,
@@ -250,14 +273,13 @@ async fn watch(
     let mut listed: HashSet<ObjectName> = HashSet::new();
     info!(kind = %kind.resource.kind, "Watching");
     while let Some(event) = events.next().await {
-        match &event {
-            // `Init` comes before the list is asked for: it tells nothing of the watch.
-            Ok(watcher::Event::Init) => {}
-            Ok(_) => health.succeeded(),
-            Err(e) => health.failed(e, std::time::Instant::now()),
-        }
+        // Only a completed list or a watched change resets the failures (not a page of a
+        // list that may fail later): `WatchReport::saw`.
+        health.saw(&event, std::time::Instant::now());
         match event {
             Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(obj) | watcher::Event::Apply(obj))
+                if unreadable(&kind, &obj) => {}
             Ok(watcher::Event::InitApply(obj)) => {
                 listed.insert((
                     obj.metadata.namespace.clone(),
@@ -271,7 +293,6 @@ async fn watch(
                     .write()
                     .expect("lock")
                     .retain(|name, _| listed.contains(name));
-                health.listed();
                 debug!(kind = %kind.resource.kind, objects = listed.len(), "Cache synced");
                 // The names are needed only to sweep after a (re)list: kept past it, every
                 // object ever seen, deleted ones too, would stay here until the next one.

@@ -259,3 +259,191 @@ async fn readyz_fails_and_names_the_watch_that_keeps_failing() -> Result<()> {
     }
     Ok(())
 }
+
+/// A value nested `depth` objects deep (serde_json parses no more than 128 levels; the API
+/// server stores it under `x-kubernetes-preserve-unknown-fields`).
+fn nested(depth: usize) -> Value {
+    let mut value = json!({});
+    for _ in 1..depth {
+        value = json!({ "a": value });
+    }
+    value
+}
+
+const DEEP: usize = 200;
+
+/// Whether the controller reports one deep object of each kind (and one template only: the
+/// untrusted namespace's is never listed).
+async fn all_reported(pod: &Pod) -> Result<bool> {
+    for kind in ["WorkspaceTemplate", "CAPTControlPlane", "Workspace"] {
+        if unreadable(pod, kind).await? != 1.0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Deletes the cluster-scoped Workspace `name` when dropped, whatever the test's outcome:
+/// every controller of the environment watches every Workspace.
+struct DeleteWorkspace(String);
+
+impl Drop for DeleteWorkspace {
+    fn drop(&mut self) {
+        let args = [
+            "delete",
+            "workspaces.tf.upbound.io",
+            &self.0,
+            "--ignore-not-found",
+        ];
+        let _ = env().kubectl_run(&args, None);
+    }
+}
+
+/// Issue 54: objects of every watched kind with a field without a schema, nested 200 deep
+/// (serde_json, which kube-rs parses each list page and watch event with, stops at 128):
+/// a WorkspaceTemplate in the trusted namespace and one in a tenant's own (never listed),
+/// a CAPTControlPlane's `status.workspaceStatus.atProvider`, a Workspace's
+/// `spec.forProvider.varmap`. Before the client's layer (`diagnostics/src/guard.rs`) the
+/// first list of templates after a restart failed forever and nothing was reconciled.
+#[tokio::test]
+async fn a_tenants_deep_objects_cost_only_themselves_across_a_restart() -> Result<()> {
+    let client = env().client().await?;
+    let tenant = TestNamespace::create(&client, "tenant").await?;
+    let mallory = TestNamespace::create(&client, "mallory").await?;
+    let shard = unique_name("deep");
+    let _provider =
+        FakeProvider::for_namespace(&tenant.name, 50, "info", &env().kubeconfig).await?;
+    let election = Election {
+        lease: format!("capt-{shard}"),
+        duration_seconds: 15,
+        grace_seconds: 5,
+    };
+    // Every namespace, as deployed, trusting the tenant's templates alone.
+    let mut pod = Pod::start_in_shard_everywhere("pod-a", &election, &shard, &tenant.name).await?;
+    apply_sample_in_shard(env(), &tenant.name, "demo", &shard)?;
+    provisioned(&pod, &tenant.name, "demo").await?;
+
+    let label = json!({capt_tests::pod::WATCH_FILTER_LABEL: shard});
+    for ns in [&tenant.name, &mallory.name] {
+        apply(&json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
+            "metadata": {"name": "deep", "namespace": ns},
+            "spec": {"template": {"spec": {"forProvider": {"source": "Inline", "module": "#"},
+                "deep": nested(DEEP)}}},
+        }))
+        .context("the API server accepts a deep template")?;
+    }
+    let mut control_plane = poison_control_plane(&mallory.name, &shard);
+    control_plane["metadata"]["name"] = json!("deep");
+    control_plane["spec"]["controlPlaneEndpoint"]["port"] = json!(443);
+    apply(&control_plane)?;
+    let status = json!({"status": {"workspaceStatus": {"atProvider": nested(DEEP)}}});
+    let patch = [
+        "patch",
+        "captcontrolplane",
+        "deep",
+        "-n",
+        &mallory.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ];
+    env()
+        .kubectl_ok(&patch, None)
+        .context("the API server accepts a deep status")?;
+    let workspace = format!("{}-deep", mallory.name);
+    let _workspace = DeleteWorkspace(workspace.clone());
+    apply(&json!({
+        "apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+        "metadata": {"name": workspace, "labels": label},
+        "spec": {"forProvider": {"source": "Inline", "module": "#", "varmap": nested(DEEP)}},
+    }))
+    .context("the API server accepts a deep Workspace")?;
+    // While running, each arrives as a watch event and is reported alone.
+    let reported = || all_reported(&pod);
+    wait_until("each deep object reported while running", TIMEOUT, reported)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- controller log:\n{}", pod.controller_log_text()))?;
+
+    // Restarted, as a pod restart does: the first lists meet them, and so do the
+    // status-applier's.
+    pod.kill_controller();
+    pod.applier.restart().await?;
+    pod.start_controller()?;
+    wait_until("the restarted controller ready", TIMEOUT, || async {
+        Ok(pod.controller_readyz().await?.0 == 200)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- controller log:\n{}", pod.controller_log_text()))?;
+
+    // The other tenant's stacks are reconciled: a pause is seen, a new stack provisioned
+    // (through the restarted status-applier, whose watches list the deep control plane).
+    env().kubectl_ok(
+        &[
+            "patch",
+            "cluster",
+            "demo",
+            "-n",
+            &tenant.name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":true}}"#,
+        ],
+        None,
+    )?;
+    wait_until(
+        "the paused Cluster's CAPTCluster Paused=True",
+        TIMEOUT,
+        || async {
+            let capt_cluster = get(&tenant.name, "captcluster", "demo")?;
+            Ok(capt_tests::condition(&capt_cluster, "Paused")
+                .is_some_and(|c| c["status"] == "True"))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- controller log:\n{}", pod.controller_log_text()))?;
+    apply_sample_in_shard(env(), &tenant.name, "second", &shard)?;
+    provisioned(&pod, &tenant.name, "second").await?;
+
+    // Each is reported where an operator looks; mallory's template, in a namespace no flag
+    // trusts, is never even listed.
+    wait_until(
+        "each deep object reported after the restart",
+        TIMEOUT,
+        || all_reported(&pod),
+    )
+    .await?;
+    for (ns, kind) in [
+        (&tenant.name, "WorkspaceTemplate"),
+        (&mallory.name, "CAPTControlPlane"),
+    ] {
+        let notes = warnings(ns, "Unreadable", "deep")?;
+        ensure!(
+            notes
+                .iter()
+                .any(|n| n.contains(kind) && n.contains("levels deep, over the limit of 100")),
+            "a Warning Event on the {kind} naming its depth: {notes:?}"
+        );
+    }
+    ensure!(
+        warnings(&mallory.name, "Unreadable", "deep")?
+            .iter()
+            .all(|n| !n.contains("WorkspaceTemplate")),
+        "a template of an untrusted namespace is not listed"
+    );
+    let log = pod.controller_log_text();
+    ensure!(
+        log.contains("Object cannot be read") && log.contains(&workspace),
+        "the log names the Workspace:\n{log}"
+    );
+    let (status, body) = pod.controller_readyz().await?;
+    ensure!(status == 200, "ready beside them: {body}");
+    let applier_log = pod.applier.log_text();
+    ensure!(
+        applier_log.contains("Object cannot be read")
+            && applier_log.contains("levels deep, over the limit of 100"),
+        "the status-applier logs the deep control plane:\n{applier_log}"
+    );
+    Ok(())
+}
