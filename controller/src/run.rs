@@ -274,9 +274,15 @@ async fn reconcile_all<K, F, Fut>(
     ctx.metrics.queues.add(&share);
     let timed = {
         let (waited, took) = ctx.metrics.durations(&kind);
-        let long = ctx.metrics.long_reconciles.get_or_create(&KindLabel {
-            kind: kind.to_string(),
-        });
+        // Cloned out of the family at once: its guard holds the family's lock, and the next
+        // controller's first count of its own kind would wait on it for ever.
+        let long = ctx
+            .metrics
+            .long_reconciles
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .clone();
         let kind_of = kind.to_string();
         let (waiting, store) = (waiting.clone(), store.clone());
         move |obj: Arc<K>, ctx: Arc<Context>| {
