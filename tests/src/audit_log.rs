@@ -200,7 +200,13 @@ impl AuditLog {
             // that Namespace object by name (docs/operating.md, "The trusted namespace"):
             // its metadata, nothing in it.
             let trust_check = o["resource"] == "namespaces" && event["verb"] == "get";
-            let elsewhere = !trust_check && o["namespace"].as_str().is_some_and(|n| n != ns)
+            // Templates are listed and watched only in the namespaces trusted with code, one
+            // watch each (docs/operating.md, "Tenancy"): the platform's, meant to be read.
+            let trusted_templates = o["resource"] == "workspacetemplates"
+                && matches!(event["verb"].as_str(), Some("list" | "watch"));
+            let elsewhere = !trust_check
+                && !trusted_templates
+                && o["namespace"].as_str().is_some_and(|n| n != ns)
                 || (o["resource"] == "workspaces"
                     && !name.is_empty()
                     && !name.starts_with(&prefix));
