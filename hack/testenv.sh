@@ -14,6 +14,8 @@
 #   hack/testenv.sh workload-samples   the sample WorkspaceTemplates (JSON) pointed at the
 #                           workload cluster's API server (started with core; see start_workload)
 #   hack/testenv.sh apiserver-stop|apiserver-start   fault injection: the API server alone
+#   hack/testenv.sh apiserver-freeze|apiserver-thaw   fault injection: the API server paused
+#                           (SIGSTOP) and resumed: connections stay open, nothing is answered
 #   hack/testenv.sh core-stop|core-start   the Cluster API core manager alone; its webhook
 #                           configurations stay, so Cluster API writes fail while it is stopped
 #
@@ -620,6 +622,19 @@ cmd_apiserver_start() {
 	log "kube-apiserver started again"
 }
 
+# The API server paused (SIGSTOP): it accepts nothing new and answers nothing until thawed
+# (SIGCONT), as one stalled by its host, a long garbage collection or a draining load balancer.
+cmd_apiserver_freeze() {
+	is_running kube-apiserver || die "kube-apiserver is not running"
+	kill -STOP "$(cat "$STATE/kube-apiserver.pid")"
+	log "kube-apiserver frozen"
+}
+
+cmd_apiserver_thaw() {
+	kill -CONT "$(cat "$STATE/kube-apiserver.pid")"
+	log "kube-apiserver thawed"
+}
+
 # The Cluster API core manager alone. Its webhook configurations stay: while it is stopped,
 # every write of a Cluster API kind they cover fails (failurePolicy: Fail), as on a cluster
 # whose core manager is down.
@@ -654,6 +669,8 @@ case "${1:-}" in
 build) cmd_build ;;
 apiserver-stop) cmd_apiserver_stop ;;
 apiserver-start) cmd_apiserver_start ;;
+apiserver-freeze) cmd_apiserver_freeze ;;
+apiserver-thaw) cmd_apiserver_thaw ;;
 core-stop) cmd_core_stop ;;
 core-start) cmd_core_start ;;
 start) shift; cmd_start "$@" ;;
@@ -663,5 +680,5 @@ crds) cmd_crds ;;
 provider-start) cmd_provider_start ;;
 workload-samples) cmd_workload_samples ;;
 provider-stop) cmd_provider_stop ;;
-*) echo "usage: $0 build|start [--no-core]|stop|env|crds|apiserver-stop|apiserver-start|core-stop|core-start" >&2; exit 2 ;;
+*) echo "usage: $0 build|start [--no-core]|stop|env|crds|apiserver-stop|apiserver-start|apiserver-freeze|apiserver-thaw|core-stop|core-start" >&2; exit 2 ;;
 esac

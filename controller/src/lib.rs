@@ -8,7 +8,6 @@ pub mod context;
 pub mod fair_share;
 pub mod k8s;
 pub mod kubeconfig;
-pub mod leader;
 pub mod metrics;
 pub mod publish;
 pub mod reconcile;

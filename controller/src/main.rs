@@ -126,9 +126,10 @@ struct DiagnosticsArgs {
     health_probe_bind_address: std::net::SocketAddr,
 }
 
-/// Leader election: only the holder of a coordination Lease runs the reconcilers and
-/// publishes, until the Lease would expire unrenewed; the others wait, and take over within
-/// the lease duration when it dies.
+/// Leader election: only the holder of a coordination Lease reconciles and writes, until the
+/// Lease would expire unrenewed; the others keep their caches warm and wait, and take over
+/// once it has expired. A leader whose Lease lapses stops writing and stands again as a
+/// candidate; it does not exit.
 #[derive(clap::Args)]
 struct LeaderArgs {
     /// Run without leader election (a single replica).
@@ -144,26 +145,44 @@ struct LeaderArgs {
         default_value = "capt-controller"
     )]
     leader_election_lease: String,
-    /// How long a leader's claim lasts without renewal.
+    /// How long a leader's claim lasts without renewal; it stops writing a fifth of it
+    /// before.
     #[arg(long, env = "CAPT_LEASE_DURATION_SECONDS", default_value_t = 15)]
     lease_duration_seconds: u64,
-    /// How long before expiry the leader renews (at least a second more than the margin at
-    /// which it stops writing, a fifth of the duration).
-    #[arg(long, env = "CAPT_LEASE_GRACE_SECONDS", default_value_t = 5)]
-    lease_grace_seconds: u64,
+    /// How often the leader renews its Lease, counted from its last renewal (at most every
+    /// (duration less a fifth) / 2 s).
+    #[arg(long, env = "CAPT_LEASE_RENEW_PERIOD_SECONDS", default_value_t = 5)]
+    lease_renew_period_seconds: u64,
+    /// How often a replica that does not lead reads the Lease, and a leader whose renewal
+    /// failed tries again.
+    #[arg(long, env = "CAPT_LEASE_RETRY_PERIOD_SECONDS", default_value_t = 2)]
+    lease_retry_period_seconds: u64,
 }
 
 impl LeaderArgs {
     /// The election these flags ask for; this replica is `POD_NAME`.
-    fn election(&self) -> capt_controller::leader::Election {
-        capt_controller::leader::Election {
+    fn election(&self, on_write: leadership::OnWrite) -> anyhow::Result<leadership::Election> {
+        let timing = leadership::Timing {
+            duration: Duration::from_secs(self.lease_duration_seconds),
+            renew_every: Duration::from_secs(self.lease_renew_period_seconds),
+            retry: Duration::from_secs(self.lease_retry_period_seconds),
+        };
+        timing.check().map_err(|e| {
+            anyhow::anyhow!(
+                "--lease-duration-seconds {} with --lease-renew-period-seconds {}: {e}",
+                self.lease_duration_seconds,
+                self.lease_renew_period_seconds
+            )
+        })?;
+        Ok(leadership::Election {
             namespace: self.leader_election_namespace.clone(),
             lease: self.leader_election_lease.clone(),
             identity: std::env::var("POD_NAME")
                 .unwrap_or_else(|_| format!("capt-controller-{}", std::process::id())),
-            duration: Duration::from_secs(self.lease_duration_seconds),
-            grace: Duration::from_secs(self.lease_grace_seconds),
-        }
+            timing,
+            field_manager: "capt-controller-leader".into(),
+            on_write: Some(on_write),
+        })
     }
 }
 
@@ -171,9 +190,32 @@ impl LeaderArgs {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     diagnostics::telemetry::init_logging(args.log_json);
-    let client = diagnostics::kube_client("capt-controller", env!("CARGO_PKG_VERSION")).await?;
+    let version = env!("CARGO_PKG_VERSION");
+    // Two clients: the Lease and the metrics' access reviews are never fenced (a replica
+    // that does not lead must still try to lead, and serve its metrics); every other request
+    // that writes is refused while this replica does not lead.
+    let unfenced = diagnostics::kube_client("capt-controller", version).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let lead = match args.leader.no_leader_election {
+        true => leadership::Lead::unconditional(),
+        false => {
+            let writes = metrics.lease_writes.clone();
+            let on_write = leadership::OnWrite(Arc::new(move |result: &'static str| {
+                let label = capt_controller::metrics::LeaseWriteLabel {
+                    result: result.into(),
+                };
+                writes.get_or_create(&label).inc();
+            }));
+            leadership::elect(unfenced.clone(), args.leader.election(on_write)?)
+        }
+    };
+    let may_write: diagnostics::fence::MayWrite = {
+        let lead = lead.clone();
+        Arc::new(move || lead.may_write())
+    };
+    let client =
+        diagnostics::kube_client_fenced("capt-controller", version, may_write.clone()).await?;
     let applier = status_applier_api::Client::new(&args.applier_socket);
     let assignment = capt_controller::run::Assignment {
         namespace: args.namespace,
@@ -199,7 +241,7 @@ async fn main() -> anyhow::Result<()> {
         caches: watches.caches(),
         rewake: capt_controller::rewake::Rewake::new(metrics.rewake_gave_up.clone()),
         client: client.clone(),
-        publisher: Publisher::new(applier.clone()),
+        publisher: Publisher::new(applier.clone()).fenced(may_write),
         metrics,
         settings: Settings {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),
@@ -233,19 +275,45 @@ async fn main() -> anyhow::Result<()> {
         let registry = registry.clone();
         async move { diagnostics::metrics_text(&registry) }
     });
-    diagnostics::serve_metrics(&options, client.clone(), metrics).await?;
-    if args.leader.no_leader_election {
-        capt_controller::run::run(ctx, assignment, watches).await;
-        return Ok(());
-    }
-    let lead = capt_controller::leader::lead(&ctx.client, &args.leader.election()).await?;
-    tokio::select! {
-        _ = capt_controller::run::run(ctx, assignment, watches) => Ok(()),
-        lost = lead.lost() => {
-            // Another replica may already be reconciling, or may take the Lease once it
-            // expires: stop at once, and let the kubelet restart this one as a candidate.
-            tracing::error!(%lost, "No longer leading; exiting");
-            std::process::exit(1)
+    diagnostics::serve_metrics(&options, unfenced, metrics).await?;
+    tokio::spawn(follow_the_lead(lead.clone(), ctx.clone()));
+    capt_controller::run::run(ctx, assignment, watches, lead.clone()).await;
+    // Stopped by a signal: the Lease let go, so that the next leader need not wait for it to
+    // expire.
+    lead.release().await;
+    Ok(())
+}
+
+/// Follows where this replica stands: `capt_leading`, and once another replica holds the
+/// Lease, what this one remembers of its deliveries may be out of date when it leads again:
+/// it forgets them (`Publisher::forget_all`).
+async fn follow_the_lead(lead: leadership::Lead, ctx: Arc<Context>) {
+    let mut roles = lead.watch();
+    loop {
+        let role = roles.borrow_and_update().clone();
+        match &role {
+            leadership::Role::Candidate { holder: Some(h) } if lead.identity() != Some(h) => {
+                ctx.publisher.forget_all();
+            }
+            _ => {}
+        }
+        ctx.metrics.leading.set(i64::from(lead.may_write()));
+        // A lead ends at its deadline with no change of role: looked at again then.
+        let until = match role {
+            leadership::Role::Leading { until } if until > tokio::time::Instant::now() => {
+                Some(until)
+            }
+            _ => None,
+        };
+        let deadline = async {
+            match until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = roles.changed() => if changed.is_err() { return },
+            () = deadline => {}
         }
     }
 }
@@ -282,7 +350,8 @@ struct Readiness {
 
 /// Ready when the status-applier answers (without it no status can be written) and every
 /// watch has listed its kind and none keeps failing (a reconcile would work on a partial
-/// picture); else what is wrong, one line each. A replica standing by runs no watch yet.
+/// picture); else what is wrong, one line each. A replica standing by runs its watches too,
+/// and is ready once they have listed: it takes over with warm caches.
 async fn readyz(State(r): State<Readiness>) -> (StatusCode, String) {
     let mut problems = match r.applier.get("/healthz").await {
         Ok(a) if a.status.is_success() => String::new(),

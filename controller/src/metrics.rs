@@ -15,6 +15,13 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// Labels: how a write of the leader Lease ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseWriteLabel {
+    /// `taken`, `renewed`, `conflict` (another wrote it first), `failed` or `released`.
+    pub result: String,
+}
+
 /// Labels: the kind and the error.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -91,6 +98,10 @@ pub struct Metrics {
     pub queues: QueueCollector,
     /// Reconciles that ran longer than [`LONG_RECONCILE`], by kind (each is logged too).
     pub long_reconciles: Family<KindLabel, Counter>,
+    /// Writes of the leader Lease by this replica, by outcome.
+    pub lease_writes: Family<LeaseWriteLabel, Counter>,
+    /// 1 while this replica leads (may write), else 0.
+    pub leading: prometheus_client::metrics::gauge::Gauge,
 }
 
 /// A reconcile that runs longer than this is logged with its object and counted
@@ -119,6 +130,8 @@ impl Metrics {
             held_back: Family::default(),
             queues: QueueCollector::default(),
             long_reconciles: Family::default(),
+            lease_writes: Family::default(),
+            leading: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("capt");
         r.register(
@@ -200,6 +213,16 @@ impl Metrics {
             "reconciles_long",
             "Reconciles that ran longer than 10 seconds, by kind (each is logged with its object)",
             m.long_reconciles.clone(),
+        );
+        r.register(
+            "leader_lease_writes",
+            "Writes of the leader Lease by this replica, by result (taken, renewed, conflict, failed, released)",
+            m.lease_writes.clone(),
+        );
+        r.register(
+            "leading",
+            "1 while this replica leads and may write, else 0",
+            m.leading.clone(),
         );
         // capt_reconcile_queue_depth and capt_reconcile_queue_oldest_wait_seconds.
         r.register_collector(Box::new(m.queues.clone()));

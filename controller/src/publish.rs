@@ -31,6 +31,12 @@ pub enum PublishError {
         #[source]
         source: ClientError,
     },
+    /// This replica does not lead: nothing is sent ([`Publisher::fenced`]).
+    #[error("{subject}: not published: this replica does not lead")]
+    NotLeading {
+        /// `kind/namespace/name [manager]`.
+        subject: String,
+    },
     /// The status-applier refused the intent.
     #[error("{subject}: the status-applier refused the intent ({status}): {body}")]
     Refused {
@@ -261,6 +267,8 @@ pub struct Publisher {
     delivered: Mutex<HashMap<WriteId, Delivered>>,
     /// Sent, answered `queued` or not at all: sent again by a task of its own.
     unconfirmed: Arc<Unconfirmed>,
+    /// Whether an intent may be sent now: only while this replica leads.
+    may_write: diagnostics::fence::MayWrite,
 }
 
 impl Publisher {
@@ -270,11 +278,24 @@ impl Publisher {
             client,
             delivered: Mutex::default(),
             unconfirmed: Arc::default(),
+            may_write: Arc::new(|| true),
         }
+    }
+
+    /// This publisher, sending only while `may_write` says so: a publication made while it
+    /// does not is refused ([`PublishError::NotLeading`]), and an intent kept to be sent
+    /// again waits, as one not answered does.
+    pub fn fenced(self, may_write: diagnostics::fence::MayWrite) -> Self {
+        Self { may_write, ..self }
     }
 
     /// Publishes unless the same fragment was delivered last time.
     pub async fn publish(&self, p: Publication) -> Result<Published, PublishError> {
+        if !(self.may_write)() {
+            return Err(PublishError::NotLeading {
+                subject: p.subject(),
+            });
+        }
         let client = &self.client;
         let key = p.key.id();
         let sent = digest(&p.target.uid, &p.fragment, &p.release);
@@ -325,10 +346,21 @@ impl Publisher {
         let result = client.send(&intent).await;
         if Answer::of(&result).unconfirmed() && self.unconfirmed.keep(key, intent, sent) {
             let (unconfirmed, client) = (self.unconfirmed.clone(), client.clone());
+            let may_write = self.may_write.clone();
             tokio::spawn(async move {
                 let send = |intent: Intent| {
-                    let client = client.clone();
-                    async move { client.send(&intent).await }
+                    let (client, may_write) = (client.clone(), may_write.clone());
+                    async move {
+                        match may_write() {
+                            true => client.send(&intent).await,
+                            // Not sent, as if not answered: kept until this replica leads
+                            // again, or until another's lead makes it forget everything.
+                            false => Err(ClientError::Refused {
+                                status: 503,
+                                body: "not sent: this replica does not lead".into(),
+                            }),
+                        }
+                    }
                 };
                 unconfirmed::redeliver(&unconfirmed, send).await;
             });
@@ -362,6 +394,15 @@ impl Publisher {
     pub fn forget(&self, object: ObjectId) {
         (self.delivered.lock().expect("lock")).retain(|k, _| k.object != object);
         self.unconfirmed.forget(object);
+    }
+
+    /// Forgets every delivery and every intent kept to be sent again: another replica led
+    /// meanwhile, so what this one delivered may no longer be what the applier holds, and
+    /// what it kept may be older than what the other wrote. Every publication after this is
+    /// sent (the applier writes none that changes nothing).
+    pub fn forget_all(&self) {
+        self.delivered.lock().expect("lock").clear();
+        self.unconfirmed.forget_all();
     }
 
     /// How many (object, subresource, manager) deliveries are remembered.

@@ -28,7 +28,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
+use leadership::Lead;
 use std::sync::Arc;
+use tokio::sync::watch;
 
 /// What this process's controllers are assigned: which objects they manage, and how many
 /// reconciles each runs at once.
@@ -130,8 +132,10 @@ impl Watches {
 }
 
 /// Runs every controller until a shutdown signal: wires what wakes each, starts the watches,
-/// and reconciles once every cache has listed its kind.
-pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
+/// and reconciles once every cache has listed its kind, while this replica leads (`lead`).
+/// A replica that does not lead runs its watches all the same: its caches stay warm, and it
+/// takes over without listing anything.
+pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches, lead: Lead) {
     let t = Triggers::default();
     wire_wakes(&t, &mut w);
     forget_on_deletion(&ctx, &mut w);
@@ -147,7 +151,8 @@ pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
     caches.ready().await;
     tracing::info!("Caches synced; controllers started");
 
-    let c = assignment.concurrency;
+    let stopping = stopping();
+    let c = (assignment.concurrency, &lead, &stopping);
     futures::join!(
         reconcile_all(caches.applies, t.applies, c, apply::reconcile, &ctx),
         reconcile_all(
@@ -166,6 +171,28 @@ pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches) {
         ),
         reconcile_all(caches.clusters, t.clusters, c, cluster::reconcile, &ctx),
     );
+}
+
+/// Turns true on the first SIGTERM or SIGINT, as kube-rs's controllers start their graceful
+/// shutdown then (`shutdown_on_signal`).
+fn stopping() -> watch::Receiver<bool> {
+    let (tell, stopping) = watch::channel(false);
+    tokio::spawn(async move {
+        let interrupt = tokio::signal::ctrl_c();
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+        tell.send_replace(true);
+    });
+    stopping
 }
 
 /// What wakes each controller: the references it is sent.
@@ -249,11 +276,13 @@ fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
 ///
 /// kube-rs's controller still dedups wakes, keeps one reconcile per object at a time and
 /// schedules requeues and retries; it is left unbounded, and each reconcile it starts first
-/// waits for its permit, so that the fair share, not arrival order, decides who runs.
+/// waits for this replica to lead, then for its permit, so that the fair share, not arrival
+/// order, decides who runs. While the replica does not lead, the reconciles it was asked for
+/// wait (one reference each), and run once it leads again.
 async fn reconcile_all<K, F, Fut>(
     store: Store<K>,
     trigger: Trigger<K>,
-    concurrency: u16,
+    (concurrency, lead, stopping): (u16, &Lead, &watch::Receiver<bool>),
     reconcile: F,
     ctx: &Arc<Context>,
 ) where
@@ -285,14 +314,17 @@ async fn reconcile_all<K, F, Fut>(
             .clone();
         let kind_of = kind.to_string();
         let (waiting, store) = (waiting.clone(), store.clone());
+        let (lead, stopping) = (lead.clone(), stopping.clone());
         move |obj: Arc<K>, ctx: Arc<Context>| {
-            let (share, waiting, waited, took, long, store) = (
+            let (share, waiting, waited, took, long, store, lead, mut stopping) = (
                 share.clone(),
                 waiting.clone(),
                 waited.clone(),
                 took.clone(),
                 long.clone(),
                 store.clone(),
+                lead.clone(),
+                stopping.clone(),
             );
             let (reconcile, kind_of) = (reconcile.clone(), kind_of.clone());
             // While it waits for a worker, only the reference is held: the object is read
@@ -301,9 +333,24 @@ async fn reconcile_all<K, F, Fut>(
             let r = reference(obj.as_ref());
             drop(obj);
             async move {
-                let _worker = share
-                    .acquire(r.namespace.as_deref().unwrap_or_default())
-                    .await;
+                // A permit is taken only while leading, and given back if the lead lapsed
+                // while it waited for one.
+                let _worker = loop {
+                    // A replica stopping does not wait for a lead it may never get: the
+                    // graceful shutdown waits for every reconcile that started.
+                    tokio::select! {
+                        () = lead.leading() => {}
+                        _ = stopping.wait_for(|stopping| *stopping) => {
+                            return Ok(Action::await_change());
+                        }
+                    }
+                    let permit = share
+                        .acquire(r.namespace.as_deref().unwrap_or_default())
+                        .await;
+                    if lead.may_write() {
+                        break permit;
+                    }
+                };
                 if let Some(wait) = waiting.ended(&r) {
                     waited.observe(wait.as_secs_f64());
                 }

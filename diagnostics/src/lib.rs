@@ -25,13 +25,14 @@
 
 mod auth;
 mod client;
+pub mod fence;
 pub mod guard;
 pub mod telemetry;
 mod tls;
 pub mod watches;
 
 pub use auth::{ALLOW_TTL, Access, DENY_TTL, KubeReviewer, MAX_CACHED, Reviewer};
-pub use client::kube_client;
+pub use client::{kube_client, kube_client_fenced};
 pub use watches::{WatchHealth, WatchReport};
 
 use anyhow::Context as _;

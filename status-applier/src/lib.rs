@@ -19,7 +19,6 @@ pub mod document;
 pub mod engine;
 pub mod error;
 pub mod intent;
-pub mod leadership;
 pub mod live;
 pub mod merge;
 pub mod metrics;

@@ -101,7 +101,7 @@ pub struct Metrics {
     /// Desired documents waiting for an apply.
     pub pending: Gauge,
     /// 1 while this replica may write (no leader election, or its Lease names this pod and
-    /// has not expired), else 0 (`crate::leadership`).
+    /// has not expired), else 0 (`leadership`).
     pub leading: Gauge,
     /// Failures of the watch of each kind (`diagnostics::watches`).
     pub watch_failures: Family<diagnostics::watches::KindLabel, Counter>,

@@ -270,6 +270,11 @@ impl Applier {
         }
     }
 
+    /// Whether the process is still running (never restarted by a test that asks).
+    pub fn running(&mut self) -> Result<bool> {
+        Ok(self.child.try_wait()?.is_none())
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

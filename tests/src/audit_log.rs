@@ -30,6 +30,8 @@ pub struct Write {
     /// The pod that sent it, for a process acting as a pod of the Deployment
     /// ([`crate::pod::Pod`]: the impersonated user extra `pod`).
     pub pod: Option<String>,
+    /// When the API server received it (`requestReceivedTimestamp`, RFC 3339).
+    pub received: String,
 }
 
 impl Write {
@@ -260,6 +262,10 @@ impl AuditLog {
                 pod: event["impersonatedUser"]["extra"]["pod"][0]
                     .as_str()
                     .map(str::to_owned),
+                received: event["requestReceivedTimestamp"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
             });
         }
         Ok(writes)

@@ -24,10 +24,28 @@ pub const LEASE_NAMESPACE: &str = "capt-system";
 pub struct Election {
     /// The Lease's name in [`LEASE_NAMESPACE`] (one per test).
     pub lease: String,
-    /// Its duration.
-    pub duration_seconds: u64,
-    /// How long before expiry the leader renews.
-    pub grace_seconds: u64,
+    /// Its duration in seconds, for a test that needs a short one: renewed every second and
+    /// retried every second. `None`: the timing the Deployment ships (no flag).
+    pub duration_seconds: Option<u64>,
+}
+
+impl Election {
+    /// The flags of this timing.
+    pub fn lease_args(&self) -> Vec<String> {
+        match self.duration_seconds {
+            None => vec![],
+            Some(duration) => [
+                "--lease-duration-seconds",
+                &duration.to_string(),
+                "--lease-renew-period-seconds",
+                "1",
+                "--lease-retry-period-seconds",
+                "1",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        }
+    }
 }
 
 /// A running pod; its processes are killed when dropped.
@@ -152,14 +170,7 @@ impl Pod {
             )
             .args(["--leader-election-namespace", LEASE_NAMESPACE])
             .args(["--leader-election-lease", &self.election.lease])
-            .args([
-                "--lease-duration-seconds",
-                &self.election.duration_seconds.to_string(),
-            ])
-            .args([
-                "--lease-grace-seconds",
-                &self.election.grace_seconds.to_string(),
-            ])
+            .args(self.election.lease_args())
             .args(["--insecure-diagnostics", "--poll-interval-seconds", "1"])
             // The tests keep their templates beside their stacks: trusted explicitly.
             .args([crate::system::TRUST_TEMPLATES, &self.templates])
@@ -214,8 +225,21 @@ impl Pod {
         signal_process(child.id(), signal)
     }
 
-    /// Waits until the controller has exited (it does when it loses the Lease, or on
-    /// SIGTERM), at most `timeout`.
+    /// Whether the controller process started last is still running (a lost or lapsed lead
+    /// is no exit).
+    pub fn controller_running(&mut self) -> Result<bool> {
+        match &mut self.controller {
+            Some(child) => Ok(child.try_wait()?.is_none()),
+            None => Ok(false),
+        }
+    }
+
+    /// How many times the controller was started (1: never restarted).
+    pub fn controller_starts(&self) -> u32 {
+        self.controller_starts
+    }
+
+    /// Waits until the controller has exited (on SIGTERM), at most `timeout`.
     pub async fn controller_exit(&mut self, timeout: std::time::Duration) -> Result<()> {
         let deadline = std::time::Instant::now() + timeout;
         while let Some(child) = &mut self.controller {

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 const LEASE: &[&str] = &[
     "--lease-duration-seconds",
     "4",
-    "--lease-grace-seconds",
+    "--lease-renew-period-seconds",
+    "1",
+    "--lease-retry-period-seconds",
     "1",
 ];
 

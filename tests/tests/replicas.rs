@@ -68,14 +68,23 @@ async fn after_a_lease_lost_to_an_api_server_outage_only_the_new_leader_writes()
     tokio::time::sleep(Duration::from_secs(LEASE_SECONDS + 1)).await; // the outage itself
     outage.end()?;
     let leader = stack.wait_for_a_leader_other_than("pod-a").await?;
-    // The old leader's controller resumes believing it leads, until it reads the Lease: the
-    // window in which two controllers reconcile. Its applier must refuse what it sends.
+    // The old leader's controller resumes past its deadline: it writes nothing (its lead
+    // ended with the deadline, with no event needed), reads the Lease, and stands by, warm,
+    // without exiting.
     stack.pods[0].signal_controller("CONT")?;
-    stack.pods[0]
-        .controller_exit(Duration::from_secs(60))
+    stack
+        .wait("pod-a's controller to stand by", || async {
+            Ok(stack.pods[0]
+                .controller_log_text()
+                .contains("Standing by: another replica leads"))
+        })
         .await?;
-    stack.pods[0].start_controller()?;
-    stack.check_the_endpoint_moves_and_only(&leader).await
+    stack.check_the_endpoint_moves_and_only(&leader).await?;
+    ensure!(
+        stack.pods[0].controller_running()?,
+        "pod-a's controller stayed up as the standby"
+    );
+    Ok(())
 }
 
 #[tokio::test]
@@ -118,8 +127,7 @@ impl Stack {
         let ns = TestNamespace::create(&client, prefix).await?;
         let election = Election {
             lease: format!("capt-{}", ns.name),
-            duration_seconds: LEASE_SECONDS,
-            grace_seconds: 1,
+            duration_seconds: Some(LEASE_SECONDS),
         };
         let provider = FakeProvider::for_namespace(&ns.name, 50, "info", &env().kubeconfig).await?;
         let pod_a = Pod::start("pod-a", &ns.name, &election).await?;

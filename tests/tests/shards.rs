@@ -31,8 +31,7 @@ async fn each_shard_writes_its_own_objects_and_none_of_the_other_shards() -> Res
     for (_, shard, pod) in SHARDS {
         let election = Election {
             lease: format!("capt-{}-{shard}", ns.name),
-            duration_seconds: 15,
-            grace_seconds: 5,
+            duration_seconds: None,
         };
         pods.push(Pod::start_in_shard(pod, &ns.name, &election, Some(shard)).await?);
     }

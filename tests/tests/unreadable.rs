@@ -99,8 +99,7 @@ async fn a_tenants_odd_but_valid_objects_cost_only_themselves_across_a_restart()
         FakeProvider::for_namespace(&tenant.name, 50, "info", &env().kubeconfig).await?;
     let election = Election {
         lease: format!("capt-{shard}"),
-        duration_seconds: 15,
-        grace_seconds: 5,
+        duration_seconds: None,
     };
     // Every namespace, as deployed; the shard's label keeps other tests' objects out.
     let mut pod = Pod::start_in_shard_everywhere("pod-a", &election, &shard, &tenant.name).await?;
@@ -315,8 +314,7 @@ async fn a_tenants_deep_objects_cost_only_themselves_across_a_restart() -> Resul
         FakeProvider::for_namespace(&tenant.name, 50, "info", &env().kubeconfig).await?;
     let election = Election {
         lease: format!("capt-{shard}"),
-        duration_seconds: 15,
-        grace_seconds: 5,
+        duration_seconds: None,
     };
     // Every namespace, as deployed, trusting the tenant's templates alone.
     let mut pod = Pod::start_in_shard_everywhere("pod-a", &election, &shard, &tenant.name).await?;

@@ -143,6 +143,11 @@ impl Unconfirmed {
         self.state().entries.retain(|k, _| k.object != object);
     }
 
+    /// Forgets every intent kept.
+    pub(super) fn forget_all(&self) {
+        self.state().entries.clear();
+    }
+
     /// How many intents are kept.
     pub(super) fn len(&self) -> usize {
         self.state().entries.len()

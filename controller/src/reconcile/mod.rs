@@ -51,10 +51,28 @@ pub enum Error {
 impl Error {
     /// The metric label of the error.
     pub fn label(&self) -> &'static str {
+        if self.is_fenced() {
+            return "not_leading";
+        }
         match self {
             Error::Kube { .. } => "kube",
             Error::Publish(_) => "publish",
             Error::Render(_) => "render",
+        }
+    }
+}
+
+impl Error {
+    /// Whether a write was not sent because this replica no longer leads (its lead lapsed
+    /// during the reconcile): not a failure, and retried once it leads again.
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            Error::Kube {
+                source: kube::Error::Service(e),
+                ..
+            } => e.is::<diagnostics::fence::Fenced>(),
+            Error::Publish(crate::publish::PublishError::NotLeading { .. }) => true,
+            _ => false,
         }
     }
 }
@@ -90,7 +108,14 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    tracing::warn!(subject = subject(obj.as_ref()), error = %error, "Reconcile failed; retrying");
+    match error.is_fenced() {
+        true => {
+            tracing::info!(subject = subject(obj.as_ref()), error = %error, "Reconcile stopped: no longer leading; it runs again once this replica leads")
+        }
+        false => {
+            tracing::warn!(subject = subject(obj.as_ref()), error = %error, "Reconcile failed; retrying")
+        }
+    }
     ctx.metrics
         .errors
         .get_or_create(&crate::metrics::ErrorLabels {

@@ -8,12 +8,12 @@ use crate::config::Policy;
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, Subresource, ValidIntent};
-use crate::leadership::{Leadership, LeaseToFollow};
 use crate::live::{Change, Live};
 use crate::metrics::{Action, CodeLabel, ManagerAction, ManagerLabel, ManagerWaitEnd, Metrics};
 use crate::outcome::Outcome;
 use crate::view::View;
 use kube::api::{Patch, PatchParams};
+use leadership::{Leadership, LeaseToFollow};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,7 +112,7 @@ impl Engine {
     }
 
     /// From now on writes only while this replica leads, as `lease` says
-    /// ([`crate::leadership`]); without a call the engine always writes. Nothing is applied
+    /// ([`leadership`]); without a call the engine always writes. Nothing is applied
     /// until the Lease has been read.
     pub fn follow_lease(self: &Arc<Self>, lease: LeaseToFollow) {
         let start = Instant::now();
@@ -129,7 +129,7 @@ impl Engine {
                 }
                 engine.feed(Event::Leadership(leadership));
             };
-            crate::leadership::follow(client, lease, tell).await;
+            leadership::follow(client, lease, tell).await;
         });
     }
 

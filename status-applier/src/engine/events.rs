@@ -4,10 +4,10 @@
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
-use crate::leadership::Leadership;
 use crate::metrics::Action;
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
+use leadership::Leadership;
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;

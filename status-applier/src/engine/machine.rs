@@ -26,11 +26,11 @@ use crate::config::{FieldPath, Policy};
 use crate::conflict::Conflict;
 use crate::error::ApplyError;
 use crate::intent::{DesiredKey, ObjectRef, ValidIntent};
-use crate::leadership::Leadership;
 use crate::metrics::{Action, WaitEnd};
 use crate::outcome::Outcome;
 use crate::view::{Keep, View};
 use compact_json::{CompactJson, Dictionaries};
+use leadership::Leadership;
 use managed_fields::FieldSet;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -230,7 +230,7 @@ pub struct Machine {
     running: usize,
     /// Keys queued or ready.
     pending: usize,
-    /// Whether this replica may write now ([`crate::leadership`]).
+    /// Whether this replica may write now ([`leadership`]).
     leadership: Leadership,
     jitter: fastrand::Rng,
 }
@@ -294,7 +294,7 @@ impl Machine {
         out
     }
 
-    /// Whether an apply may be sent at `now` ([`crate::leadership`]).
+    /// Whether an apply may be sent at `now` ([`leadership`]).
     pub fn may_write(&self, now: Instant) -> bool {
         self.leadership.may_write(now)
     }

@@ -20,7 +20,9 @@ const LEASE_SECONDS: u64 = 3;
 const LEASE: &[&str] = &[
     "--lease-duration-seconds",
     "3",
-    "--lease-grace-seconds",
+    "--lease-renew-period-seconds",
+    "1",
+    "--lease-retry-period-seconds",
     "1",
 ];
 /// The claim's window: once the applier has settled on every object it writes, this long

@@ -4,10 +4,10 @@
 use crate::SocketArg;
 use anyhow::{Context, Result};
 use clap::Args;
+use leadership::LeaseToFollow;
 use prometheus_client::registry::Registry;
 use status_applier::config::{GroupKind, KindPath, Policy};
 use status_applier::engine::{Engine, Tuning};
-use status_applier::leadership::LeaseToFollow;
 use status_applier::metrics::Metrics;
 use status_applier::ownership::PolicyFileArg;
 use status_applier::server::{AppState, metrics_route, probes, router};

@@ -1,8 +1,8 @@
-//! Event sequences of a replica's leadership ([`crate::leadership`]): only the leader's
+//! Event sequences of a replica's leadership ([`leadership`]): only the leader's
 //! applier writes, and one that stops leading follows the next leader's writes.
 
 use super::*;
-use crate::leadership::Leadership;
+use ::leadership::Leadership;
 
 fn lead(h: &mut Harness, leadership: Leadership) -> Vec<Effect> {
     h.feed(Event::Leadership(leadership))
