@@ -158,6 +158,11 @@ pub fn elect(client: kube::Client, election: Election) -> Lead {
         "Waiting for the leader lease"
     );
     let identity = Some(Arc::from(election.identity.as_str()));
+    let tell = Arc::new(tell);
+    tokio::spawn(lapse_at_the_deadline(
+        tell.clone(),
+        election.identity.clone(),
+    ));
     let task = tokio::spawn(hold(api, election, tell, stopped));
     Lead {
         role,
@@ -202,7 +207,7 @@ impl Seen {
 async fn hold(
     api: Api<Lease>,
     election: Election,
-    tell: watch::Sender<Role>,
+    tell: Arc<watch::Sender<Role>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let t = election.timing;
@@ -251,12 +256,18 @@ async fn hold(
                         Ok(Ok(lease)) => {
                             seen = Some(Seen::of(&lease, seen.as_ref()));
                             mine = Mine::Renewed(sent.into_std());
-                            let now = Instant::now();
-                            let was = tell.send_replace(Role::Leading {
-                                until: Instant::from_std(t.deadline(sent.into_std())),
-                            });
-                            if !was.may_write(now) && tell.borrow().may_write(now) {
-                                tracing::info!(identity = me, lease = election.lease, "Leading");
+                            // A renewal that took until past its own deadline (sent
+                            // before an outage, answered after it) does not make a leader.
+                            let until = Instant::from_std(t.deadline(sent.into_std()));
+                            if until > Instant::now() {
+                                let was = tell.send_replace(Role::Leading { until });
+                                if !was.may_write(Instant::now()) {
+                                    tracing::info!(
+                                        identity = me,
+                                        lease = election.lease,
+                                        "Leading"
+                                    );
+                                }
                             }
                             read = false;
                         }
@@ -316,8 +327,40 @@ fn count(election: &Election, result: &'static str) {
     }
 }
 
-/// Tells the process where it stands when that changed without a write of its own: another
-/// replica holds the Lease, or this one's deadline passed.
+/// Ends a lead at its deadline when no renewal moved it: whatever the elector is waiting for
+/// then (a renewal in flight to an API server that does not answer), the process is told
+/// and the lapse logged at the deadline itself.
+async fn lapse_at_the_deadline(tell: Arc<watch::Sender<Role>>, me: String) {
+    let mut roles = tell.subscribe();
+    loop {
+        let role = roles.borrow_and_update().clone();
+        if let Role::Leading { until } = role {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {
+                    let lapsed = tell.send_if_modified(|role| match role {
+                        Role::Leading { until: u } if *u == until => {
+                            *role = Role::Candidate { holder: Some(me.clone()) };
+                            true
+                        }
+                        _ => false,
+                    });
+                    if lapsed {
+                        tracing::warn!(
+                            identity = me,
+                            "The leader Lease was not renewed before its deadline: writes stop; standing as a candidate"
+                        );
+                    }
+                    continue;
+                }
+                changed = roles.changed() => if changed.is_err() { return },
+            }
+        } else if roles.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Tells the process where it stands when another replica holds the Lease.
 fn note(tell: &watch::Sender<Role>, seen: Option<&Seen>, me: &str) {
     let holder = seen.and_then(|s| s.claim.holder.clone());
     let role = tell.borrow().clone();
@@ -327,13 +370,6 @@ fn note(tell: &watch::Sender<Role>, seen: Option<&Seen>, me: &str) {
                 identity = me,
                 holder,
                 "Another replica holds the leader Lease: writes stop; standing as a candidate"
-            );
-            tell.send_replace(Role::Candidate { holder });
-        }
-        Role::Leading { until } if Instant::now() >= until => {
-            tracing::warn!(
-                identity = me,
-                "The leader Lease was not renewed before its deadline: writes stop; standing as a candidate"
             );
             tell.send_replace(Role::Candidate { holder });
         }
@@ -443,6 +479,39 @@ mod tests {
         });
         waiting.await.expect("leads again");
         assert!(lead.may_write());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_role_turns_candidate_at_the_deadline_unless_a_renewal_moved_it() {
+        let start = Instant::now();
+        let tell = Arc::new(
+            watch::channel(Role::Leading {
+                until: start + Duration::from_secs(5),
+            })
+            .0,
+        );
+        let mut roles = tell.subscribe();
+        tokio::spawn(lapse_at_the_deadline(tell.clone(), "pod-a".into()));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        // A renewal: 12 s more from now.
+        let renewed = Instant::now() + Duration::from_secs(12);
+        tell.send_replace(Role::Leading { until: renewed });
+        roles
+            .wait_for(|r| matches!(r, Role::Candidate { .. }))
+            .await
+            .expect("a lapse");
+        assert_eq!(
+            Instant::now(),
+            renewed,
+            "at the renewed deadline, not the first"
+        );
+        assert_eq!(
+            *roles.borrow(),
+            Role::Candidate {
+                holder: Some("pod-a".into())
+            }
+        );
+        assert!(start.elapsed() >= Duration::from_secs(16));
     }
 
     #[tokio::test(start_paused = true)]

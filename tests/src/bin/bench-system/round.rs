@@ -60,6 +60,8 @@ pub(crate) struct Round {
     pub(crate) fail_over: Option<Restart>,
     /// The standby pods' processes before the restart, by process name.
     pub(crate) standby: Vec<(String, ProcessStats)>,
+    /// Each pod's controller's writes of the leader Lease per minute, at rest.
+    pub(crate) lease_writes_per_minute: Vec<(String, f64)>,
     /// How each process was started.
     pub(crate) launches: Vec<Launch>,
 }
@@ -181,7 +183,8 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
     )
     .await?;
     let provisioned_census = captclusters.changes();
-    let steady = steady_state(&round, &system, args.steady_seconds).await?;
+    let (steady, lease_writes_per_minute) =
+        steady_state(&round, &system, args.steady_seconds).await?;
     let before_probes = captclusters.changes();
     // The baseline's hops are its 30 s requeues: fewer probes, each given two of them.
     let (probe_count, timeout) = match mode {
@@ -285,6 +288,7 @@ pub(crate) async fn run_round(args: &Args, mode: Mode, n: usize, pod: &Pod) -> R
         restart,
         fail_over,
         standby,
+        lease_writes_per_minute,
         launches: system.launches.clone(),
     })
 }
@@ -396,11 +400,23 @@ pub(crate) async fn wait_provisioned(watches: &Watches, n: usize, timeout: Durat
     }
 }
 
-/// Phase 2, steady state: what happens over `seconds` once provisioned.
-async fn steady_state(round: &Probe<'_>, system: &BenchSystem, seconds: u64) -> Result<Delta> {
+/// Phase 2, steady state: what happens over `seconds` once provisioned, and each pod's
+/// controller's Lease writes per minute meanwhile.
+async fn steady_state(
+    round: &Probe<'_>,
+    system: &BenchSystem,
+    seconds: u64,
+) -> Result<(Delta, Vec<(String, f64)>)> {
     let before = round.snapshot(system).await?;
+    let leases_before = lease_writes(system).await;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let leases_after = lease_writes(system).await;
     let steady = round.delta(&before, &round.snapshot(system).await?)?;
+    let per_minute = leases_before
+        .into_iter()
+        .zip(leases_after)
+        .map(|((pod, b), (_, a))| (pod, (a - b) * 60.0 / steady.seconds))
+        .collect();
     eprintln!(
         "  steady state: {} writes by the controller, {} by anyone, {} reconciles in {:.0} s",
         steady.controller_writes(),
@@ -408,7 +424,22 @@ async fn steady_state(round: &Probe<'_>, system: &BenchSystem, seconds: u64) -> 
         steady.reconciles,
         steady.seconds
     );
-    Ok(steady)
+    Ok((steady, per_minute))
+}
+
+/// Each pod's controller's writes of the leader Lease so far (`capt_leader_lease_writes_total`:
+/// Leases are not in the audit log); NaN where it cannot be read.
+async fn lease_writes(system: &BenchSystem) -> Vec<(String, f64)> {
+    let mut counts = Vec::new();
+    for pod in &system.pods {
+        let text = system.controller_metrics_of(pod).await;
+        let count = text
+            .ok()
+            .and_then(|t| metric_value(&t, "capt_leader_lease_writes_total", &[]).ok())
+            .unwrap_or(f64::NAN);
+        counts.push((pod.name.clone(), count));
+    }
+    counts
 }
 
 fn ms(from: Instant, to: Instant) -> f64 {

@@ -321,6 +321,11 @@ impl BenchSystem {
         self.leader().controller.metrics(&self.scraper.token).await
     }
 
+    /// The metrics of `pod`'s controller, leading or not.
+    pub(crate) async fn controller_metrics_of(&self, pod: &PodProcesses) -> Result<String> {
+        pod.controller.metrics(&self.scraper.token).await
+    }
+
     pub(crate) async fn applier_metrics(&self) -> Result<Option<String>> {
         match &self.leader().applier {
             Some(a) => Ok(Some(a.metrics(&self.scraper.token).await?)),

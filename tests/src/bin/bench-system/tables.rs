@@ -418,6 +418,19 @@ fn restart_rows(rows: &mut Rows) {
             .map_or("n/a".into(), |a| format!("{:.1}", a.peak_rss_mib))
     });
     rows.row(
+        "at rest: Lease writes per minute by each pod's controller",
+        &|r| {
+            if r.lease_writes_per_minute.is_empty() {
+                return "n/a".into();
+            }
+            r.lease_writes_per_minute
+                .iter()
+                .map(|(pod, n)| format!("{pod} {n:.1}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
+    );
+    rows.row(
         "standby pod: controller / status-applier peak RSS (MiB)",
         &|r| {
             if r.standby.is_empty() {
