@@ -7,7 +7,9 @@
 //! out first, `queued` (kept, not applied yet); a failed delivery is forgotten, so the next
 //! reconcile sends it again. An intent answered `queued`, or not answered, is also kept
 //! until the applier is seen to act on it, and sent again meanwhile ([`unconfirmed`]): an
-//! applier that dies with it loses nothing, with no change of its fragment.
+//! applier that dies with it loses nothing, with no change of its fragment. One answered with
+//! a conflict or a refusal stands there with the applier process that answered, and is sent
+//! again when another process answers: a restarted applier reports it again.
 
 mod unconfirmed;
 
@@ -341,10 +343,13 @@ impl Publisher {
         // the applier acts on it, whether it is slow or died and came back
         // ([`unconfirmed`]).
         // Any outcome is delivered, a conflict or a rejection too: the applier keeps the
-        // document and retries when the object changes. A refusal (a bad intent, an applier
-        // failure) is not; the client reads which is which.
+        // document and retries when the object changes. Those two live in the applier's
+        // memory alone, so they stand in [`unconfirmed`] too, and are sent again to an
+        // applier that restarted, which reports them anew. A refusal (a bad intent, an
+        // applier failure) is not delivered; the client reads which is which.
         let result = client.send(&intent).await;
-        if Answer::of(&result).unconfirmed() && self.unconfirmed.keep(key, intent, sent) {
+        let answer = Answer::of(&result);
+        if answer.kept() && self.unconfirmed.keep(key, intent, sent, &answer) {
             let (unconfirmed, client) = (self.unconfirmed.clone(), client.clone());
             let may_write = self.may_write.clone();
             tokio::spawn(async move {
@@ -362,7 +367,11 @@ impl Publisher {
                         }
                     }
                 };
-                unconfirmed::redeliver(&unconfirmed, send).await;
+                let probe = || {
+                    let client = client.clone();
+                    async move { client.instance().await }
+                };
+                unconfirmed::redeliver(&unconfirmed, send, probe).await;
             });
         }
         let outcome = match result {
@@ -411,7 +420,8 @@ impl Publisher {
     }
 
     /// How many intents are kept to be sent again: answered `queued` or not at all, and not
-    /// yet seen applied (none at rest).
+    /// yet seen applied, or standing (answered with a conflict or a refusal); none at rest
+    /// without a conflict.
     pub fn unconfirmed(&self) -> usize {
         self.unconfirmed.len()
     }

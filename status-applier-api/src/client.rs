@@ -69,6 +69,22 @@ impl Answer {
         serde_json::from_str(&self.body)
             .map_err(|e| ClientError::Read(format!("an outcome ({status}): {e}: {}", self.body)))
     }
+
+    /// The instance of an answer to `GET /v1/instance`: `{"instance": "…"}` with a 200.
+    /// Anything else (an applier without the route answers 404) is an error.
+    pub fn instance(self) -> Result<String, ClientError> {
+        let status = self.status.as_u16();
+        if status != 200 {
+            return Err(ClientError::Refused {
+                status,
+                body: self.body,
+            });
+        }
+        match self.json()["instance"].as_str() {
+            Some(instance) if !instance.is_empty() => Ok(instance.to_owned()),
+            _ => Err(ClientError::Read(format!("an instance: {}", self.body))),
+        }
+    }
 }
 
 /// A client bound to one socket.
@@ -105,6 +121,13 @@ impl Client {
     pub async fn submit_raw(&self, body: Vec<u8>, wait: bool) -> Result<Answer, ClientError> {
         self.request(Method::POST, &format!("/v1/intents?wait={wait}"), body)
             .await
+    }
+
+    /// The applier process answering now (`GET /v1/instance`): an id made at its start, the
+    /// same its outcomes carry (`Outcome::instance`). Another id than an outcome's means the
+    /// applier restarted since, and forgot what it held in memory alone.
+    pub async fn instance(&self) -> Result<String, ClientError> {
+        self.get("/v1/instance").await?.instance()
     }
 
     /// GETs a path.
@@ -188,6 +211,22 @@ mod tests {
                 }
                 other => panic!("{status}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn an_instance_is_read_from_a_200_and_nothing_else() {
+        let got = answer(200, json!({"instance": "9a3e"})).instance().unwrap();
+        assert_eq!(got, "9a3e");
+        for (status, body) in [
+            (404, json!("not found")),
+            (200, json!({"nope": 1})),
+            (200, json!({"instance": ""})),
+        ] {
+            assert!(
+                answer(status, body.clone()).instance().is_err(),
+                "{status} {body}"
+            );
         }
     }
 

@@ -112,6 +112,12 @@ pub struct Outcome {
     /// Protected paths the intent tried to remove; they keep their value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept: Vec<String>,
+    /// The applier process that answered: an id it made at its start, which `GET
+    /// /v1/instance` also tells. A submitter that keeps an intent answered `conflict` or
+    /// `rejected` (which the applier holds in memory alone) learns from a new instance that
+    /// the applier restarted, and sends it again. Absent from an applier that does not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl Outcome {
@@ -132,6 +138,7 @@ impl Outcome {
             generation: None,
             conflicts: Vec::new(),
             kept: Vec::new(),
+            instance: None,
         }
     }
 
@@ -190,6 +197,7 @@ mod tests {
             Action::conflict,
         )
         .with_message("left out");
+        outcome.instance = Some("5f0c2a9e1d3b4c87".into());
         outcome.conflicts.push(Conflict {
             path: ".status.phase".into(),
             owner: "kubectl".into(),
@@ -208,6 +216,7 @@ mod tests {
                 "message": "left out",
                 "conflicts": [{"path": ".status.phase", "owner": "kubectl", "operation": "Update",
                                "ours": "Ready", "theirs": "Failed"}],
+                "instance": "5f0c2a9e1d3b4c87",
             })
         );
         assert_eq!(serde_json::from_value::<Outcome>(wire).unwrap(), outcome);

@@ -6,6 +6,7 @@
 //! | `POST /v1/intents[?wait=false]` | submit an intent (JSON or YAML); answers its outcome |
 //! | `GET /v1/intents[?format=yaml]` | every desired document; YAML prints apply configurations with the kubectl command that reproduces each; filters `kind`, `namespace`, `name`, `manager`, `subresource` (`status` or `main`) |
 //! | `GET /v1/conflicts` | recent conflicts |
+//! | `GET /v1/instance` | `{"instance": "…"}`: this process, as its outcomes name it (a random id made at start) |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness (API server reachable; every watch listed, none failing), Prometheus text |
 //!
 //! On TCP, the probes ([`probes`]) and the metrics ([`metrics_route`], served over HTTPS to
@@ -75,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/intents", post(submit).get(desired))
         .route("/v1/conflicts", get(conflicts))
+        .route("/v1/instance", get(instance))
         .with_state(state)
 }
 
@@ -226,6 +228,10 @@ pub fn kubectl_command(view: &DesiredView) -> String {
 
 async fn conflicts(State(state): State<AppState>) -> Response {
     Json(state.engine.conflicts()).into_response()
+}
+
+async fn instance(State(state): State<AppState>) -> Response {
+    Json(json!({"instance": state.engine.instance()})).into_response()
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

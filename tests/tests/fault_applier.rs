@@ -2,13 +2,15 @@
 //! nothing is lost (the last rewrite reaches the control plane), the control plane's status
 //! is what it was but for what the new revision changes (no field dropped, emptied or
 //! changed), and after catching up it writes nothing more. Intents the applier answered
-//! `queued` before it was killed are applied by the next one, with no fragment changed.
+//! `queued` before it was killed are applied by the next one, with no fragment changed; a
+//! conflict and a refusal it answered are reported again by the next one, with no fragment
+//! changed; and an applier killed at rest with neither sends nor writes anything once back.
 
 use anyhow::Result;
 use capt_controller::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster};
 use capt_tests::held_proxy::HeldProxy;
 use capt_tests::system::System;
-use capt_tests::{TestNamespace, differences, env, without_paths};
+use capt_tests::{TestNamespace, differences, env, unique_name, without_paths};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -235,6 +237,223 @@ async fn intents_answered_queued_before_the_applier_is_killed_are_applied_after_
     for name in NAMES.into_iter().chain(["warm-up"]) {
         api.patch(name, &PatchParams::default(), &unfinalized)
             .await?;
+    }
+    Ok(())
+}
+
+/// How long the controller's publisher takes at most to see that the applier restarted
+/// while an intent stands (it asks every 5 s), to send it again and have it answered, with
+/// room for a busy machine.
+const REPORTED_AGAIN: Duration = Duration::from_secs(30);
+
+/// Takes the finalizer the test put on off `name`, so that it goes with its namespace.
+async fn unfinalize(api: &Api<CAPTCluster>, name: &str) -> Result<()> {
+    let unfinalized = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch(name, &PatchParams::default(), &unfinalized)
+        .await?;
+    Ok(())
+}
+
+/// The applier's count of conflicts for `capt-captcluster` (a new process counts from 0).
+async fn conflicts(system: &System) -> Result<f64> {
+    let labels = ["manager=\"capt-captcluster\""];
+    (system.applier)
+        .metric("status_applier_conflicts_total", &labels)
+        .await
+}
+
+/// The applier's count of `capt-captcluster`'s applies the API server refused.
+async fn rejected(system: &System) -> Result<f64> {
+    let labels = ["manager=\"capt-captcluster\"", "action=\"rejected\""];
+    (system.applier)
+        .metric("status_applier_applies_total", &labels)
+        .await
+}
+
+/// The VPC id another writer holds on the CAPTCluster, where ours is the spec's
+/// `existingVpcId`.
+const THEIRS: &str = "vpc-0fedcba987654321f";
+
+#[tokio::test]
+async fn a_conflict_is_reported_again_by_a_restarted_applier_with_no_fragment_changed() -> Result<()>
+{
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-conflict").await?;
+    let api: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
+    // Another writer owns the VPC id with another value before the controller runs: the
+    // controller's first intent is answered with a conflict (409), and nothing it observes
+    // changes after.
+    create_waiting_capt_cluster(&api, "conflicted").await?;
+    let foreign = PatchParams {
+        field_manager: Some("foreign-writer".into()),
+        ..PatchParams::default()
+    };
+    let theirs = Patch::Merge(json!({"status": {"vpcId": THEIRS}}));
+    api.patch_status("conflicted", &foreign, &theirs).await?;
+    let mut system = System::start(&ns.name, 20).await?;
+    system
+        .wait_for(
+            "the conflict on the VPC id reported",
+            Duration::from_secs(30),
+            || async { Ok(conflicts(&system).await? >= 1.0 && published(&system).await? >= 1.0) },
+        )
+        .await?;
+    let sent = published(&system).await?;
+
+    // SIGKILL: the conflict lived in the applier's memory alone.
+    system.applier.restart().await?;
+    system
+        .wait_for(
+            "the conflict reported again by the restarted applier",
+            REPORTED_AGAIN,
+            || async { Ok(conflicts(&system).await? >= 1.0) },
+        )
+        .await?;
+    let listed = system.applier.client.get("/v1/conflicts").await?.json();
+    assert!(
+        listed.as_array().into_iter().flatten().any(|c| {
+            c["conflict"]["owner"] == "foreign-writer" && c["conflict"]["path"] == ".status.vpcId"
+        }),
+        "the restarted applier lists the conflict: {listed}"
+    );
+    assert_eq!(
+        published(&system).await?,
+        sent,
+        "no intent was published anew: no fragment changed"
+    );
+    let cc = serde_json::to_value(api.get("conflicted").await?)?;
+    assert_eq!(cc["status"]["vpcId"], THEIRS, "reported, not forced");
+    unfinalize(&api, "conflicted").await
+}
+
+/// A ValidatingAdmissionPolicy that refuses (422) every status write to the CAPTCluster
+/// `refused` of one namespace; removed when dropped.
+struct RefusingPolicy(String);
+
+impl RefusingPolicy {
+    async fn install(namespace: &str) -> Result<Self> {
+        let name = unique_name("refuse-status");
+        let policy = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["infrastructure.cluster.x-k8s.io"], "apiVersions": ["*"],
+                    "operations": ["UPDATE"], "resources": ["captclusters/status"]}]},
+                "validations": [{"expression": "object.metadata.name != 'refused'",
+                    "message": "the test refuses this CAPTCluster's status", "reason": "Invalid"}],
+            },
+        });
+        let binding = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+        });
+        let guard = Self(name);
+        for object in [policy, binding] {
+            env().kubectl_ok(&["create", "-f", "-"], Some(&object.to_string()))?;
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for RefusingPolicy {
+    fn drop(&mut self) {
+        let kinds = "validatingadmissionpolicybinding,validatingadmissionpolicy";
+        let _ = env().kubectl_run(&["delete", "--ignore-not-found", kinds, &self.0], None);
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_is_reported_again_by_a_restarted_applier_with_no_fragment_changed() -> Result<()>
+{
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-refused").await?;
+    let api: Api<CAPTCluster> = Api::namespaced(client.clone(), &ns.name);
+    let _policy = RefusingPolicy::install(&ns.name).await?;
+    create_waiting_capt_cluster(&api, "refused").await?;
+    // The API server enforces a policy once it has loaded it, which no object reports: ask
+    // (dry runs, which store nothing) until a status write is refused, bounded.
+    let dry = PatchParams {
+        dry_run: true,
+        field_manager: Some("probe".into()),
+        ..PatchParams::default()
+    };
+    let write = Patch::Merge(json!({"status": {"vpcId": THEIRS}}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match api.patch_status("refused", &dry, &write).await {
+            Err(kube::Error::Api(e)) if e.code == 422 => break,
+            answer if std::time::Instant::now() > deadline => {
+                anyhow::bail!("the policy never refused a status write: {answer:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let mut system = System::start(&ns.name, 20).await?;
+    system
+        .wait_for(
+            "the controller's intent rejected by the API server",
+            Duration::from_secs(30),
+            || async { Ok(rejected(&system).await? >= 1.0 && published(&system).await? >= 1.0) },
+        )
+        .await?;
+    let sent = published(&system).await?;
+
+    // SIGKILL: the refusal lived in the applier's memory alone.
+    system.applier.restart().await?;
+    system
+        .wait_for(
+            "the refusal reported again by the restarted applier",
+            REPORTED_AGAIN,
+            || async { Ok(rejected(&system).await? >= 1.0) },
+        )
+        .await?;
+    let refused = system
+        .applier
+        .metric("status_applier_api_errors_total", &["code=\"422\""])
+        .await?;
+    assert!(refused >= 1.0, "the restarted applier met the 422 itself");
+    assert_eq!(
+        published(&system).await?,
+        sent,
+        "no intent was published anew: no fragment changed"
+    );
+    assert_eq!(ready_reason(&api, "refused").await?, None, "never written");
+    unfinalize(&api, "refused").await
+}
+
+#[tokio::test]
+async fn an_applier_killed_at_rest_without_conflicts_writes_nothing_when_back() -> Result<()> {
+    let client = env().client().await?;
+    let ns = TestNamespace::create(&client, "fault-rest").await?;
+    let mut system = System::start(&ns.name, 20).await?;
+    system.apply_samples(false).await?;
+    system.wait_provisioned().await?;
+    system.wait_samples_rest().await?;
+    let conflicts = system
+        .applier
+        .metric("status_applier_conflicts_total", &[])
+        .await?;
+    assert_eq!(conflicts, 0.0, "no conflict stands at rest");
+
+    system.applier.restart().await?;
+    // Two of the publisher's probe periods (5 s each), and more: had anything stood, it
+    // would have been sent again by now.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    for metric in [
+        "status_applier_intents_total",
+        "status_applier_api_writes_total",
+    ] {
+        assert_eq!(
+            system.applier.metric(metric, &[]).await?,
+            0.0,
+            "{metric}: the restarted applier is sent nothing and writes nothing"
+        );
     }
     Ok(())
 }

@@ -48,6 +48,8 @@ pub struct Engine {
     next_ticket: AtomicU64,
     conflicts: Mutex<VecDeque<ConflictRecord>>,
     events: Option<kube::runtime::events::Recorder>,
+    /// This process, as its answers name it ([`Engine::instance`]).
+    instance: String,
 }
 
 impl Engine {
@@ -85,6 +87,7 @@ impl Engine {
             next_ticket: AtomicU64::new(1),
             conflicts: Mutex::default(),
             events: recorder,
+            instance: format!("{:016x}", fastrand::u64(..)),
         });
         tokio::spawn(engine.clone().run_changes(changed));
         engine
@@ -103,6 +106,15 @@ impl Engine {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// This process: a random id made when the engine started, which every answer to an
+    /// intent carries (`Outcome::instance`) and `GET /v1/instance` tells. What the engine
+    /// holds in memory alone (the documents of intents answered with a conflict or a
+    /// rejection, which a restart rebuilds from `managedFields` without what was never
+    /// applied) is gone when it changes: a submitter that sees another id sends those again.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Starts watching a kind ahead of intents, so that documents of our managers are
@@ -170,14 +182,16 @@ impl Engine {
             wait,
             view,
         });
-        match tokio::time::timeout(self.tuning.wait_timeout, rx).await {
+        let mut outcome = match tokio::time::timeout(self.tuning.wait_timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
             _ => {
                 self.tickets.lock().expect("lock").remove(&ticket);
                 crate::outcome::for_key(&key, Action::queued)
                     .with_message("no outcome within the wait timeout; the apply continues")
             }
-        }
+        };
+        outcome.instance = Some(self.instance.clone());
+        outcome
     }
 
     /// The object as the cache holds it, if it does; the machine decides whether to read it
