@@ -11,6 +11,7 @@
 pub mod applier;
 pub mod audit_log;
 pub mod deletion_order;
+pub mod doc_blocks;
 pub mod fake_provider;
 pub mod held_proxy;
 pub mod pod;
