@@ -10,6 +10,7 @@ pub mod k8s;
 pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
+pub mod names;
 pub mod publish;
 pub mod reconcile;
 pub mod render;
