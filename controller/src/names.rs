@@ -66,6 +66,27 @@ pub fn kept_or_namespaced(
     }
 }
 
+/// The `CLUSTER_NAME` of the Cluster `namespace`/`cluster` ([`kept_or_namespaced`]), or,
+/// when that is a new name EKS would refuse ([`eks_name_problem`]), the message of
+/// `ClusterNameValid=False`. A bare name kept is not judged: it runs already.
+pub fn cluster_name(
+    namespace: &str,
+    cluster: &str,
+    own: Option<&str>,
+    siblings: &[String],
+) -> Result<String, String> {
+    let name = kept_or_namespaced(namespace, cluster, own, siblings);
+    match eks_name_problem(&name).filter(|_| name != cluster) {
+        None => Ok(name),
+        Some(problem) => Err(format!(
+            "the EKS cluster name of Cluster {namespace}/{cluster} would be \"{name}\" (CAPT \
+             gives a Cluster's name its namespace, <namespace>{SEPARATOR}<name>, so that no two \
+             namespaces' names meet), {problem}: create the Cluster again under a shorter \
+             name, or in a namespace of a shorter name; nothing is rendered"
+        )),
+    }
+}
+
 /// Why EKS would refuse `name` as a cluster's name, if it would: over [`MAX_EKS_NAME`]
 /// characters, or a character other than letters, digits, `-` and `_` (a Cluster's name may
 /// hold `.`), or not starting with a letter or digit.
@@ -235,6 +256,28 @@ mod tests {
         // No apply yet, the Cluster's other apply recorded the bare name: the same name.
         assert_eq!(new(None, &["demo".into()]), "demo");
         assert_eq!(new(None, &["ns_demo".into()]), "ns_demo");
+    }
+
+    #[test]
+    fn a_cluster_whose_new_name_eks_refuses_gets_no_name_and_says_why() {
+        assert_eq!(
+            cluster_name("team", "prod", None, &[]).as_deref(),
+            Ok("team_prod")
+        );
+        let dotted = cluster_name("team", "prod.eu", None, &[]).unwrap_err();
+        assert!(
+            dotted.contains("team/prod.eu") && dotted.contains("\"team_prod.eu\""),
+            "{dotted}"
+        );
+        let long = "c".repeat(MAX_EKS_NAME - "team_".len() + 1);
+        let message = cluster_name("team", &long, None, &[]).unwrap_err();
+        assert!(message.contains("101 characters"), "{message}");
+        assert!(cluster_name("team", &long[1..], None, &[]).is_ok());
+        // A bare name kept runs already: not judged.
+        assert_eq!(
+            cluster_name("team", "prod.eu", Some("prod.eu"), &[]).as_deref(),
+            Ok("prod.eu")
+        );
     }
 
     #[test]

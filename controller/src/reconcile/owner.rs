@@ -149,22 +149,13 @@ fn platform_names<O: ApplyOwner>(
     let recorded = |key: &str| own.as_ref().and_then(|v| v.get(key)).map(String::as_str);
     let bare = cluster.name_any();
     let siblings = cluster_names_recorded(ctx, cluster);
-    let name = names::kept_or_namespaced(&ns, &bare, recorded(names::CLUSTER_NAME), &siblings);
-    if name != bare
-        && let Some(problem) = names::eks_name_problem(&name)
-    {
-        return Err(Refusal {
+    let name = names::cluster_name(&ns, &bare, recorded(names::CLUSTER_NAME), &siblings).map_err(
+        |message| Refusal {
             condition: names::CLUSTER_NAME_VALID_CONDITION,
             reason: names::CLUSTER_NAME_INVALID,
-            message: format!(
-                "the EKS cluster name of Cluster {ns}/{bare} would be \"{name}\" (CAPT gives a \
-                 Cluster's name its namespace, <namespace>{sep}<name>, so that no two \
-                 namespaces' names meet), {problem}: shorten the namespace's or the Cluster's \
-                 name; nothing is rendered",
-                sep = names::SEPARATOR,
-            ),
-        });
-    }
+            message,
+        },
+    )?;
     variables[names::CLUSTER_NAME] = json!(name);
     if let Some(vpc) = variables[names::VPC_NAME].as_str().map(str::to_owned) {
         let kept = names::kept_or_namespaced(&ns, &vpc, recorded(names::VPC_NAME), &[]);
