@@ -641,13 +641,14 @@ fn midway_rests(system: &System) -> Result<bool> {
 }
 
 /// The VPC's Workspace exists, its apply held; the control plane waits for the VPC, with no
-/// apply of its own yet.
+/// apply of its own yet; core has judged the Cluster's `Available`.
 fn halfway_rests(system: &System) -> Result<bool> {
     let vpc = workspace(system, "halfway-vpc")?;
     let cc = get(system, "captcluster", "halfway")?;
     let cp = get(system, "captcontrolplane", "halfway")?;
     Ok(!vpc.is_null()
         && get(system, "workspacetemplateapply", "halfway-controlplane")?.is_null()
+        && !condition_or_null(&get(system, "cluster", "halfway")?, "Available").is_null()
         && !condition_or_null(&cc, "Ready").is_null()
         && cp["status"]["observedGeneration"] == cp["metadata"]["generation"])
 }
