@@ -45,18 +45,19 @@ pub fn user_secret_name(cluster: &str) -> String {
 /// `kubeconfig` output verbatim; else one generated from `cluster_endpoint` and
 /// `cluster_certificate_authority_data` that authenticates with the `cluster_token` output
 /// when there is one (usable by Cluster API core, which runs no exec plugin), else with
-/// `aws eks get-token` (for the `cluster_name` output, else `cluster`, in `region` when
-/// known; for people, core cannot connect with it); else `None`, nothing to write yet. No
-/// other key is ever read.
+/// `aws eks get-token` (for the `cluster_name` output, else `eks_name`, the name the apply
+/// passed to Terraform, in `region` when known; for people, core cannot connect with it);
+/// else `None`, nothing to write yet. No other key is ever read.
 pub fn kubeconfig(
     data: &BTreeMap<String, ByteString>,
     cluster: &str,
+    eks_name: &str,
     region: Option<&str>,
 ) -> Option<Vec<u8>> {
     if let Some(verbatim) = data.get(KUBECONFIG_OUTPUT).filter(|v| !v.0.is_empty()) {
         return Some(verbatim.0.clone());
     }
-    let server = Server::of(data, cluster)?;
+    let server = Server::of(data, eks_name)?;
     let credentials = match text(data, TOKEN_OUTPUT) {
         Some(token) => json!({"token": token}),
         None => aws_exec(&server.eks_name, region),
@@ -72,9 +73,10 @@ pub fn kubeconfig(
 pub fn user_kubeconfig(
     data: &BTreeMap<String, ByteString>,
     cluster: &str,
+    eks_name: &str,
     region: Option<&str>,
 ) -> Option<Vec<u8>> {
-    let server = Server::of(data, cluster)?;
+    let server = Server::of(data, eks_name)?;
     let credentials = aws_exec(&server.eks_name, region);
     render(cluster, &format!("{cluster}-user"), &server, credentials)
 }
@@ -95,7 +97,7 @@ struct Server {
 }
 
 impl Server {
-    fn of(data: &BTreeMap<String, ByteString>, cluster: &str) -> Option<Self> {
+    fn of(data: &BTreeMap<String, ByteString>, eks_name: &str) -> Option<Self> {
         let endpoint = text(data, ENDPOINT_OUTPUT)?;
         let ca = text(data, CA_OUTPUT)?;
         let url = if endpoint.contains("://") {
@@ -106,7 +108,7 @@ impl Server {
         Some(Self {
             url,
             ca: ca.to_owned(),
-            eks_name: text(data, NAME_OUTPUT).unwrap_or(cluster).to_owned(),
+            eks_name: text(data, NAME_OUTPUT).unwrap_or(eks_name).to_owned(),
         })
     }
 }
@@ -309,7 +311,7 @@ mod tests {
     fn a_kubeconfig_output_is_used_verbatim() {
         let d = eks_outputs(&[("kubeconfig", "apiVersion: v1\nkind: Config\n")]);
         assert_eq!(
-            kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
+            kubeconfig(&d, "demo", "demo", Some("ap-northeast-1")).unwrap(),
             b"apiVersion: v1\nkind: Config\n"
         );
     }
@@ -318,12 +320,12 @@ mod tests {
     fn endpoint_and_ca_give_an_aws_exec_kubeconfig() {
         // The CA as a module may output it, with a trailing newline.
         let d = eks_outputs(&[("cluster_certificate_authority_data", "Q0E=\n")]);
-        let bytes = kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
+        let bytes = kubeconfig(&d, "demo", "demo", Some("ap-northeast-1")).unwrap();
         let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
         assert_eq!(config, aws_exec_kubeconfig("demo-admin"));
         // Stable: the same outputs give the same bytes, so an unchanged Secret is not rewritten.
         assert_eq!(
-            kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap(),
+            kubeconfig(&d, "demo", "demo", Some("ap-northeast-1")).unwrap(),
             bytes
         );
     }
@@ -334,7 +336,7 @@ mod tests {
             ("cluster_endpoint", "https://127.0.0.1:6443"),
             ("cluster_token", "tok-123\n"),
         ]);
-        let bytes = kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
+        let bytes = kubeconfig(&d, "demo", "demo", Some("ap-northeast-1")).unwrap();
         let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
         assert_eq!(
             config["users"],
@@ -347,22 +349,32 @@ mod tests {
         );
         // The token alone, without the endpoint and the CA, makes no kubeconfig.
         assert_eq!(
-            kubeconfig(&data(&[("cluster_token", "tok-123")]), "demo", None),
+            kubeconfig(&data(&[("cluster_token", "tok-123")]), "demo", "demo", None),
             None
         );
     }
 
     #[test]
-    fn without_a_name_output_or_region_the_cluster_name_is_used_and_no_region_given() {
+    fn without_a_name_output_or_region_the_applys_cluster_name_is_used_and_no_region_given() {
         let d = data(&[
             ("cluster_endpoint", "x.eks.amazonaws.com"),
             ("cluster_certificate_authority_data", "Q0E="),
         ]);
         let config: serde_json::Value =
-            serde_yaml::from_slice(&kubeconfig(&d, "demo", None).unwrap()).unwrap();
+            serde_yaml::from_slice(&kubeconfig(&d, "demo", "ns_demo", None).unwrap()).unwrap();
         assert_eq!(
             config["users"][0]["user"]["exec"]["args"],
-            json!(["eks", "get-token", "--cluster-name", "demo"])
+            json!(["eks", "get-token", "--cluster-name", "ns_demo"])
+        );
+        assert_eq!(
+            config["clusters"][0]["name"], "demo",
+            "named after the Cluster"
+        );
+        let user: serde_json::Value =
+            serde_yaml::from_slice(&user_kubeconfig(&d, "demo", "ns_demo", None).unwrap()).unwrap();
+        assert_eq!(
+            user["users"][0]["user"]["exec"]["args"],
+            json!(["eks", "get-token", "--cluster-name", "ns_demo"])
         );
         assert_eq!(
             config["clusters"][0]["cluster"]["server"],
@@ -372,16 +384,16 @@ mod tests {
 
     #[test]
     fn nothing_to_write_without_a_kubeconfig_or_both_endpoint_and_ca() {
-        assert_eq!(kubeconfig(&data(&[]), "demo", None), None);
+        assert_eq!(kubeconfig(&data(&[]), "demo", "demo", None), None);
         let endpoint_only = data(&[
             ("cluster_endpoint", "https://x.eks.amazonaws.com"),
             ("cluster_name", "demo"),
         ]);
-        assert_eq!(kubeconfig(&endpoint_only, "demo", None), None);
+        assert_eq!(kubeconfig(&endpoint_only, "demo", "demo", None), None);
         let ca_only = data(&[("cluster_certificate_authority_data", "Q0E=")]);
-        assert_eq!(kubeconfig(&ca_only, "demo", None), None);
+        assert_eq!(kubeconfig(&ca_only, "demo", "demo", None), None);
         let empty_kubeconfig = data(&[("kubeconfig", "")]);
-        assert_eq!(kubeconfig(&empty_kubeconfig, "demo", None), None);
+        assert_eq!(kubeconfig(&empty_kubeconfig, "demo", "demo", None), None);
     }
 
     #[test]
@@ -390,7 +402,7 @@ mod tests {
             ("cluster_token", SECRET_VALUE),
             ("kubeconfig", SECRET_VALUE),
         ]);
-        let bytes = user_kubeconfig(&d, "demo", Some("ap-northeast-1")).unwrap();
+        let bytes = user_kubeconfig(&d, "demo", "demo", Some("ap-northeast-1")).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(SECRET_VALUE));
         let config: serde_json::Value = serde_yaml::from_slice(&bytes).unwrap();
         assert_eq!(config, aws_exec_kubeconfig("demo-user"));
@@ -398,7 +410,7 @@ mod tests {
         // Without the endpoint and the CA there is nothing to write, a whole `kubeconfig`
         // output notwithstanding (it is core's, with whatever credentials it holds).
         let verbatim_only = data(&[("kubeconfig", "apiVersion: v1\n")]);
-        assert_eq!(user_kubeconfig(&verbatim_only, "demo", None), None);
+        assert_eq!(user_kubeconfig(&verbatim_only, "demo", "demo", None), None);
     }
 
     #[test]
@@ -412,7 +424,7 @@ mod tests {
         let mut verbatim = data(&others);
         verbatim.extend(data(&[("kubeconfig", "apiVersion: v1\n")]));
         for d in [generated, verbatim] {
-            let bytes = kubeconfig(&d, "demo", Some("us-east-1")).unwrap();
+            let bytes = kubeconfig(&d, "demo", "demo", Some("us-east-1")).unwrap();
             let text = String::from_utf8(bytes.clone()).unwrap();
             assert!(!text.contains(SECRET_VALUE), "{text}");
             let secret = desired_secret("demo-kubeconfig", "demo", "ns", owner(), bytes);

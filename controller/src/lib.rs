@@ -9,6 +9,7 @@ pub mod fair_share;
 pub mod k8s;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod names;
 pub mod publish;
 pub mod reconcile;
 pub mod render;

@@ -35,7 +35,8 @@ pub const KEY_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_]*$";
 /// The CRD pattern of a name CAPT passes in a value (a VPC's name, say): a plain literal.
 pub const PLAIN_LITERAL_PATTERN: &str = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$";
 /// The keys CAPT passes to the templates of its CAPTClusters and CAPTControlPlanes; a
-/// template may leave them unused.
+/// template may leave them unused. Two are names, which carry their namespace
+/// (`crate::names`).
 pub const CAPT_KEYS: &[&str] = &["CLUSTER_NAME", "REGION", "KUBERNETES_VERSION", "VPC_NAME"];
 
 /// Condition reason (and Warning Event reason) of an apply whose variable is refused (its

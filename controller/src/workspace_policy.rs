@@ -96,6 +96,25 @@ impl WorkspacePolicy {
         Ok(Self { provider_configs })
     }
 
+    /// The ProviderConfigs the applies of `namespace` may use.
+    fn provider_configs(&self, namespace: &str) -> BTreeSet<&str> {
+        [namespace, EVERY_NAMESPACE]
+            .iter()
+            .filter_map(|ns| self.provider_configs.get(*ns))
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// True when an apply of namespace `a` and one of `b` may render Workspaces under one
+    /// ProviderConfig (the same credentials, the same cloud account): then their names could
+    /// meet in Terraform (`crate::names`).
+    pub fn share_a_provider_config(&self, a: &str, b: &str) -> bool {
+        !self
+            .provider_configs(a)
+            .is_disjoint(&self.provider_configs(b))
+    }
+
     fn allows_provider_config(&self, namespace: &str, name: &str) -> bool {
         [namespace, EVERY_NAMESPACE]
             .iter()
@@ -225,6 +244,21 @@ mod tests {
 
     fn workspace(spec: Value, annotations: Value) -> Value {
         json!({"metadata": {"name": "w", "annotations": annotations}, "spec": spec})
+    }
+
+    #[test]
+    fn namespaces_share_a_provider_config_when_the_rules_give_them_a_common_one() {
+        let policy = WorkspacePolicy::default();
+        assert!(policy.share_a_provider_config("team-a", "team-b"));
+        let rules = ["team-a=aws-a", "team-b=aws-b", "team-c=aws-a"].map(String::from);
+        let policy = WorkspacePolicy::parse(&rules).unwrap();
+        assert!(!policy.share_a_provider_config("team-a", "team-b"));
+        assert!(policy.share_a_provider_config("team-a", "team-c"));
+        // A namespace no rule names may use none: it meets no one.
+        assert!(!policy.share_a_provider_config("team-a", "other"));
+        let rules = ["*=shared", "team-a=aws-a"].map(String::from);
+        let policy = WorkspacePolicy::parse(&rules).unwrap();
+        assert!(policy.share_a_provider_config("team-a", "other"));
     }
 
     #[test]

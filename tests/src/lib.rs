@@ -534,6 +534,22 @@ pub fn warnings(ns: &str, reason: &str, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The name CAPT passes to Terraform for the Cluster `cluster` of `namespace` (its
+/// `CLUSTER_NAME`): `<namespace>_<cluster>` (`capt_controller::names`).
+pub fn eks_name(namespace: &str, cluster: &str) -> String {
+    capt_controller::names::namespaced(namespace, cluster)
+}
+
+/// The API server host the samples' EKS template gives the Cluster `cluster` of `namespace`
+/// (`https://${CLUSTER_NAME}.gr7.ap-northeast-1.eks.amazonaws.com`, made up): its
+/// [`eks_name`], which carries the namespace.
+pub fn sample_endpoint_host(namespace: &str, cluster: &str) -> String {
+    format!(
+        "{}.gr7.ap-northeast-1.eks.amazonaws.com",
+        eks_name(namespace, cluster)
+    )
+}
+
 /// The condition of `type_` in an object's `status.conditions`, if it has one.
 pub fn condition<'a>(object: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
     object["status"]["conditions"]

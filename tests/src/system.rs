@@ -21,6 +21,11 @@ pub const WITHOUT_CORE: &str = "--without-cluster-api-core";
 /// their stacks, unless the test names the trusted namespaces itself with this flag (the
 /// hostile-tenant tests trust another, so that their own templates are refused).
 pub const TRUST_TEMPLATES: &str = "--allow-template-namespace";
+/// Not a flag of the controller: told to a [`System`] among the controller's flags, it starts
+/// the controller without `--namespace`, so that it manages every namespace (as deployed);
+/// the test then confines it to its own objects with `--watch-filter`, and keeps its Lease in
+/// the system's namespace. The fake provider still plays that namespace's Workspaces alone.
+pub const ALL_NAMESPACES: &str = "--all-namespaces (the tests' own)";
 /// The platform namespace of `manifests/samples/`, the one the sample deployment trusts with
 /// code; the tests put the samples' templates into their own namespace instead.
 pub const SAMPLE_TEMPLATE_NAMESPACE: &str = "capt-templates";
@@ -180,23 +185,32 @@ impl System {
         } else {
             &["--leader-election-namespace", namespace]
         };
-        let mut args: Vec<String> = [
-            "--namespace",
-            namespace,
-            // The tests scrape the controller's metrics over plain HTTP; the HTTPS
-            // listener with its TokenReview and SubjectAccessReview is tested in
-            // tests/tests/diagnostics.rs.
-            "--insecure-diagnostics",
-            "--metrics-bind-address",
-            &metrics_addr,
-            "--health-probe-bind-address",
-            &probe_addr,
-            "--poll-interval-seconds",
-            "1",
-            "--applier-socket",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let scope: &[&str] = match controller_args.contains(&ALL_NAMESPACES) {
+            true => &[],
+            false => &["--namespace", namespace],
+        };
+        let controller_args: Vec<&str> = controller_args
+            .iter()
+            .copied()
+            .filter(|a| *a != ALL_NAMESPACES)
+            .collect();
+        let mut args: Vec<String> = scope.iter().map(|a| (*a).to_owned()).collect();
+        args.extend(
+            [
+                // The tests scrape the controller's metrics over plain HTTP; the HTTPS
+                // listener with its TokenReview and SubjectAccessReview is tested in
+                // tests/tests/diagnostics.rs.
+                "--insecure-diagnostics",
+                "--metrics-bind-address",
+                &metrics_addr,
+                "--health-probe-bind-address",
+                &probe_addr,
+                "--poll-interval-seconds",
+                "1",
+                "--applier-socket",
+            ]
+            .map(str::to_owned),
+        );
         args.push(applier.socket.display().to_string());
         // Where core does not run, the controller is told so, as an operator would
         // (unless the test says otherwise: `--without-cluster-api-core=false`).

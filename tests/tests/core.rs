@@ -21,7 +21,6 @@ use tokio::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
-const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
 const CORE_FINALIZER: &str = "cluster.cluster.x-k8s.io";
 /// The field manager of core's writes: client-go names it after the binary, `manager`.
 const CORE_MANAGER: &str = "manager";
@@ -170,9 +169,11 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         // reference of that group and kind (`shared.rs` `cluster_name`).
         assert_eq!(owner["apiVersion"], "cluster.x-k8s.io/v1beta2", "{kind}");
     }
+    // The made-up host of the samples' outputs: the EKS cluster's name carries the namespace.
+    let endpoint_host = capt_tests::sample_endpoint_host(&ns.name, "demo");
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"],
-        json!({"host": ENDPOINT_HOST, "port": 443})
+        json!({"host": endpoint_host, "port": 443})
     );
     assert_eq!(cluster["status"]["phase"], "Provisioned");
     assert_eq!(cluster["status"]["infrastructureReady"], true);
@@ -222,7 +223,7 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
     assert_eq!(cp["status"]["version"], "1.31");
     assert_eq!(
         cp["status"]["endpoint"],
-        format!("{ENDPOINT_HOST}:443"),
+        format!("{endpoint_host}:443"),
         "the printed endpoint"
     );
     let secret = system.get(&["secret", "demo-kubeconfig"])?;
@@ -442,9 +443,10 @@ async fn deleting_the_cluster_goes_through_core_in_order_and_keeps_its_endpoint(
         ),
     ];
     // Every version of the Cluster, to its last, keeps its endpoint.
-    let endpoint_kept: Check = Box::new(|c: &DynamicObject| {
+    let endpoint_host = capt_tests::sample_endpoint_host(n, "demo");
+    let endpoint_kept: Check = Box::new(move |c: &DynamicObject| {
         let host = &c.data["spec"]["controlPlaneEndpoint"]["host"];
-        (host != ENDPOINT_HOST).then(|| {
+        (*host != endpoint_host).then(|| {
             format!(
                 "the endpoint of a Cluster going away is never blanked: {host} at resourceVersion {:?}",
                 c.metadata.resource_version

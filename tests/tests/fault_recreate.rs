@@ -40,7 +40,6 @@ const HOLD: &str = "capt-tests.example.com/hold";
 /// The status managers of the control plane and of the CAPTCluster.
 const CP_MANAGER: &str = "capt-captcontrolplane";
 const CC_MANAGER: &str = "capt-captcluster";
-const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
 
 fn intent(
     api_version: &str,
@@ -716,6 +715,7 @@ async fn wait_converged_on_the_new_object(
     clusters: &Api<Cluster>,
     new: &str,
 ) -> Result<()> {
+    let endpoint_host = capt_tests::sample_endpoint_host(system.namespace(), "demo");
     system
         .wait_for(
             "the new control plane Ready with its endpoint, and the Cluster's",
@@ -724,7 +724,7 @@ async fn wait_converged_on_the_new_object(
                 let cp = cps.get("demo").await?;
                 let cluster = clusters.get("demo").await?;
                 let endpoint = |e: Option<&capt_controller::api::ApiEndpoint>| {
-                    e.is_some_and(|e| e.host == ENDPOINT_HOST && e.port == 443)
+                    e.is_some_and(|e| e.host == endpoint_host && e.port == 443)
                 };
                 Ok(uid_of(&cp) == new
                     && cp

@@ -23,6 +23,9 @@
 //! - hole 9: a tenant's own template (Terraform, run by the provider every namespace shares)
 //!   is refused unless the operator trusts its namespace with code; a template of the trusted
 //!   platform namespace renders for the tenant;
+//! - hole 10: two tenants' Clusters of one name render two names in Terraform (each carries
+//!   its namespace); a hand-written apply setting a name key to another tenant's name (its
+//!   prefix, or a bare name an older apply of that tenant holds) is refused;
 //! - probes: the ways round that (the provider's token, `local-exec`, `managementPolicies`
 //!   without `Delete`, a key swap through a shared template, `TF_CLI_ARGS` in `env`, the
 //!   entrypoint trick, `retainWorkspaceOnDelete`), each refused under the defaults. The
@@ -42,8 +45,11 @@ use capt_controller::api::{TerraformWorkspace, WorkspaceTemplateApply};
 use capt_controller::reconcile::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use capt_controller::render::workspace_name;
 use capt_tests::audit_log::AuditLog;
-use capt_tests::system::{System, TRUST_TEMPLATES, impersonating_kubeconfig};
-use capt_tests::{TestNamespace, env, install_rbac, warnings};
+use capt_tests::fake_provider::FakeProvider;
+use capt_tests::system::{
+    ALL_NAMESPACES, System, TRUST_TEMPLATES, apply_sample_in_shard, impersonating_kubeconfig,
+};
+use capt_tests::{TestNamespace, env, install_rbac, unique_name, warnings};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{
@@ -1103,6 +1109,154 @@ async fn hole5_the_service_account_writes_only_kubeconfig_secrets() -> Result<()
         "{denied:?}"
     );
     assert_stayed_in(&audit, &ns.name)?;
+    Ok(())
+}
+
+/// The value of the Terraform variable `key` in the Workspace `name`, if rendered.
+async fn rendered_var(name: &str, key: &str) -> Result<Option<String>> {
+    let workspaces: Api<TerraformWorkspace> = Api::all(env().client().await?);
+    let Some(ws) = workspaces.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let spec = ws.spec_value();
+    let vars = spec["forProvider"]["vars"].as_array().cloned();
+    Ok(vars
+        .into_iter()
+        .flatten()
+        .find(|v| v["key"] == key)
+        .and_then(|v| v["value"].as_str().map(str::to_owned)))
+}
+
+/// Hole 10, names. Tenants `a` and `b` each create a Cluster named `prod` beside the other,
+/// under one ProviderConfig (the default), with one controller managing both namespaces.
+/// Before the fix both control planes rendered `cluster_name = "prod"` (and both VPCs the same
+/// name): two tenants' Terraform naming one EKS cluster in the platform's account, so that the
+/// second fails on the first's, or its tags and lookups find the first's. Now each name
+/// carries its namespace, `<a>_prod` and `<b>_prod`. Then tenant `b` writes applies of its
+/// own: one whose `CLUSTER_NAME` is `a`'s name (`<a>_prod`), and one whose `CLUSTER_NAME` is a
+/// bare name an older apply of `a` holds (as the applies of a Cluster provisioned before
+/// names carried their namespace do). Both are refused, `Applied=False` with reason
+/// `PlatformNameOfAnother` and a Warning Event, and render no Workspace.
+#[tokio::test]
+async fn hole10_two_tenants_clusters_of_one_name_render_two_names_and_neither_takes_the_others()
+-> Result<()> {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let client = env().client().await?;
+    let a = TestNamespace::create(&client, "hostile-names-a").await?;
+    let b = TestNamespace::create(&client, "hostile-names-b").await?;
+    let audit = AuditLog::from_now()?;
+    // One controller for both namespaces, as deployed (confined to this test's objects by a
+    // shard of its own); each namespace's templates trusted, each namespace's Workspaces
+    // played by a fake provider.
+    let shard = unique_name("names");
+    let args = [
+        ALL_NAMESPACES,
+        "--watch-filter",
+        &shard,
+        TRUST_TEMPLATES,
+        &a.name,
+        TRUST_TEMPLATES,
+        &b.name,
+    ];
+    let system = System::start_with(&a.name, 50, &args).await?;
+    let _provider_b = FakeProvider::for_namespace(&b.name, 50, "info", &env().kubeconfig).await?;
+    for ns in [&a.name, &b.name] {
+        apply_sample_in_shard(env(), ns, "prod", &shard)?;
+    }
+    let control_plane_ws = |ns: &str| workspace_name(ns, "prod-controlplane");
+    system
+        .wait_for("both control planes' Workspaces", WAIT, || async {
+            Ok(rendered_var(&control_plane_ws(&a.name), "cluster_name")
+                .await?
+                .is_some()
+                && rendered_var(&control_plane_ws(&b.name), "cluster_name")
+                    .await?
+                    .is_some())
+        })
+        .await?;
+    let mut names = Vec::new();
+    for ns in [&a.name, &b.name] {
+        let eks = rendered_var(&control_plane_ws(ns), "cluster_name").await?;
+        let vpc = rendered_var(&workspace_name(ns, "prod-vpc"), "cluster_name").await?;
+        let expected = capt_tests::eks_name(ns, "prod");
+        assert_eq!(
+            eks.as_deref(),
+            Some(expected.as_str()),
+            "{ns}: the EKS name"
+        );
+        assert_eq!(vpc.as_deref(), Some(expected.as_str()), "{ns}: the VPC's");
+        names.push(expected);
+    }
+    assert_ne!(names[0], names[1], "two tenants' Clusters render two names");
+
+    // Tenant b takes a's name, by a's prefix.
+    let applies_b: Api<WorkspaceTemplateApply> = Api::namespaced(client.clone(), &b.name);
+    let hand_written = |ns: &str, name: &str, cluster_name: &str| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"cluster.x-k8s.io/watch-filter": shard}},
+            "spec": {"templateRef": {"name": "vpc"},
+                     "variables": {"CLUSTER_NAME": cluster_name, "REGION": "ap-northeast-1"}},
+        })
+    };
+    apply(&[hand_written(&b.name, "steal-prefixed", &names[0])])?;
+    refused_not_rendered(&system, &b.name, "steal-prefixed", "PlatformNameOfAnother").await?;
+    let message = applied_refusal(&applies_b, "steal-prefixed", "PlatformNameOfAnother")
+        .await?
+        .unwrap_or_default();
+    assert!(
+        message.contains("CLUSTER_NAME") && message.contains(&format!("namespace {}", a.name)),
+        "the refusal names the key and whose name it is: {message}"
+    );
+    let notes = warnings(&b.name, "PlatformNameOfAnother", "steal-prefixed")?;
+    assert!(!notes.is_empty(), "a Warning Event on the apply");
+
+    // A bare name a holds (its apply older): b's apply of it is refused too.
+    apply(&[hand_written(&a.name, "legacy", "legacy-prod")])?;
+    system
+        .wait_for("a's apply of a bare name rendered", WAIT, || async {
+            Ok(
+                rendered_var(&workspace_name(&a.name, "legacy"), "cluster_name")
+                    .await?
+                    .is_some(),
+            )
+        })
+        .await?;
+    apply(&[hand_written(&b.name, "steal-bare", "legacy-prod")])?;
+    refused_not_rendered(&system, &b.name, "steal-bare", "PlatformNameOfAnother").await?;
+    let notes = warnings(&b.name, "PlatformNameOfAnother", "steal-bare")?;
+    assert!(!notes.is_empty(), "a Warning Event on the apply");
+    // b's own name renders. (Were the two applies created in the same second, the older is
+    // the one of the namespace whose name sorts first: a's.)
+    apply(&[hand_written(
+        &b.name,
+        "own",
+        &capt_tests::eks_name(&b.name, "other"),
+    )])?;
+    system
+        .wait_for("b's apply of its own name rendered", WAIT, || async {
+            Ok(
+                rendered_var(&workspace_name(&b.name, "own"), "cluster_name")
+                    .await?
+                    .is_some(),
+            )
+        })
+        .await?;
+    // Nothing outside the two namespaces was reached.
+    let outside = |ns: &str| -> Result<Vec<String>> {
+        let requests = audit.requests_outside(ns, &["capt-controller", "status-applier"])?;
+        Ok(requests.iter().map(ToString::to_string).collect())
+    };
+    let beyond_b = outside(&b.name)?;
+    let beyond_both: Vec<String> = outside(&a.name)?
+        .into_iter()
+        .filter(|r| beyond_b.contains(r))
+        .collect();
+    assert!(
+        beyond_both.is_empty(),
+        "our processes reached beyond the two namespaces: {beyond_both:?}"
+    );
     Ok(())
 }
 

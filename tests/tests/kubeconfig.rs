@@ -244,14 +244,18 @@ async fn assert_generated_from_the_endpoint_and_ca(stack: &Stack) -> Result<()> 
         .await?;
     let (text, generated) = generated().await?;
     assert!(!text.contains("hunter2"), "no other output");
+    // The EKS cluster's name (the `cluster_name` output, the apply's CLUSTER_NAME) carries
+    // the namespace; the kubeconfig's own names are the Cluster's.
+    let eks_name = capt_tests::eks_name(ns, "demo");
     assert_eq!(
         generated["clusters"][0]["cluster"]["server"],
-        "https://demo.gr7.ap-northeast-1.eks.amazonaws.com"
+        format!("https://{}", capt_tests::sample_endpoint_host(ns, "demo"))
     );
+    assert_eq!(generated["clusters"][0]["name"], "demo");
     assert_eq!(
         generated["users"][0]["user"]["exec"],
         json!({"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
-            "args": ["eks", "get-token", "--cluster-name", "demo", "--region", "ap-northeast-1"]})
+            "args": ["eks", "get-token", "--cluster-name", eks_name, "--region", "ap-northeast-1"]})
     );
     let log = system.controller_log_text();
     for secret_text in ["hunter2", "Q0EgYnVuZGxl", "(rotated)", "(elided)"] {
@@ -360,15 +364,17 @@ async fn the_user_kubeconfig_is_the_exec_form_and_a_tenants_secret_is_left_alone
         "the user kubeconfig carries no token"
     );
     let config: Value = serde_yaml::from_str(&text)?;
+    let eks_name = capt_tests::eks_name(&ns.name, "demo");
     assert_eq!(
         config["users"],
         json!([{"name": "demo-user", "user": {"exec": {
             "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
-            "args": ["eks", "get-token", "--cluster-name", "demo", "--region", "ap-northeast-1"]}}}])
+            "args": ["eks", "get-token", "--cluster-name", eks_name, "--region", "ap-northeast-1"]}}}])
     );
+    let host = capt_tests::sample_endpoint_host(&ns.name, "demo");
     assert_eq!(
         config["clusters"][0]["cluster"],
-        json!({"server": "https://demo.gr7.ap-northeast-1.eks.amazonaws.com",
+        json!({"server": format!("https://{host}"),
             "certificate-authority-data": "Q0EgYnVuZGxl"})
     );
     // Beside it, core's kubeconfig authenticates with the token (these outputs replaced the

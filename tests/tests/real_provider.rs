@@ -29,8 +29,6 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 /// Generous: tofu init, plan and apply per Workspace, one reconcile at a time.
 const WAIT: Duration = Duration::from_secs(180);
 
-const ENDPOINT: &str = "https://demo.gr7.ap-northeast-1.eks.amazonaws.com";
-
 /// Which provider plays the Workspaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Provider {
@@ -306,7 +304,15 @@ async fn provisions_updates_and_deletes_in_order() -> Result<()> {
     let cp = stack.control_plane()?;
     println!("provisioned: {}", summary(&cp));
     let outputs = &cp["status"]["workspaceStatus"]["atProvider"]["outputs"];
-    assert_eq!(outputs["cluster_endpoint"], ENDPOINT, "{outputs}");
+    // The EKS name Terraform got, and so the made-up host, carry the namespace.
+    let ns = system.namespace();
+    let host = capt_tests::sample_endpoint_host(ns, "demo");
+    assert_eq!(
+        outputs["cluster_endpoint"],
+        format!("https://{host}"),
+        "{outputs}"
+    );
+    assert_eq!(outputs["cluster_name"], capt_tests::eks_name(ns, "demo"));
     assert_eq!(outputs["kubernetes_version"], "1.31", "{outputs}");
     assert!(
         outputs.get("kubeconfig").is_none(),
@@ -315,12 +321,15 @@ async fn provisions_updates_and_deletes_in_order() -> Result<()> {
     assert_eq!(cp["status"]["phase"], "Ready");
     assert_eq!(
         cp["spec"]["controlPlaneEndpoint"],
-        json!({"host": "demo.gr7.ap-northeast-1.eks.amazonaws.com", "port": 443})
+        json!({"host": host, "port": 443})
     );
     let cc = system
         .get(&["captcluster", "demo"])?
         .context("captcluster")?;
-    assert_eq!(cc["status"]["vpcId"], "vpc-demo");
+    assert_eq!(
+        cc["status"]["vpcId"],
+        format!("vpc-{}", capt_tests::eks_name(ns, "demo"))
+    );
     let ws = stack.workspace()?;
     assert_eq!(condition(&ws, "Ready").1, "Available");
     assert!(ws["status"]["atProvider"]["checksum"].is_string(), "{ws}");

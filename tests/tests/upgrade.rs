@@ -5,7 +5,8 @@
 //! stand-in for provider-terraform: what is asserted is what CAPT writes, and the real
 //! provider's minutes per stack would buy nothing here) with several stacks: one whose VPC
 //! reports failure domains, one paused, one mid-provisioning (its control plane's apply held
-//! open), a standalone apply, and a Workspace an operator set to `deletionPolicy: Orphan`.
+//! open), one halfway (its VPC's apply held open, its control plane without an apply yet), a
+//! standalone apply, and a Workspace an operator set to `deletionPolicy: Orphan`.
 //! Then the new CRDs are applied server-side and both processes replaced, and:
 //!
 //! - no Workspace is created, deleted or changed in spec (same uid, same generation), and
@@ -17,7 +18,11 @@
 //!   write by a `capt-*` manager; the ownership audit is clean;
 //! - the operator's `Orphan` is kept, also when the apply's next real change renders the
 //!   Workspace anew (then, and only then, with this build's rendering);
-//! - the stack held mid-provisioning completes once its apply is let through.
+//! - the stack held mid-provisioning completes once its apply is let through;
+//! - the names Terraform got stay: every apply keeps the bare Cluster name it recorded, and
+//!   the halfway stack's control plane, whose apply is created after the upgrade, gets the
+//!   same bare name as its VPC; a stack with no apply yet (the paused one, unpaused) gets
+//!   names that carry the namespace (`<namespace>_<name>`, `capt_controller::names`).
 //!
 //! Templates live in a namespace of their own that the controller is told to trust
 //! (`--allow-template-namespace`).
@@ -69,22 +74,31 @@ async fn an_upgrade_in_place_from_the_previous_release_renders_nothing_again_and
         &templates.name,
         &templates_docs(&gate_file.display().to_string())?,
     )?;
-    let mut docs = stack("zones", "eks", false, &templates.name)?;
-    docs.extend(stack("paused", "eks", true, &templates.name)?);
+    let mut docs = stack("zones", "vpc", "eks", false, &templates.name)?;
+    docs.extend(stack("paused", "vpc", "eks", true, &templates.name)?);
     docs.extend(standalone("alone", &templates.name));
     docs.extend(standalone("orphaned", &templates.name));
     apply(&ns.name, &docs)?;
     // The held stack last: the provider applies one Workspace at a time, as provider-terraform
     // does by default (`--max-reconcile-rate` 1), so a held apply holds every later one.
-    let stages: [(&str, Check, Option<&str>); 4] = [
+    let stages: [(&str, Check, Option<Stack>); 5] = [
         ("the stack with failure domains", zones_rests, None),
         ("the paused stack", paused_rests, None),
         ("the standalone applies", standalones_rest, None),
-        ("the stack mid-provisioning", midway_rests, Some("midway")),
+        (
+            "the stack mid-provisioning",
+            midway_rests,
+            Some(("midway", "vpc", "eks-gated")),
+        ),
+        (
+            "the stack halfway",
+            halfway_rests,
+            Some(("halfway", "vpc-gated", "eks")),
+        ),
     ];
     for (what, check, create) in stages {
-        if let Some(name) = create {
-            apply(&ns.name, &stack(name, "eks-gated", false, &templates.name)?)?;
+        if let Some((name, vpc, eks)) = create {
+            apply(&ns.name, &stack(name, vpc, eks, false, &templates.name)?)?;
         }
         system
             .wait_for(
@@ -207,13 +221,66 @@ async fn an_upgrade_in_place_from_the_previous_release_renders_nothing_again_and
         writes.len()
     );
     audit_clean(&ns.name, &[], "after the upgrade")?;
-    // The held stack goes on where it stood.
+    // The names Terraform got stay what each apply recorded: the bare Cluster name.
+    for (stack, applies) in [
+        ("zones", ["zones-vpc", "zones-controlplane"]),
+        ("midway", ["midway-vpc", "midway-controlplane"]),
+    ] {
+        for apply in applies {
+            ensure!(
+                cluster_name_of(&system, apply)? == stack,
+                "{apply} passes {} to Terraform, not the {stack} it recorded",
+                cluster_name_of(&system, apply)?
+            );
+        }
+    }
+    // The held stacks go on where they stood: the halfway one's control plane gets its apply
+    // now, named as its VPC's.
     std::fs::write(&gate_file, "")?;
     system
         .wait_for("the held control plane to complete", SETTLE, || async {
             Ok(get(&system, "captcontrolplane", "midway")?["status"]["phase"] == "Ready")
         })
         .await?;
+    system
+        .wait_for("the halfway control plane's apply", SETTLE, || async {
+            Ok(cluster_name_of(&system, "halfway-controlplane")?.is_string())
+        })
+        .await?;
+    for apply in ["halfway-vpc", "halfway-controlplane"] {
+        ensure!(
+            cluster_name_of(&system, apply)? == "halfway",
+            "{apply} passes {} to Terraform: the VPC and the EKS cluster of one Cluster carry \
+             one name, the bare one its VPC recorded",
+            cluster_name_of(&system, apply)?
+        );
+    }
+    // A stack with no apply before the upgrade: its names carry the namespace.
+    env().kubectl_ok(
+        &[
+            "patch",
+            "cluster",
+            "paused",
+            "-n",
+            &ns.name,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"paused":false}}"#,
+        ],
+        None,
+    )?;
+    let namespaced = json!(capt_controller::names::namespaced(&ns.name, "paused"));
+    system
+        .wait_for("the unpaused stack's VPC apply", SETTLE, || async {
+            Ok(cluster_name_of(&system, "paused-vpc")?.is_string())
+        })
+        .await?;
+    ensure!(
+        cluster_name_of(&system, "paused-vpc")? == namespaced,
+        "a new apply passes {}, not {namespaced}",
+        cluster_name_of(&system, "paused-vpc")?
+    );
     // The operator's Orphan, kept; kept too when a real change renders the Workspace anew.
     ensure!(
         now[&orphaned]["spec"]["deletionPolicy"] == "Orphan",
@@ -256,6 +323,8 @@ async fn an_upgrade_in_place_from_the_previous_release_renders_nothing_again_and
 }
 
 type Check = fn(&System) -> Result<bool>;
+/// A stack to create: its name, its VPC template and its control plane's.
+type Stack = (&'static str, &'static str, &'static str);
 
 /// The previous release's commit and the directory of its two programs.
 fn previous_release() -> Result<(String, PathBuf)> {
@@ -400,7 +469,7 @@ async fn read_all(client: &kube::Client, ns: &str, templates: &str) -> Result<()
             .await?
             .items
             .len();
-    ensure!(n == 3 + 3 + 6 + 4, "read {n} CAPT objects");
+    ensure!(n == 4 + 4 + 7 + 5, "read {n} CAPT objects");
     Ok(())
 }
 
@@ -445,7 +514,7 @@ fn apply(ns: &str, docs: &[Value]) -> Result<()> {
 }
 
 /// The samples' templates, the VPC's reporting two availability zones (failure domains);
-/// `eks-gated`, whose applies wait for `gate` to exist; and `standalone`.
+/// `vpc-gated` and `eks-gated`, whose applies wait for `gate` to exist; and `standalone`.
 fn templates_docs(gate: &str) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(repo_root().join("manifests/samples/templates.yaml"))?;
     // The templates alone: the file's Namespace is the platform's, this test has its own.
@@ -453,23 +522,25 @@ fn templates_docs(gate: &str) -> Result<Vec<Value>> {
         .into_iter()
         .filter(|d| d["kind"] == "WorkspaceTemplate")
         .collect();
-    let mut gated = None;
+    let mut gated = Vec::new();
     for d in &mut docs {
-        let is_vpc = d["metadata"]["name"] == "vpc";
+        let name = d["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let annotations = &mut d["spec"]["template"]["metadata"]["annotations"];
-        if is_vpc {
+        if name == "vpc" {
             let key = "fake.tf.upbound.io/outputs";
             let mut outputs: Value =
                 serde_json::from_str(annotations[key].as_str().unwrap_or("{}"))?;
             outputs["azs"] = json!(["ap-northeast-1a", "ap-northeast-1c"]);
             annotations[key] = json!(outputs.to_string());
-        } else {
-            let mut held = d.clone();
-            held["metadata"]["name"] = json!("eks-gated");
-            held["spec"]["template"]["metadata"]["annotations"]["fake.tf.upbound.io/apply-gate"] =
-                json!(gate);
-            gated = Some(held);
         }
+        let mut held = d.clone();
+        held["metadata"]["name"] = json!(format!("{name}-gated"));
+        held["spec"]["template"]["metadata"]["annotations"]["fake.tf.upbound.io/apply-gate"] =
+            json!(gate);
+        gated.push(held);
     }
     docs.extend(gated);
     docs.push(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplate",
@@ -481,7 +552,7 @@ fn templates_docs(gate: &str) -> Result<Vec<Value>> {
 
 /// The samples' Cluster, CAPTCluster and CAPTControlPlane renamed `name`, their templates
 /// `vpc` and `eks` of namespace `templates`, the Cluster paused when `paused`.
-fn stack(name: &str, eks: &str, paused: bool, templates: &str) -> Result<Vec<Value>> {
+fn stack(name: &str, vpc: &str, eks: &str, paused: bool, templates: &str) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(repo_root().join("manifests/samples/cluster.yaml"))?;
     let mut docs = yaml_documents(&text)?;
     for d in &mut docs {
@@ -498,7 +569,7 @@ fn stack(name: &str, eks: &str, paused: bool, templates: &str) -> Result<Vec<Val
             }
             _ => {
                 d["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!(name);
-                d["spec"]["vpcTemplateRef"] = json!({"name": "vpc", "namespace": templates});
+                d["spec"]["vpcTemplateRef"] = json!({"name": vpc, "namespace": templates});
             }
         }
     }
@@ -567,6 +638,25 @@ fn midway_rests(system: &System) -> Result<bool> {
         && cp["status"]["phase"].is_string()
         && cp["status"]["phase"] != "Ready"
         && cp["status"]["observedGeneration"] == cp["metadata"]["generation"])
+}
+
+/// The VPC's Workspace exists, its apply held; the control plane waits for the VPC, with no
+/// apply of its own yet; core has judged the Cluster's `Available`.
+fn halfway_rests(system: &System) -> Result<bool> {
+    let vpc = workspace(system, "halfway-vpc")?;
+    let cc = get(system, "captcluster", "halfway")?;
+    let cp = get(system, "captcontrolplane", "halfway")?;
+    Ok(!vpc.is_null()
+        && get(system, "workspacetemplateapply", "halfway-controlplane")?.is_null()
+        && !condition_or_null(&get(system, "cluster", "halfway")?, "Available").is_null()
+        && !condition_or_null(&cc, "Ready").is_null()
+        && cp["status"]["observedGeneration"] == cp["metadata"]["generation"])
+}
+
+/// The `CLUSTER_NAME` the apply `name` passes to Terraform (`null` without the apply).
+fn cluster_name_of(system: &System, apply: &str) -> Result<Value> {
+    let apply = get(system, "workspacetemplateapply", apply)?;
+    Ok(apply["spec"]["variables"]["CLUSTER_NAME"].clone())
 }
 
 /// Each standalone apply's Workspace is ready, and the apply mirrors its conditions.

@@ -63,8 +63,9 @@ pub struct CAPTClusterSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VpcConfig {
-    /// Name of the VPC. It reaches the Terraform template (`${VPC_NAME}`), so it is a plain
-    /// literal (letters, digits, `.`, `_`, `-`).
+    /// Name of the VPC. It reaches the Terraform template as `${VPC_NAME}`, after its
+    /// namespace (`<namespace>_<name>`), so it is a plain literal (letters, digits, `.`, `_`,
+    /// `-`).
     #[schemars(regex(pattern = crate::variables::PLAIN_LITERAL_PATTERN), length(max = 253))]
     pub name: String,
 }

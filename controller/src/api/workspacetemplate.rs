@@ -94,7 +94,10 @@ pub struct WorkspaceTemplateApplySpec {
     /// template's `forProvider.vars[].value` or `varmap` (and the Workspace's labels and
     /// annotations) name it, never in the module or any other field, so any string is a
     /// value. A key is an identifier; one the template does not name is refused (but the keys
-    /// CAPT passes: `CLUSTER_NAME`, `REGION`, `KUBERNETES_VERSION`, `VPC_NAME`).
+    /// CAPT passes: `CLUSTER_NAME`, `REGION`, `KUBERNETES_VERSION`, `VPC_NAME`). The names
+    /// `CLUSTER_NAME` and `VPC_NAME` carry their namespace (`<namespace>_<name>`): a value
+    /// starting with another namespace's `<namespace>_`, or another namespace's older bare
+    /// name, is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "variables_schema")]
     pub variables: Option<BTreeMap<String, String>>,

@@ -65,6 +65,9 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
     if let Some(refusal) = spec_refusal(&apply, &ctx, &namespace) {
         return refuse(&apply, &ctx, own_name, own, refusal).await;
     }
+    if let Some(refusal) = name_refusal(&apply, &ctx, own) {
+        return refuse(&apply, &ctx, own_name, own, refusal).await;
+    }
     let name = match &located.placement {
         Placement::Use { name, .. } => name.clone(),
         Placement::Taken { name, owner } => {
@@ -175,6 +178,45 @@ fn spec_refusal(apply: &WorkspaceTemplateApply, ctx: &Context, namespace: &str) 
     }
     crate::variables::first_unsafe(apply.spec.variables.as_ref())
         .map(|message| blocked(crate::variables::UNSAFE_VARIABLE, message))
+}
+
+/// Why the apply's name keys (`CLUSTER_NAME`, `VPC_NAME`) must not reach Terraform, if they
+/// must not: a name of another namespace (`crate::names::refusal`), among the applies the
+/// controller sees (its namespace or shard, when it has one). An apply whose own Workspace
+/// renders its current spec already (it records the apply's generation) is not checked:
+/// nothing new would reach Terraform, and an upgrade refuses nothing that runs.
+fn name_refusal(
+    apply: &WorkspaceTemplateApply,
+    ctx: &Context,
+    own: Option<&TerraformWorkspace>,
+) -> Option<Refusal> {
+    use crate::names;
+    let generation = apply.meta().generation.map(|g| g.to_string());
+    let rendered = own
+        .is_some_and(|w| w.annotations().get(APPLY_GENERATION_ANNOTATION) == generation.as_ref());
+    if rendered {
+        return None;
+    }
+    fn holder(a: &WorkspaceTemplateApply) -> names::Holder<'_> {
+        names::Holder {
+            namespace: a.metadata.namespace.as_deref().unwrap_or_default(),
+            name: a.metadata.name.as_deref().unwrap_or_default(),
+            created: a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            variables: a.spec.variables.as_ref(),
+        }
+    }
+    let me = holder(apply);
+    // Every apply is read only for a bare name, which CAPT itself gives only to the applies
+    // it rendered before names carried their namespace.
+    let cached = match names::holds_a_bare_name(&me) {
+        true => ctx.caches.applies.state(),
+        false => Vec::new(),
+    };
+    let policy = &ctx.settings.workspace_policy;
+    let shares = |other: &str| policy.share_a_provider_config(me.namespace, other);
+    let others = cached.iter().map(|a| holder(a));
+    names::refusal(&me, others, shares)
+        .map(|message| blocked(names::PLATFORM_NAME_OF_ANOTHER, message))
 }
 
 /// Condition reason (and Warning Event reason) of an apply with a list over its CRD bound:

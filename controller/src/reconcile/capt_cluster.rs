@@ -44,13 +44,12 @@ impl ApplyOwner for CAPTCluster {
         json!(self.spec.vpc_template_ref)
     }
 
+    /// Its region, and the VPC's bare name (`CLUSTER_NAME` and the VPC's name get their
+    /// namespace in [`owner::ensure_recorded_apply`]).
     fn apply_variables(&self) -> Value {
-        let mut variables = json!({
-            "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
-            "REGION": self.spec.region,
-        });
+        let mut variables = json!({"REGION": self.spec.region});
         if let Some(vpc) = &self.spec.vpc_config {
-            variables["VPC_NAME"] = json!(vpc.name);
+            variables[crate::names::VPC_NAME] = json!(vpc.name);
         }
         variables
     }
@@ -91,9 +90,11 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let mut refusal = None;
     let mut generation = cc.meta().generation;
     let mut written = None;
-    if cluster.is_some() && cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
+    if let Some(cluster) = cluster.as_ref()
+        && cc.spec.existing_vpc_id.is_none()
+        && cc.spec.vpc_template_ref.is_some()
     {
-        match owner::ensure_recorded_apply(&ctx, &api, &*cc).await? {
+        match owner::ensure_recorded_apply(&ctx, &api, &*cc, cluster).await? {
             Ok(recorded) => {
                 generation = recorded.generation;
                 written = recorded.written;

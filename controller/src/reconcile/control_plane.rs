@@ -6,7 +6,7 @@ use super::cluster::{endpoint_still_ours, managed_by_core};
 use super::deletion;
 use super::owner::{self, ApplyOwner};
 use super::shared::{
-    cluster_name, created, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
+    created, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
 };
 use super::{Result, after, kube_err};
 use crate::api::{
@@ -46,10 +46,11 @@ impl ApplyOwner for CAPTControlPlane {
         json!(self.spec.workspace_template_ref)
     }
 
+    /// Its Kubernetes version and region (`CLUSTER_NAME` is set, with its namespace, in
+    /// [`owner::ensure_recorded_apply`]).
     fn apply_variables(&self) -> Value {
         let config = self.spec.control_plane_config.clone().unwrap_or_default();
         let mut variables = json!({
-            "CLUSTER_NAME": cluster_name(self).unwrap_or_else(|| self.name_any()),
             "KUBERNETES_VERSION": crate::api::eks_version(&self.spec.version),
         });
         if let Some(region) = config.region {
@@ -175,18 +176,20 @@ async fn observe_infrastructure(
     let mut refusal = None;
     let mut generation = cp.meta().generation;
     let mut written = None;
-    let apply = match vpc_ready {
-        Some(true) => match owner::ensure_recorded_apply(ctx, api, cp).await? {
-            Ok(recorded) => {
-                generation = recorded.generation;
-                written = recorded.written;
-                Some(recorded.apply)
+    let apply = match (vpc_ready, cluster) {
+        (Some(true), Some(cluster)) => {
+            match owner::ensure_recorded_apply(ctx, api, cp, cluster).await? {
+                Ok(recorded) => {
+                    generation = recorded.generation;
+                    written = recorded.written;
+                    Some(recorded.apply)
+                }
+                Err(r) => {
+                    refusal = Some(r);
+                    None
+                }
             }
-            Err(r) => {
-                refusal = Some(r);
-                None
-            }
-        },
+        }
         _ => None,
     };
     if let Some(apply) = &apply {

@@ -59,6 +59,13 @@ pub async fn ensure_kubeconfig(
         .control_plane_config
         .as_ref()
         .and_then(|c| c.region.as_deref());
+    // The EKS cluster's name, when the outputs do not give it: what the apply passed.
+    let eks_name = apply
+        .spec
+        .variables
+        .as_ref()
+        .and_then(|v| v.get(crate::names::CLUSTER_NAME))
+        .map_or(cluster.as_str(), String::as_str);
     let owner = kubeconfig::controller_ref(
         &CAPTControlPlane::api_version(&()),
         &CAPTControlPlane::kind(&()),
@@ -68,11 +75,11 @@ pub async fn ensure_kubeconfig(
     let wanted = [
         (
             kubeconfig::secret_name(&cluster),
-            kubeconfig::kubeconfig(&data, &cluster, region),
+            kubeconfig::kubeconfig(&data, &cluster, eks_name, region),
         ),
         (
             kubeconfig::user_secret_name(&cluster),
-            kubeconfig::user_kubeconfig(&data, &cluster, region),
+            kubeconfig::user_kubeconfig(&data, &cluster, eks_name, region),
         ),
     ];
     for (name, value) in wanted {
@@ -80,7 +87,7 @@ pub async fn ensure_kubeconfig(
         let desired = kubeconfig::desired_secret(&name, &cluster, &ns, owner.clone(), value);
         if ensure_secret(ctx, cp, &secrets, desired).await? {
             let written = Written::of::<Secret>(Some(&ns), &name, SPEC_MANAGER, None);
-            let basis = Basis::of(cp.meta().generation, &(&source, &cluster, region));
+            let basis = Basis::of(cp.meta().generation, &(&source, &cluster, eks_name, region));
             ctx.wrote(written, basis, cp.object_ref(&())).await;
         }
     }

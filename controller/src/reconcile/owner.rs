@@ -7,12 +7,14 @@ use super::deletion::Deletion;
 use super::pause;
 use super::shared::{self, ApplySpec, ensure_apply};
 use super::{Result, kube_err};
-use crate::api::{Cluster, WorkspaceTemplateApply};
+use crate::api::{CAPTCluster, CAPTControlPlane, Cluster, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::k8s::apply_fields;
+use crate::names;
 use crate::status::conditions::{self, ConditionBuilder, Status};
 use crate::status::deletion::DeletionFacts;
-use crate::tenancy::{Refusal, template_cross_namespace};
+use crate::tenancy::{ApplyClaim, Refusal, template_cross_namespace};
+use crate::watches::cached_beside;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
@@ -87,11 +89,13 @@ pub struct Recorded {
 /// Creates or adopts the owner's apply and records its name in the owner's
 /// `spec.workspaceTemplateApplyName` (field manager `capt-controller`), once. Nothing is
 /// created, changed or recorded when the owner's template reference leaves its namespace
-/// (unless allowed) or the existing apply is not provably its own: `Ok(Err(refusal))`.
+/// (unless allowed), the name its Cluster (`cluster`, which names the owner) would get is
+/// one EKS refuses, or the existing apply is not provably its own: `Ok(Err(refusal))`.
 pub async fn ensure_recorded_apply<O: ApplyOwner>(
     ctx: &Context,
     api: &Api<O>,
     owner: &O,
+    cluster: &Cluster,
 ) -> Result<Result<Recorded, Refusal>> {
     let own = owner.namespace().unwrap_or_default();
     let (field, namespace) = owner.template_namespace();
@@ -99,9 +103,13 @@ pub async fn ensure_recorded_apply<O: ApplyOwner>(
     if let Some(crossing) = template_cross_namespace(&own, field, namespace, allowed) {
         return Ok(Err(Refusal::cross_namespace(&crossing, &own)));
     }
+    let mut spec = owner.apply_spec();
+    if let Err(refusal) = platform_names(ctx, owner, cluster, &mut spec["variables"]) {
+        return Ok(Err(refusal));
+    }
     let wanted = ApplySpec {
         name: owner.apply_name(),
-        spec: owner.apply_spec(),
+        spec,
     };
     let apply = match ensure_apply(ctx, owner, wanted).await? {
         Ok(apply) => apply,
@@ -122,6 +130,68 @@ pub async fn ensure_recorded_apply<O: ApplyOwner>(
         written: written_version,
         generation,
     }))
+}
+
+/// Sets the name keys of the owner's apply variables (`crate::names`): `CLUSTER_NAME` to
+/// `<namespace>_<cluster>`, and `VPC_NAME`, when set, to `<namespace>_<vpc>`, unless the
+/// owner's apply exists and recorded the bare name (an apply rendered before names carried
+/// their namespace keeps its name), or, with no apply yet, the other apply of its Cluster
+/// recorded the bare Cluster name. `Err` when the Cluster's new name is one EKS refuses:
+/// `ClusterNameValid=False`, and no apply.
+fn platform_names<O: ApplyOwner>(
+    ctx: &Context,
+    owner: &O,
+    cluster: &Cluster,
+    variables: &mut Value,
+) -> std::result::Result<(), Refusal> {
+    let ns = owner.namespace().unwrap_or_default();
+    let own = recorded_names(ctx, owner);
+    let recorded = |key: &str| own.as_ref().and_then(|v| v.get(key)).map(String::as_str);
+    let bare = cluster.name_any();
+    let siblings = cluster_names_recorded(ctx, cluster);
+    let name = names::cluster_name(&ns, &bare, recorded(names::CLUSTER_NAME), &siblings).map_err(
+        |message| Refusal {
+            condition: names::CLUSTER_NAME_VALID_CONDITION,
+            reason: names::CLUSTER_NAME_INVALID,
+            message,
+        },
+    )?;
+    variables[names::CLUSTER_NAME] = json!(name);
+    if let Some(vpc) = variables[names::VPC_NAME].as_str().map(str::to_owned) {
+        let kept = names::kept_or_namespaced(&ns, &vpc, recorded(names::VPC_NAME), &[]);
+        variables[names::VPC_NAME] = json!(kept);
+    }
+    Ok(())
+}
+
+/// The variables of the owner's apply (as cached), when it exists and is provably its own.
+fn recorded_names<O: ApplyOwner>(
+    ctx: &Context,
+    owner: &O,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let apply = shared::get_apply(ctx, owner, &owner.apply_name())?;
+    let ours = matches!(shared::claim_of(owner, &apply), ApplyClaim::Ours);
+    ours.then_some(apply.spec.variables).flatten()
+}
+
+/// The `CLUSTER_NAME`s the applies of the Cluster's CAPTCluster and CAPTControlPlane (those
+/// its references name, as cached) recorded.
+fn cluster_names_recorded(ctx: &Context, cluster: &Cluster) -> Vec<String> {
+    let infra = cluster.spec.infrastructure_ref.as_ref();
+    let cc = infra
+        .and_then(|r| r.name_of::<CAPTCluster>())
+        .and_then(|n| cached_beside(&ctx.caches.capt_clusters, cluster, n));
+    let control_plane = cluster.spec.control_plane_ref.as_ref();
+    let cp = control_plane
+        .and_then(|r| r.name_of::<CAPTControlPlane>())
+        .and_then(|n| cached_beside(&ctx.caches.control_planes, cluster, n));
+    let of = |variables: Option<std::collections::BTreeMap<String, String>>| {
+        variables.and_then(|mut v| v.remove(names::CLUSTER_NAME))
+    };
+    let mut found = Vec::new();
+    found.extend(cc.and_then(|cc| of(recorded_names(ctx, &*cc))));
+    found.extend(cp.and_then(|cp| of(recorded_names(ctx, &*cp))));
+    found
 }
 
 /// When to look again: a refused owner within the poll interval, since what would lift the

@@ -11,7 +11,10 @@ use tokio::sync::Mutex;
 
 pub(crate) static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
-pub(crate) const ENDPOINT_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
+/// The sample's endpoint host in namespace `ns`: the EKS name in it carries the namespace.
+pub(crate) fn endpoint_host(ns: &str) -> String {
+    capt_tests::sample_endpoint_host(ns, "demo")
+}
 
 pub(crate) async fn provisioned(prefix: &str, retain_vpc: bool) -> Result<(TestNamespace, System)> {
     provisioned_with(prefix, retain_vpc, 200).await

@@ -1,7 +1,7 @@
 //! Provisioning: the sample Cluster goes from nothing to provisioned with every field owned
 //! as planned, and then stays still (no write, no reconcile).
 
-use crate::common::{ENDPOINT_HOST, ONE_AT_A_TIME, provisioned};
+use crate::common::{ONE_AT_A_TIME, endpoint_host, provisioned};
 use anyhow::Result;
 use capt_tests::system::System;
 use capt_tests::{CLUSTER_V1BETA2, TestNamespace, env};
@@ -28,28 +28,32 @@ async fn a_cluster_goes_from_nothing_to_provisioned_with_its_endpoint_set() -> R
     println!("Provisioned in {:.1} s", started.elapsed().as_secs_f64());
 
     let cp = system.get(&["captcontrolplane", "demo"])?.unwrap();
+    let endpoint_host = endpoint_host(&ns.name);
     assert_eq!(
         cp["spec"]["controlPlaneEndpoint"],
-        json!({"host": ENDPOINT_HOST, "port": 443})
+        json!({"host": endpoint_host, "port": 443})
     );
     assert_eq!(cp["status"]["phase"], "Ready");
     assert_eq!(cp["status"]["ready"], true);
     assert_eq!(cp["status"]["initialized"], true);
     assert_eq!(
         cp["status"]["workspaceStatus"]["atProvider"]["outputs"]["cluster_endpoint"],
-        format!("https://{ENDPOINT_HOST}")
+        format!("https://{endpoint_host}")
     );
     let cluster = system.get(&[CLUSTER_V1BETA2, "demo"])?.unwrap();
     assert_eq!(
         cluster["spec"]["controlPlaneEndpoint"],
-        json!({"host": ENDPOINT_HOST, "port": 443})
+        json!({"host": endpoint_host, "port": 443})
     );
     assert_eq!(
         cluster["status"]["initialization"],
         json!({"infrastructureProvisioned": true, "controlPlaneInitialized": true})
     );
     let cc = system.get(&["captcluster", "demo"])?.unwrap();
-    assert_eq!(cc["status"]["vpcId"], "vpc-demo");
+    assert_eq!(
+        cc["status"]["vpcId"],
+        format!("vpc-{}", capt_tests::eks_name(&ns.name, "demo"))
+    );
     assert_eq!(cc["status"]["ready"], true);
 
     // Every status and endpoint field has the owner of the ownership plan.

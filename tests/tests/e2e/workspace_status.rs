@@ -2,7 +2,7 @@
 //! disappears through rewrites and a failure, and a new output alone moves the endpoint.
 
 use crate::common::{
-    ENDPOINT_HOST, ONE_AT_A_TIME, annotate_workspace, provisioned, provisioned_with, workspace_name,
+    ONE_AT_A_TIME, annotate_workspace, endpoint_host, provisioned, provisioned_with, workspace_name,
 };
 use anyhow::Result;
 use capt_controller::api::{CAPTControlPlane, TerraformWorkspace};
@@ -192,7 +192,7 @@ async fn a_new_output_alone_moves_the_endpoint_to_the_control_plane_and_the_clus
     // Core sets a Cluster's endpoint once, from the control plane, and never moves it; without
     // core, capt-cluster follows the control plane.
     let cluster_wanted = if env().core {
-        json!({"host": ENDPOINT_HOST, "port": 443})
+        json!({"host": endpoint_host(&ns.name), "port": 443})
     } else {
         moved.clone()
     };

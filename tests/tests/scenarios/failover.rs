@@ -568,8 +568,10 @@ fn assert_status_complete(f: &Failover) -> Result<Objects> {
     assert_eq!(cp["status"]["ready"], true);
     let at_provider = &cp["status"]["workspaceStatus"]["atProvider"];
     assert!(at_provider["checksum"].is_string(), "{at_provider}");
-    assert_eq!(at_provider["outputs"]["cluster_name"], "demo");
-    assert_eq!(cc["status"]["vpcId"], "vpc-demo");
+    // The name Terraform got carries the namespace.
+    let eks_name = capt_tests::eks_name(&f.ns.name, "demo");
+    assert_eq!(at_provider["outputs"]["cluster_name"], eks_name.as_str());
+    assert_eq!(cc["status"]["vpcId"], format!("vpc-{eks_name}"));
     assert_eq!(cc["status"]["ready"], true);
     let initialization = &cluster["status"]["initialization"];
     assert_eq!(initialization["infrastructureProvisioned"], true);
