@@ -21,7 +21,7 @@ use capt_tests::audit_log::{AuditLog, Write};
 use capt_tests::fake_provider::FakeProvider;
 use capt_tests::pod::{Election, LEASE_NAMESPACE, Pod};
 use capt_tests::system::{apply_samples, set_endpoint_output, wait_until};
-use capt_tests::{TestNamespace, env, repo_root};
+use capt_tests::{TestNamespace, env, repo_root, sample_endpoint_host};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::Api;
 use serde_json::Value;
@@ -32,7 +32,6 @@ use std::time::{Duration, SystemTime};
 /// The shipped Lease timing (`--lease-duration-seconds`, `--lease-renew-period-seconds`).
 const LEASE: Duration = Duration::from_secs(15);
 const RENEW_EVERY: Duration = Duration::from_secs(5);
-const FIRST_HOST: &str = "demo.gr7.ap-northeast-1.eks.amazonaws.com";
 
 static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -208,8 +207,9 @@ impl Pair {
             "the Cluster Provisioned and its endpoint",
             || async {
                 let cluster = pair.get("cluster")?;
+                let host = sample_endpoint_host(&pair.ns.name, "demo");
                 Ok(cluster["status"]["phase"] == "Provisioned"
-                    && pair.control_plane_shows(FIRST_HOST)?)
+                    && pair.control_plane_shows(&host)?)
             },
         )
         .await?;

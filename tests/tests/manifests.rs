@@ -193,7 +193,7 @@ async fn a_lease_the_controller_may_not_use_is_reported_and_retried_not_a_crash(
         .stderr(std::fs::File::create(&log)?)
         .spawn()?;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&log)?.contains("Cannot use the leader Lease") {
+    while !std::fs::read_to_string(&log)?.contains("Reading the leader Lease failed; retrying") {
         assert!(
             std::time::Instant::now() < deadline,
             "no report: {}",
