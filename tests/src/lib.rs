@@ -8,6 +8,7 @@
 //! [`TestNamespace`] of its own, deleted when the test ends, pass or fail.
 #![forbid(unsafe_code)]
 
+pub mod api_server_fault;
 pub mod applier;
 pub mod audit_log;
 pub mod deletion_order;

@@ -4,55 +4,10 @@
 //! the shared API server, so it lives alone in its own test binary.)
 
 use anyhow::Result;
+use capt_tests::api_server_fault::ApiServerFault;
 use capt_tests::system::System;
-use capt_tests::{TestNamespace, env, repo_root};
-use std::process::Command;
+use capt_tests::{TestNamespace, env};
 use std::time::{Duration, Instant};
-
-fn testenv(cmd: &str) -> Result<()> {
-    let out = Command::new(repo_root().join("hack/testenv.sh"))
-        .arg(cmd)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "hack/testenv.sh {cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
-/// The shared API server, stopped (`hack/testenv.sh apiserver-stop`) until [`Outage::end`],
-/// or until dropped: a failure between the two (an assertion, a `?`) must not leave it down
-/// for the test binaries that run after this one.
-struct Outage {
-    ended: bool,
-}
-
-impl Outage {
-    fn start() -> Result<Self> {
-        // Made first: a stop that fails half-way is also undone.
-        let outage = Self { ended: false };
-        testenv("apiserver-stop")?;
-        Ok(outage)
-    }
-
-    /// Starts the API server again (`hack/testenv.sh apiserver-start`).
-    fn end(&mut self) -> Result<()> {
-        self.ended = true;
-        testenv("apiserver-start")
-    }
-}
-
-impl Drop for Outage {
-    fn drop(&mut self) {
-        if !self.ended {
-            eprintln!("the test failed during the outage: starting the API server again");
-            if let Err(e) = testenv("apiserver-start") {
-                eprintln!("{e:#}");
-            }
-        }
-    }
-}
 
 #[tokio::test]
 async fn both_processes_recover_from_a_10_second_api_server_outage_without_restarting() -> Result<()>
@@ -71,7 +26,7 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
         200
     );
 
-    let mut outage = Outage::start()?;
+    let outage = ApiServerFault::stop()?;
     let stopped = Instant::now();
     let mut saw_outage = String::new();
     while stopped.elapsed() < Duration::from_secs(10) {

@@ -17,11 +17,12 @@
 //! at a time.
 
 use anyhow::{Context, Result, ensure};
+use capt_tests::api_server_fault::ApiServerFault;
 use capt_tests::audit_log::{AuditLog, Write};
 use capt_tests::fake_provider::FakeProvider;
 use capt_tests::pod::{Election, LEASE_NAMESPACE, Pod};
 use capt_tests::system::{apply_samples, set_endpoint_output, wait_until};
-use capt_tests::{TestNamespace, env, repo_root, sample_endpoint_host};
+use capt_tests::{TestNamespace, env, sample_endpoint_host};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::Api;
 use serde_json::Value;
@@ -52,7 +53,7 @@ async fn outages_shorter_than_the_lease_cost_no_exit_no_restart_and_no_change_of
         sleep_until(due - Duration::from_secs(1)).await;
         set_endpoint_output(env(), &pair.ns.name, &format!("https://{host}"))?;
         println!("round {round}: frozen 6 s from 1 s before the renewal due at {due:?}");
-        Freeze::begin()?.end_after(Duration::from_secs(6)).await?;
+        freeze_for(Duration::from_secs(6)).await?;
         pair.after_the_outage(host).await?;
     }
     let offset = random_below(RENEW_EVERY);
@@ -63,7 +64,7 @@ async fn outages_shorter_than_the_lease_cost_no_exit_no_restart_and_no_change_of
     );
     sleep_until(renewed + offset).await;
     set_endpoint_output(env(), &pair.ns.name, "https://four.example.com")?;
-    Freeze::begin()?.end_after(Duration::from_secs(9)).await?;
+    freeze_for(Duration::from_secs(9)).await?;
     pair.after_the_outage("four.example.com").await?;
 
     let after = pair.lease().await?;
@@ -99,7 +100,7 @@ async fn a_30_second_outage_hands_over_to_the_standby_and_the_old_leader_stays_w
     sleep_until(renewed + random_below(RENEW_EVERY)).await;
     let frozen = AuditLog::from_now()?;
     let last_renewal = pair.renewed().await?;
-    Freeze::begin()?.end_after(Duration::from_secs(30)).await?;
+    freeze_for(Duration::from_secs(30)).await?;
     // At once after the thaw: a change for the leader to write.
     set_endpoint_output(env(), &pair.ns.name, "https://moved.example.com")?;
     wait(&pair, "pod-b to lead", || async {
@@ -321,40 +322,10 @@ async fn sleep_until(when: SystemTime) {
     }
 }
 
-/// The API server frozen until [`Freeze::end_after`] thaws it, or until dropped: a failure
-/// in between must not leave it frozen for the binaries that run after this one.
-struct Freeze {
-    thawed: bool,
-}
-
-impl Freeze {
-    fn begin() -> Result<Self> {
-        let freeze = Self { thawed: false };
-        testenv("apiserver-freeze")?;
-        Ok(freeze)
-    }
-
-    /// Thaws it once `outage` has passed: the outage itself, so slept, not awaited.
-    async fn end_after(mut self, outage: Duration) -> Result<()> {
-        tokio::time::sleep(outage).await;
-        self.thawed = true;
-        testenv("apiserver-thaw")
-    }
-}
-
-impl Drop for Freeze {
-    fn drop(&mut self) {
-        if !self.thawed {
-            let _ = testenv("apiserver-thaw");
-        }
-    }
-}
-
-fn testenv(command: &str) -> Result<()> {
-    let status = std::process::Command::new(repo_root().join("hack/testenv.sh"))
-        .arg(command)
-        .env("KUBECONFIG", &env().kubeconfig)
-        .status()?;
-    ensure!(status.success(), "hack/testenv.sh {command} failed");
-    Ok(())
+/// The API server frozen for `outage` (the outage itself, so slept, not awaited), then
+/// thawed.
+async fn freeze_for(outage: Duration) -> Result<()> {
+    let frozen = ApiServerFault::freeze()?;
+    tokio::time::sleep(outage).await;
+    frozen.end()
 }

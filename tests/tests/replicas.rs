@@ -16,11 +16,12 @@
 //! - once the change has landed, 30 s pass with no write by any `capt-*` manager.
 
 use anyhow::{Context, Result, bail, ensure};
+use capt_tests::api_server_fault::ApiServerFault;
 use capt_tests::audit_log::AuditLog;
 use capt_tests::fake_provider::FakeProvider;
 use capt_tests::pod::{Election, LEASE_NAMESPACE, Pod};
 use capt_tests::system::{apply_samples, set_endpoint_output, wait_until};
-use capt_tests::{TestNamespace, env, repo_root};
+use capt_tests::{TestNamespace, env};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -62,7 +63,7 @@ async fn after_a_lease_lost_to_an_api_server_outage_only_the_new_leader_writes()
     let mut stack = Stack::start("replicas-outage").await?;
     // The API server goes away for longer than the Lease; the leader's controller is paused
     // meanwhile, so that the other pod takes the Lease when the API server is back.
-    let outage = ApiServerOutage::begin()?;
+    let outage = ApiServerFault::stop()?;
     stack.pods[0].signal_controller("STOP")?;
     tokio::time::sleep(Duration::from_secs(LEASE_SECONDS + 1)).await; // the outage itself
     outage.end()?;
@@ -424,41 +425,6 @@ fn flatten(value: &Value, path: &str, out: &mut BTreeMap<String, String>) {
             out.insert(path.to_owned(), other.to_string());
         }
     }
-}
-
-/// The API server stopped (`hack/testenv.sh apiserver-stop`) until [`ApiServerOutage::end`],
-/// and started again if the test fails before that, so later tests find it running.
-struct ApiServerOutage {
-    ended: bool,
-}
-
-impl ApiServerOutage {
-    fn begin() -> Result<Self> {
-        testenv("apiserver-stop")?;
-        Ok(Self { ended: false })
-    }
-
-    fn end(mut self) -> Result<()> {
-        self.ended = true;
-        testenv("apiserver-start")
-    }
-}
-
-impl Drop for ApiServerOutage {
-    fn drop(&mut self) {
-        if !self.ended {
-            let _ = testenv("apiserver-start");
-        }
-    }
-}
-
-fn testenv(command: &str) -> Result<()> {
-    let status = std::process::Command::new(repo_root().join("hack/testenv.sh"))
-        .arg(command)
-        .env("KUBECONFIG", &env().kubeconfig)
-        .status()?;
-    ensure!(status.success(), "hack/testenv.sh {command} failed");
-    Ok(())
 }
 
 fn tail(text: &str, lines: usize) -> String {
