@@ -359,7 +359,11 @@ async fn reconcile_all<K, F, Fut>(
                     return Ok(Action::await_change());
                 };
                 let started = tokio::time::Instant::now();
-                let result = reconcile(obj, ctx).await;
+                // Boxed: a future is as large as its largest state, and the reconcile's
+                // is large. Inline, every reconcile waiting for the lead or a worker (each
+                // object that changed while a standby watched, a tenant's flood) would hold
+                // that much; boxed, it holds a pointer until it runs.
+                let result = Box::pin(reconcile(obj, ctx)).await;
                 let elapsed = started.elapsed();
                 took.observe(elapsed.as_secs_f64());
                 if elapsed > LONG_RECONCILE {

@@ -25,7 +25,7 @@ use crate::{Args, Mode};
 use anyhow::{Context, Result};
 use capt_controller::api::bounds::MAX_WAITS;
 use capt_controller::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
-use capt_tests::env;
+use capt_tests::{eks_name, env};
 use capt_tests::fake_provider::workspace_resource;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
@@ -133,6 +133,8 @@ fn applies(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 }
 
 /// An apply of the sample `vpc` template in `templates`, named `name`, waiting for `secrets`.
+/// Its `CLUSTER_NAME` carries its namespace, as a hand-written apply's must: the two tenants
+/// use the same names, and a bare one another namespace's older apply holds is refused.
 fn apply_body(name: &str, templates: &str, secrets: &[String], ns: &str) -> Result<DynamicObject> {
     let waits: Vec<_> = secrets
         .iter()
@@ -140,7 +142,7 @@ fn apply_body(name: &str, templates: &str, secrets: &[String], ns: &str) -> Resu
         .collect();
     let mut spec = json!({
         "templateRef": {"name": "vpc", "namespace": templates},
-        "variables": {"CLUSTER_NAME": name, "REGION": "ap-northeast-1"},
+        "variables": {"CLUSTER_NAME": eks_name(ns, name), "REGION": "ap-northeast-1"},
     });
     if !waits.is_empty() {
         spec["waitForSecrets"] = json!(waits);

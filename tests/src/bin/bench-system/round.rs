@@ -433,10 +433,11 @@ async fn lease_writes(system: &BenchSystem) -> Vec<(String, f64)> {
     let mut counts = Vec::new();
     for pod in &system.pods {
         let text = system.controller_metrics_of(pod).await;
-        let count = text
-            .ok()
-            .and_then(|t| metric_value(&t, "capt_leader_lease_writes_total", &[]).ok())
-            .unwrap_or(f64::NAN);
+        let count = text.and_then(|t| metric_value(&t, "capt_leader_lease_writes_total", &[]));
+        let count = count.unwrap_or_else(|e| {
+            eprintln!("  {}: its Lease writes could not be read: {e:#}", pod.name);
+            f64::NAN
+        });
         counts.push((pod.name.clone(), count));
     }
     counts
