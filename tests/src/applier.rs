@@ -483,6 +483,13 @@ pub fn registered_families() -> &'static [String] {
                 manager: "m".into(),
             })
             .inc();
+        // A standby never writes the Lease: without a sample its family is not in its text.
+        controller
+            .lease_writes
+            .get_or_create(&c::LeaseWriteLabel {
+                result: "renewed".into(),
+            })
+            .inc();
         controller
             .phase_transition
             .get_or_create(&c::PhaseLabel { phase: "p".into() })
