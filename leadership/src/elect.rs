@@ -135,6 +135,20 @@ impl Lead {
         }
     }
 
+    /// Resolves once this replica may no longer write (at once if it may not now); never
+    /// for a lead without election, nor once the elector stopped.
+    pub async fn lapsed(&self) {
+        let mut role = self.role.clone();
+        loop {
+            if !role.borrow_and_update().may_write(Instant::now()) {
+                return;
+            }
+            if role.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// Stops the elector and, when this replica holds the Lease, releases it, so that
     /// another takes over without waiting for it to expire. Writes stop first.
     pub async fn release(&self) {
@@ -535,5 +549,28 @@ mod tests {
         let unconditional = Lead::unconditional();
         assert!(unconditional.may_write());
         unconditional.leading().await;
+    }
+
+    #[tokio::test]
+    async fn a_lapse_is_told_when_the_lead_ends_and_never_without_election() {
+        let (tell, lead) = lead(Role::Leading {
+            until: Instant::now() + Duration::from_secs(60),
+        });
+        let lapsed = tokio::spawn({
+            let lead = lead.clone();
+            async move { lead.lapsed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!lapsed.is_finished(), "it still leads");
+        tell.send_replace(Role::Candidate {
+            holder: Some("pod-a".into()),
+        });
+        tokio::time::timeout(Duration::from_secs(5), lapsed)
+            .await
+            .expect("told of the lapse")
+            .expect("the task");
+        let unconditional = Lead::unconditional();
+        let never = tokio::time::timeout(Duration::from_millis(50), unconditional.lapsed());
+        assert!(never.await.is_err(), "a lead without election never lapses");
     }
 }
