@@ -10,7 +10,7 @@ use crate::api::{
     WorkspaceTemplate, WorkspaceTemplateApply,
 };
 use crate::context::Context;
-use crate::fair_share::FairShare;
+use crate::fair_share::FairQueue;
 use crate::metrics::{KindLabel, LONG_RECONCILE};
 use crate::reconcile::shared::{cluster_name, cluster_name_in};
 use crate::reconcile::{
@@ -30,7 +30,6 @@ use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use leadership::Lead;
 use std::sync::Arc;
-use tokio::sync::watch;
 
 /// What this process's controllers are assigned: which objects they manage, and how many
 /// reconciles each runs at once.
@@ -151,8 +150,7 @@ pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches, lead
     caches.ready().await;
     tracing::info!("Caches synced; controllers started");
 
-    let stopping = stopping();
-    let c = (assignment.concurrency, &lead, &stopping);
+    let c = (assignment.concurrency, &lead);
     futures::join!(
         reconcile_all(caches.applies, t.applies, c, apply::reconcile, &ctx),
         reconcile_all(
@@ -171,28 +169,6 @@ pub async fn run(ctx: Arc<Context>, assignment: Assignment, mut w: Watches, lead
         ),
         reconcile_all(caches.clusters, t.clusters, c, cluster::reconcile, &ctx),
     );
-}
-
-/// Turns true on the first SIGTERM or SIGINT, as kube-rs's controllers start their graceful
-/// shutdown then (`shutdown_on_signal`).
-fn stopping() -> watch::Receiver<bool> {
-    let (tell, stopping) = watch::channel(false);
-    tokio::spawn(async move {
-        let interrupt = tokio::signal::ctrl_c();
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-        tell.send_replace(true);
-    });
-    stopping
 }
 
 /// What wakes each controller: the references it is sent.
@@ -268,26 +244,24 @@ fn forget_on_deletion(ctx: &Arc<Context>, w: &mut Watches) {
 
 /// Runs the controller of `K` with `reconcile` until a shutdown signal: reading `store`, woken
 /// by `trigger` only, `concurrency` reconciles at once shared fairly among namespaces
-/// ([`crate::fair_share`]), and handed every cached object first by a sweep
-/// ([`crate::sweep`]: twice `concurrency` at a time keeps it busy). Each reconcile that
-/// finished (with or without an error) is counted, so that a rising count says a reconcile
-/// has made its decisions; how long each waited for its worker and took is recorded, and one
-/// that ran long is logged.
+/// ([`crate::fair_share`]: every wake waits in its queue, in front of kube-rs), and handed
+/// every cached object first by a sweep ([`crate::sweep`]: twice `concurrency` at a time
+/// keeps it busy). Each reconcile that finished (with or without an error) is counted, so
+/// that a rising count says a reconcile has made its decisions; how long each waited for its
+/// worker and took is recorded, and one that ran long is logged.
 ///
-/// kube-rs's controller still dedups wakes, keeps one reconcile per object at a time and
-/// schedules requeues and retries; it is left unbounded, and each reconcile it starts waits
-/// for its permit, so that the fair share, not arrival order, decides who runs.
+/// kube-rs's controller runs what the queue hands it, one reconcile per object at a time, and
+/// schedules requeues and retries; a reconcile it starts on its own (a requeue, a retry)
+/// joins the queue instead of running, so that the fair share, not arrival order, decides
+/// who runs, and no reconcile is parked in kube-rs while it waits.
 ///
 /// Only while this replica leads: a reconcile asked for while it does not (a standby, a lead
 /// that lapsed) ends at once, and the sweep hands every cached object over again each time
-/// it comes to lead. Parked until then, every object that changed would hold a reconcile that
-/// kube-rs counts as running, and each wake of one of them would be scanned past at every
-/// wake after it (its scheduler keeps them in one set it searches): at 3,000 clusters a
-/// standby held more memory and CPU than the leader.
+/// it comes to lead.
 async fn reconcile_all<K, F, Fut>(
     store: Store<K>,
     trigger: Trigger<K>,
-    (concurrency, lead, stopping): (u16, &Lead, &watch::Receiver<bool>),
+    (concurrency, lead): (u16, &Lead),
     reconcile: F,
     ctx: &Arc<Context>,
 ) where
@@ -299,7 +273,7 @@ async fn reconcile_all<K, F, Fut>(
     let sweep = Arc::new(Sweep::new(2 * usize::from(concurrency)));
     let wake = trigger.wake();
     tokio::spawn({
-        let (sweep, store, lead) = (sweep.clone(), store.clone(), lead.clone());
+        let (sweep, store, lead, wake) = (sweep.clone(), store.clone(), lead.clone(), wake.clone());
         async move {
             loop {
                 lead.leading().await;
@@ -310,8 +284,16 @@ async fn reconcile_all<K, F, Fut>(
     });
     let kind = K::kind(&());
     let waiting = trigger.waiting();
-    let share = FairShare::new(&kind, concurrency.into(), ctx.metrics.held_back.clone());
-    ctx.metrics.queues.add(&share);
+    let (queue, handed) = FairQueue::new(&kind, concurrency.into(), ctx.metrics.held_back.clone());
+    ctx.metrics.queues.add(&queue);
+    tokio::spawn({
+        let (queue, mut wakes) = (queue.clone(), trigger.into_stream());
+        async move {
+            while let Some(r) = wakes.next().await {
+                queue.wake(r);
+            }
+        }
+    });
     let timed = {
         let (waited, took) = ctx.metrics.durations(&kind);
         // Cloned out of the family at once: its guard holds the family's lock, and the next
@@ -324,61 +306,52 @@ async fn reconcile_all<K, F, Fut>(
             })
             .clone();
         let kind_of = kind.to_string();
-        let (waiting, store) = (waiting.clone(), store.clone());
-        let (lead, stopping) = (lead.clone(), stopping.clone());
+        let (queue, waiting, store, lead) =
+            (queue.clone(), waiting.clone(), store.clone(), lead.clone());
         move |obj: Arc<K>, ctx: Arc<Context>| {
-            let (share, waiting, waited, took, long, store, lead, mut stopping) = (
-                share.clone(),
+            let (queue, wake, waiting, waited, took, long, store, lead) = (
+                queue.clone(),
+                wake.clone(),
                 waiting.clone(),
                 waited.clone(),
                 took.clone(),
                 long.clone(),
                 store.clone(),
                 lead.clone(),
-                stopping.clone(),
             );
             let (reconcile, kind_of) = (reconcile.clone(), kind_of.clone());
-            // While it waits for a worker, only the reference is held: the object is read
-            // from the cache once it has one, as it is then (a wait behind another
-            // namespace's work must not reconcile a stale copy, nor keep it in memory).
+            // Only the reference is kept: the object is read from the cache once it runs, as
+            // it is then (a wait behind another namespace's work must not reconcile a stale
+            // copy).
             let r = reference(obj.as_ref());
             drop(obj);
             async move {
-                // Not leading, or no longer by the time a worker is free: nothing to do until
-                // it leads, when the sweep hands this object over again.
-                if !lead.may_write() {
-                    waiting.ended(&r);
+                // Started by kube-rs on its own (a requeue, a retry): it waits its turn.
+                let Some(_worker) = queue.start(&r) else {
+                    wake.send(r);
                     return Ok(Action::await_change());
-                }
-                let _worker = tokio::select! {
-                    permit = share.acquire(r.namespace.as_deref().unwrap_or_default()) => permit,
-                    // A replica stopping does not wait for a worker: the graceful shutdown
-                    // waits for every reconcile that started.
-                    _ = stopping.wait_for(|stopping| *stopping) => {
-                        return Ok(Action::await_change());
-                    }
                 };
+                let wait = waiting.ended(&r);
+                // Not leading: nothing to do until it leads, when the sweep hands this
+                // object over again.
                 if !lead.may_write() {
-                    waiting.ended(&r);
                     return Ok(Action::await_change());
                 }
-                if let Some(wait) = waiting.ended(&r) {
+                if let Some(wait) = wait {
                     waited.observe(wait.as_secs_f64());
                 }
-                // Deleted while it waited: nothing to do (its deletion is no wake of its own).
+                // Deleted since it was handed over: nothing to do.
                 let Some(obj) = store.get(&r) else {
                     return Ok(Action::await_change());
                 };
                 let counted = ctx.clone();
                 let started = tokio::time::Instant::now();
-                // Boxed: a future is as large as its largest state, and the reconcile's
-                // is large. Inline, every reconcile waiting for the lead or a worker (each
-                // object that changed while a standby watched, a tenant's flood) would hold
-                // that much; boxed, it holds a pointer until it runs.
+                // Boxed: a future is as large as its largest state, and the reconcile's is
+                // large; kube-rs holds this one from its start.
                 let result = Box::pin(reconcile(obj, ctx)).await;
                 let elapsed = started.elapsed();
                 // Counted here, not from what the controller reports: a reconcile that ended
-                // at once, not leading, decided nothing.
+                // at once (not leading, or joining the queue) decided nothing.
                 counted.metrics.reconciled(&kind_of);
                 took.observe(elapsed.as_secs_f64());
                 if elapsed > LONG_RECONCILE {
@@ -397,17 +370,19 @@ async fn reconcile_all<K, F, Fut>(
             }
         }
     };
-    // Unbounded here: the fair share bounds the reconciles that run.
+    // Unbounded here: the fair queue bounds the reconciles that run.
     Controller::for_stream(futures::stream::empty(), store)
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
-        .reconcile_on(trigger.into_stream())
+        .reconcile_on(handed)
         .shutdown_on_signal()
         .run(timed, error_policy, ctx.clone())
         .for_each(|result| {
             sweep.reported(&result);
-            // Deleted while it waited: it waits no more.
+            // Deleted before it started: it waits no more, and its worker is free.
             if let Err(Error::ObjectNotFound(gone)) = &result {
-                waiting.ended(&named::<K>(gone.namespace.as_deref(), &gone.name));
+                let r = named::<K>(gone.namespace.as_deref(), &gone.name);
+                waiting.ended(&r);
+                queue.gone(&r);
             }
             std::future::ready(())
         })
