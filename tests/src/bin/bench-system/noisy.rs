@@ -15,6 +15,15 @@
 //! The target: B's p99 in each phase within 2x of B's p99 alone. Peak RSS of both processes
 //! against their Deployment limits, before and after the restart. No provider runs: what is
 //! measured is the controller's share of work, up to the rendered Workspace.
+//!
+//! Beside B, in every phase, the floor of B's hop on the same API server under the same load:
+//! half a second after each of B's creates, the benchmark creates a ConfigMap in
+//! `noisy-floor`, and a task of the benchmark that watches them applies, straight from each
+//! watch event, a Workspace with the spec our controller rendered for B's first apply. Its
+//! time, from the ConfigMap's create to the Workspace's first watch event, is what any writer
+//! of that Workspace pays for watch delivery and the API server's two requests, with no
+//! cache, queue, finalizer or render: how much of B's slowdown in a phase is the shared API
+//! server's rather than ours.
 
 use crate::deployed::Pod;
 use crate::probe::process_stats;
@@ -28,21 +37,36 @@ use capt_controller::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL};
 use capt_tests::fake_provider::workspace_resource;
 use capt_tests::{eks_name, env};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 const TENANT_A: &str = "noisy-a";
 const TENANT_B: &str = "noisy-b";
+/// The floor's namespace (its ConfigMaps) and the label naming a floor Workspace's ConfigMap.
+const FLOOR: &str = "noisy-floor";
+const FLOOR_LABEL: &str = "bench.capt.dev/noisy-floor";
 /// How long one of B's applies may take to get its Workspace before it counts as missed.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// One phase's numbers: B's times to a rendered Workspace.
+/// One phase's numbers: B's times to a rendered Workspace, and the floor's.
 pub(crate) struct Phase {
     pub(crate) name: &'static str,
+    pub(crate) b: Probed,
+    pub(crate) floor: Probed,
+}
+
+/// One prober's times in a phase, and how many of its objects got no Workspace in time.
+pub(crate) struct Probed {
     pub(crate) times: Times,
     pub(crate) missed: usize,
 }
@@ -86,41 +110,61 @@ pub(crate) struct Noisy {
     pub(crate) waits: usize,
 }
 
-/// When each of B's Workspaces was first seen, by its apply's name.
-#[derive(Default)]
-struct Rendered(Mutex<HashMap<String, Instant>>);
+/// When each watched Workspace was first seen, by the name its `key` label gives, and the
+/// spec of the first one.
+struct Rendered {
+    seen: Mutex<HashMap<String, Instant>>,
+    first_spec: watch::Sender<Option<Value>>,
+}
 
 impl Rendered {
-    /// Watches the Workspaces rendered for tenant B's applies.
-    fn start(client: &kube::Client) -> Arc<Self> {
-        let seen = Arc::new(Self::default());
+    /// Watches the Workspaces that match `selector`, each named by its `key` label's value.
+    fn start(client: &kube::Client, selector: String, key: &'static str) -> Arc<Self> {
+        let seen = Arc::new(Self {
+            seen: Mutex::default(),
+            first_spec: watch::Sender::new(None),
+        });
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
-        let config =
-            watcher::Config::default().labels(&format!("{APPLY_NAMESPACE_LABEL}={TENANT_B}"));
+        let config = watcher::Config::default().labels(&selector);
         let s = seen.clone();
         tokio::spawn(async move {
             let mut events =
                 std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
             while let Some(ws) = events.next().await {
                 let Ok(ws) = ws else { continue };
-                if let Some(apply) = ws
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(APPLY_NAME_LABEL))
-                {
-                    s.0.lock()
-                        .unwrap()
-                        .entry(apply.clone())
-                        .or_insert_with(Instant::now);
-                }
+                let Some(name) = ws.metadata.labels.as_ref().and_then(|l| l.get(key)) else {
+                    continue;
+                };
+                s.seen
+                    .lock()
+                    .unwrap()
+                    .entry(name.clone())
+                    .or_insert_with(Instant::now);
+                s.first_spec.send_if_modified(|spec| {
+                    let first = spec.is_none();
+                    if first {
+                        *spec = Some(ws.data["spec"].clone());
+                    }
+                    first
+                });
             }
         });
         seen
     }
 
-    fn at(&self, apply: &str) -> Option<Instant> {
-        self.0.lock().unwrap().get(apply).copied()
+    fn at(&self, name: &str) -> Option<Instant> {
+        self.seen.lock().unwrap().get(name).copied()
+    }
+
+    /// The spec of the first Workspace seen, once there is one.
+    async fn first_spec(&self) -> Value {
+        let mut rx = self.first_spec.subscribe();
+        let spec = rx.wait_for(Option::is_some).await;
+        spec.as_ref()
+            .ok()
+            .and_then(|s| s.as_ref())
+            .cloned()
+            .unwrap_or(Value::Null)
     }
 }
 
@@ -155,27 +199,27 @@ fn apply_body(name: &str, templates: &str, secrets: &[String], ns: &str) -> Resu
     }))?)
 }
 
-/// B creates `probes` applies, one a second, each waited for (up to [`PROBE_TIMEOUT`]) in
-/// the background; returns B's times once every one is rendered or missed.
-async fn tenant_b(
-    client: &kube::Client,
+/// Creates `probes` objects with `create`, one a second from `offset`, each waited for (up to
+/// [`PROBE_TIMEOUT`]) in the background as `rendered` sees its Workspace; returns the times
+/// once every one is rendered or missed.
+async fn probe<F, Fut>(
     rendered: &Arc<Rendered>,
-    templates: &str,
+    offset: Duration,
     phase: &'static str,
     probes: usize,
-) -> Result<Phase> {
-    let api = applies(client, TENANT_B);
+    create: F,
+) -> Result<Probed>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
     let mut waits = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + offset, Duration::from_secs(1));
     for i in 0..probes {
         tick.tick().await;
         let name = format!("{phase}-{i}");
-        api.create(
-            &bench_creates(),
-            &apply_body(&name, templates, &[], TENANT_B)?,
-        )
-        .await
-        .with_context(|| format!("creating {TENANT_B}/{name}"))?;
+        create(name.clone()).await?;
         let created = Instant::now();
         let rendered = rendered.clone();
         waits.push(tokio::spawn(async move {
@@ -199,13 +243,104 @@ async fn tenant_b(
             None => missed += 1,
         }
     }
-    let times = Times::of(times);
-    eprintln!("[noisy] {phase}: B {} ({missed} missed)", times.summary());
-    Ok(Phase {
-        name: phase,
-        times,
+    Ok(Probed {
+        times: Times::of(times),
         missed,
     })
+}
+
+/// One phase of B's applies and, beside them, the floor's ConfigMaps.
+async fn run_phase(
+    client: &kube::Client,
+    seen: &Seen,
+    templates: &str,
+    phase: &'static str,
+    probes: usize,
+) -> Result<Phase> {
+    let api = applies(client, TENANT_B);
+    let b = probe(&seen.b, Duration::ZERO, phase, probes, |name| {
+        let api = api.clone();
+        async move {
+            api.create(
+                &bench_creates(),
+                &apply_body(&name, templates, &[], TENANT_B)?,
+            )
+            .await
+            .with_context(|| format!("creating {TENANT_B}/{name}"))?;
+            Ok(())
+        }
+    });
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), FLOOR);
+    let floor = probe(
+        &seen.floor,
+        Duration::from_millis(500),
+        phase,
+        probes,
+        |name| {
+            let config_maps = config_maps.clone();
+            async move {
+                let cm = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+                config_maps
+                    .create(&bench_creates(), &cm)
+                    .await
+                    .with_context(|| format!("creating ConfigMap {FLOOR}/{name}"))?;
+                Ok(())
+            }
+        },
+    );
+    let (b, floor) = tokio::try_join!(b, floor)?;
+    for (who, p) in [("B", &b), ("floor", &floor)] {
+        eprintln!(
+            "[noisy] {phase}: {who} {} ({} missed)",
+            p.times.summary(),
+            p.missed
+        );
+    }
+    Ok(Phase {
+        name: phase,
+        b,
+        floor,
+    })
+}
+
+/// The floor writer: for each ConfigMap of [`FLOOR`], straight from its watch event, applies a
+/// Workspace with `spec`, labelled with the ConfigMap's name; runs until aborted.
+fn spawn_floor_writer(client: kube::Client, spec: Value) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), FLOOR);
+        let workspaces: Api<DynamicObject> = Api::all_with(client, &workspace_resource());
+        let apply = PatchParams::apply(crate::floor::MANAGER).force();
+        let mut written = HashSet::new();
+        let mut events = std::pin::pin!(
+            watcher(config_maps, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+        );
+        while let Some(cm) = events.next().await {
+            let Ok(cm) = cm else { continue };
+            let name = cm.name_any();
+            if !written.insert(name.clone()) {
+                continue;
+            }
+            let ws_name = format!("{FLOOR}-{name}");
+            let body = json!({"apiVersion": "tf.upbound.io/v1beta1", "kind": "Workspace",
+                "metadata": {"name": ws_name, "labels": {FLOOR_LABEL: name}},
+                "spec": spec});
+            if let Err(e) = workspaces
+                .patch(&ws_name, &apply, &Patch::Apply(&body))
+                .await
+            {
+                eprintln!("  noisy floor: applying Workspace {ws_name}: {e}");
+                written.remove(&name);
+            }
+        }
+    })
+}
+
+/// B's Workspaces and the floor's.
+struct Seen {
+    b: Arc<Rendered>,
+    floor: Arc<Rendered>,
 }
 
 /// A creates `n` applies at once (64 requests in flight), each waiting for `secrets`.
@@ -273,27 +408,58 @@ pub(crate) async fn run_noisy(args: &Args, pod: &Pod) -> Result<Noisy> {
     create_templates(&client, &templates, TENANT_B, &[]).await?;
     create_namespace(&client, TENANT_A).await?;
     create_namespace(&client, TENANT_B).await?;
-    let rendered = Rendered::start(&client);
+    create_namespace(&client, FLOOR).await?;
+    let seen = Seen {
+        b: Rendered::start(
+            &client,
+            format!("{APPLY_NAMESPACE_LABEL}={TENANT_B}"),
+            APPLY_NAME_LABEL,
+        ),
+        floor: Rendered::start(&client, FLOOR_LABEL.to_owned(), FLOOR_LABEL),
+    };
     let probes = args.noisy_probes;
 
-    let mut phases = vec![tenant_b(&client, &rendered, &templates, "alone", probes).await?];
+    // The floor copies the spec our controller renders for B: B's first apply is made, and
+    // its Workspace awaited, before the phases.
+    let warm = probe(&seen.b, Duration::ZERO, "warm", 1, |name| {
+        let api = applies(&client, TENANT_B);
+        let templates = templates.clone();
+        async move {
+            api.create(
+                &bench_creates(),
+                &apply_body(&name, &templates, &[], TENANT_B)?,
+            )
+            .await
+            .with_context(|| format!("creating {TENANT_B}/{name}"))?;
+            Ok(())
+        }
+    })
+    .await?;
+    anyhow::ensure!(
+        warm.missed == 0,
+        "B's first apply got no Workspace in {PROBE_TIMEOUT:?}"
+    );
+    let floor_writer = spawn_floor_writer(client.clone(), seen.b.first_spec().await);
+
+    let mut phases = vec![run_phase(&client, &seen, &templates, "alone", probes).await?];
 
     let flood = tenant_a(&client, &templates, "flood", args.noisy_flood, vec![]);
     let (flooded, b) = tokio::join!(
         flood,
-        tenant_b(&client, &rendered, &templates, "flood", probes)
+        run_phase(&client, &seen, &templates, "flood", probes)
     );
     flooded?;
     phases.push(b?);
 
     let secrets = waited_secrets(&client).await?;
     tenant_a(&client, &templates, "waits", args.noisy_waits, secrets).await?;
-    phases.push(tenant_b(&client, &rendered, &templates, "waits", probes).await?);
+    phases.push(run_phase(&client, &seen, &templates, "waits", probes).await?);
     let before = peaks(&system)?;
 
     system.restart()?;
     system.wait_ready(Duration::from_secs(300)).await?;
-    phases.push(tenant_b(&client, &rendered, &templates, "restart", probes).await?);
+    phases.push(run_phase(&client, &seen, &templates, "restart", probes).await?);
+    floor_writer.abort();
     let after = peaks(&system)?;
     let limits = (
         pod.memory_limit_mib("manager")?,
@@ -310,31 +476,45 @@ pub(crate) async fn run_noisy(args: &Args, pod: &Pod) -> Result<Noisy> {
 
 /// The run's table, and whether each target held.
 pub(crate) fn table(n: &Noisy) -> (String, bool) {
-    let alone = n.phases[0].times.p99();
+    let alone = &n.phases[0];
     let mut ok = true;
     let mut out = format!(
         "\nNoisy neighbour: tenant B's time from creating an apply to its rendered Workspace, \
          one a second, while tenant A has {} applies created at once (flood), then {} applies \
          each waiting for {MAX_WAITS} Secrets, one missing (waits), then the leading pod \
          restarted with all of A's objects there (restart). Target: B's p99 within 2x of B \
-         alone.\n\n| phase | B p50 (s) | B p99 (s) | B max (s) | missed | p99 / alone | target |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
+         alone. Beside it, the floor of B's hop in the same phase: a ConfigMap's create to the \
+         first watch event of a Workspace applied straight from its own (the API server's \
+         share of B's time, with no controller).\n\n\
+         | phase | B p50 (s) | B p99 (s) | B max (s) | missed | B p99 / alone | target \
+         | floor p50 (s) | floor p99 (s) | floor p99 / alone | B p99 / floor p99 |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n",
         n.flood, n.waits
     );
     for p in &n.phases {
-        let ratio = p.times.p99() / alone;
-        let met = p.missed == 0 && ratio <= 2.0;
+        let ratio = p.b.times.p99() / alone.b.times.p99();
+        let met = p.b.missed == 0 && ratio <= 2.0;
         ok &= met;
         out += &format!(
-            "| {} | {:.3} | {:.3} | {:.3} | {} | {:.2}x | {} |\n",
+            "| {} | {:.3} | {:.3} | {:.3} | {} | {:.2}x | {} | {:.3} | {:.3} | {:.2}x | {:.2}x |\n",
             p.name,
-            p.times.p50(),
-            p.times.p99(),
-            p.times.max(),
-            p.missed,
+            p.b.times.p50(),
+            p.b.times.p99(),
+            p.b.times.max(),
+            p.b.missed,
             ratio,
-            if met { "met" } else { "MISSED" }
+            if met { "met" } else { "MISSED" },
+            p.floor.times.p50(),
+            p.floor.times.p99(),
+            p.floor.times.p99() / alone.floor.times.p99(),
+            p.b.times.p99() / p.floor.times.p99(),
         );
+        if p.floor.missed > 0 {
+            out += &format!(
+                "  ({} of the floor's objects got no Workspace)\n",
+                p.floor.missed
+            );
+        }
     }
     out += "\n| process | peak RSS before restart (MiB) | after restart (MiB) | limit (MiB) |\n\
             | --- | ---: | ---: | ---: |\n";
