@@ -202,15 +202,19 @@ fn target(module: &str, path: &str, modules: &BTreeSet<String>) -> Option<String
         .find(|m| modules.contains(m))
 }
 
-/// Module → the modules it imports.
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
+/// Module → its file.
+fn module_files() -> BTreeMap<String, PathBuf> {
     let root = src();
     let mut all = Vec::new();
     files(&root, &mut all);
-    let files: BTreeMap<String, PathBuf> = all
-        .into_iter()
+    all.into_iter()
         .filter_map(|f| Some((module_of(&root, &f)?, f)))
-        .collect();
+        .collect()
+}
+
+/// Module → the modules it imports.
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files = module_files();
     let modules: BTreeSet<String> = files.keys().cloned().collect();
     let mut graph = BTreeMap::new();
     for (module, file) in &files {
@@ -311,4 +315,65 @@ fn the_modules_of_the_controller_import_each_other_in_no_cycle() {
         let cycle: Vec<&str> = cycle.iter().map(|m| name(m)).collect();
         panic!("a cycle of imports: {}", cycle.join(" → "));
     }
+}
+
+/// The modules that decide: a reconciler's pure function from what it observed to its plan,
+/// and the plan itself.
+fn decides(module: &str) -> bool {
+    module == "reconcile::plan" || module.ends_with("::decide")
+}
+
+/// The modules a decision must not import: the context (it holds the client), the caches,
+/// the metrics, the executor and the wiring.
+const NOT_FOR_A_DECISION: &[&str] = &[
+    "context",
+    "watches",
+    "metrics",
+    "rewake",
+    "seen_secrets",
+    "k8s",
+    "reconcile::act",
+    "run",
+];
+
+/// What a decision's code must not name: a request, the runtime, the metrics, the clock.
+const IMPURE: &[&str] = &[
+    ".await",
+    "async ",
+    "tokio",
+    "kube::Api",
+    "kube::api::Api",
+    "Api<",
+    "kube::Client",
+    "Client::",
+    "prometheus_client",
+    "Timestamp::now",
+    "Instant::now",
+    "SystemTime::now",
+];
+
+#[test]
+fn a_decision_names_no_client_runtime_metrics_or_clock() {
+    let graph = graph();
+    let files = module_files();
+    let deciding: Vec<&String> = graph.keys().filter(|m| decides(m)).collect();
+    assert!(
+        deciding.iter().any(|m| *m == "reconcile::cluster::decide"),
+        "the deciding modules read: {deciding:?}"
+    );
+    let mut found = Vec::new();
+    for module in deciding {
+        for to in &graph[module] {
+            if NOT_FOR_A_DECISION.contains(&to.as_str()) {
+                found.push(format!("{module} imports {to}"));
+            }
+        }
+        let text = code(&std::fs::read_to_string(&files[module]).expect("read a module"));
+        for word in IMPURE {
+            if text.contains(word) {
+                found.push(format!("{module} names `{word}`"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "a decision is not pure: {found:#?}");
 }

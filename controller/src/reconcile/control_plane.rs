@@ -302,7 +302,7 @@ async fn delete(
     // it; alone, ours is released before the control plane goes.
     let endpoint_owned = match cluster
         .as_ref()
-        .filter(|c| !managed_by_core(&ctx.settings, c))
+        .filter(|c| !managed_by_core(ctx.settings.without_core, c))
     {
         Some(c) => endpoint_still_ours(ctx, c).await?,
         None => false,

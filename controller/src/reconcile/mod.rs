@@ -2,6 +2,7 @@
 //! to intents (published through the status-applier) and the spec-side work the controller
 //! owns (finalizers, WorkspaceTemplateApplies, Workspaces, the deletion order).
 
+pub mod act;
 pub mod apply;
 pub mod capt_cluster;
 pub mod cluster;
@@ -10,6 +11,7 @@ pub mod deletion;
 pub mod kubeconfig;
 pub mod owner;
 pub mod pause;
+pub mod plan;
 pub mod shared;
 
 use crate::context::Context;
