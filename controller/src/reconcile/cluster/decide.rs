@@ -102,7 +102,7 @@ mod tests {
             "metadata": {"name": "demo", "namespace": "default", "uid": "uid-demo"},
             "spec": {}
         });
-        merge(&mut object, extra);
+        json_patch::merge(&mut object, &extra);
         Arc::new(serde_json::from_value(object).expect("a Cluster"))
     }
 
@@ -123,21 +123,10 @@ mod tests {
             "metadata": {"name": "demo", "namespace": "default"},
             "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "t"}},
         });
-        merge(&mut object, extra);
+        json_patch::merge(&mut object, &extra);
         Some(Arc::new(
             serde_json::from_value(object).expect("a CAPTControlPlane"),
         ))
-    }
-
-    fn merge(into: &mut Value, from: Value) {
-        match (into, from) {
-            (Value::Object(into), Value::Object(from)) => {
-                for (k, v) in from {
-                    merge(into.entry(k).or_insert(Value::Null), v);
-                }
-            }
-            (into, from) => *into = from,
-        }
     }
 
     /// Writes as (subresource, fragment, released paths).
