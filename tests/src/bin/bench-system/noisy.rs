@@ -199,6 +199,20 @@ fn apply_body(name: &str, templates: &str, secrets: &[String], ns: &str) -> Resu
     }))?)
 }
 
+/// Creates tenant `ns`'s apply `name` ([`apply_body`]) through `api`.
+async fn create_apply(
+    api: &Api<DynamicObject>,
+    ns: &str,
+    name: &str,
+    templates: &str,
+    secrets: &[String],
+) -> Result<()> {
+    api.create(&bench_creates(), &apply_body(name, templates, secrets, ns)?)
+        .await
+        .with_context(|| format!("creating {ns}/{name}"))?;
+    Ok(())
+}
+
 /// Creates `probes` objects with `create`, one a second from `offset`, each waited for (up to
 /// [`PROBE_TIMEOUT`]) in the background as `rendered` sees its Workspace; returns the times
 /// once every one is rendered or missed.
@@ -260,15 +274,7 @@ async fn run_phase(
     let api = applies(client, TENANT_B);
     let b = probe(&seen.b, Duration::ZERO, phase, probes, |name| {
         let api = api.clone();
-        async move {
-            api.create(
-                &bench_creates(),
-                &apply_body(&name, templates, &[], TENANT_B)?,
-            )
-            .await
-            .with_context(|| format!("creating {TENANT_B}/{name}"))?;
-            Ok(())
-        }
+        async move { create_apply(&api, TENANT_B, &name, templates, &[]).await }
     });
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), FLOOR);
     let floor = probe(
@@ -357,13 +363,7 @@ async fn tenant_a(
             let (api, secrets) = (api.clone(), secrets.clone());
             async move {
                 let name = format!("{prefix}-{i}");
-                api.create(
-                    &bench_creates(),
-                    &apply_body(&name, templates, &secrets, TENANT_A)?,
-                )
-                .await
-                .with_context(|| format!("creating {TENANT_A}/{name}"))?;
-                anyhow::Ok(())
+                create_apply(&api, TENANT_A, &name, templates, &secrets).await
             }
         })
         .buffer_unordered(64)
@@ -424,15 +424,7 @@ pub(crate) async fn run_noisy(args: &Args, pod: &Pod) -> Result<Noisy> {
     let warm = probe(&seen.b, Duration::ZERO, "warm", 1, |name| {
         let api = applies(&client, TENANT_B);
         let templates = templates.clone();
-        async move {
-            api.create(
-                &bench_creates(),
-                &apply_body(&name, &templates, &[], TENANT_B)?,
-            )
-            .await
-            .with_context(|| format!("creating {TENANT_B}/{name}"))?;
-            Ok(())
-        }
+        async move { create_apply(&api, TENANT_B, &name, &templates, &[]).await }
     })
     .await?;
     anyhow::ensure!(
