@@ -154,6 +154,18 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        self.warn_regarding(&obj.object_ref(&()), reason, action, note)
+            .await;
+    }
+
+    /// Publishes a Warning Event about the object `regarding` refers to; as [`Self::warn`].
+    pub async fn warn_regarding(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let event = Event {
             type_: EventType::Warning,
             reason: reason.into(),
@@ -161,7 +173,7 @@ impl Context {
             action: action.into(),
             secondary: None,
         };
-        self.record(&event, &obj.object_ref(&())).await;
+        self.record(&event, regarding).await;
     }
 
     /// Publishes `event` about the object `regarding` refers to; a failure is logged.

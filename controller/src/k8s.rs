@@ -40,14 +40,16 @@ where
         .await
     {
         // Removing: the object is already gone (our removal was its last finalizer).
-        Err(kube::Error::Api(s))
-            if !present && (s.code == 404 || s.message.contains("uid mismatch")) =>
-        {
-            Ok(None)
-        }
+        Err(e) if !present && gone(&e) => Ok(None),
         Err(e) => Err(e),
         Ok(written) => Ok(Some(written)),
     }
+}
+
+/// True when a write failed because its object is gone: not found, or another object (of
+/// another uid) under its name.
+pub fn gone(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404 || s.message.contains("uid mismatch"))
 }
 
 /// Applies `fields` (e.g. `{"spec": {...}}`) to an existing object under [`SPEC_MANAGER`].

@@ -320,7 +320,10 @@ fn the_modules_of_the_controller_import_each_other_in_no_cycle() {
 /// The modules that decide: a reconciler's pure function from what it observed to its plan,
 /// and the plan itself.
 fn decides(module: &str) -> bool {
-    module == "reconcile::plan" || module.ends_with("::decide")
+    matches!(
+        module,
+        "reconcile::plan" | "reconcile::deletion" | "reconcile::pause"
+    ) || module.ends_with("::decide")
 }
 
 /// The modules a decision must not import: the context (it holds the client), the caches,

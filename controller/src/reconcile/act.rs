@@ -1,18 +1,95 @@
 //! Carries out a [`Plan`]: each step in order, the first failure ending it (the steps
 //! before it stay done, and the retry decides again from what it then observes). It knows no
-//! rule of CAPT: what to write, and in which order, is the plan's.
+//! rule of CAPT: what to write, and in which order, is the plan's. The only reconcile module
+//! that writes.
 
-use super::Result;
-use super::plan::{Next, Plan, Step};
+use super::plan::{Next, Object, Plan, Step};
+use super::{Error, Result};
 use crate::context::Context;
+use crate::k8s::{FINALIZER_MANAGER, gone};
+use crate::write_loops::ObjectId;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
+use serde_json::json;
 
-/// Carries out `plan`; returns when to reconcile again.
-pub async fn carry_out(ctx: &Context, plan: Plan) -> Result<Action> {
+/// Carries out `plan`, made by the reconcile of `subject` (`kind/namespace/name`, which a
+/// failure names); returns when to reconcile again.
+pub async fn carry_out(ctx: &Context, subject: &str, plan: Plan) -> Result<Action> {
+    let failed = |action: &'static str| {
+        move |source| Error::Kube {
+            subject: subject.to_owned(),
+            action,
+            source,
+        }
+    };
     for step in plan.steps {
         match step {
             Step::Publish(publication) => {
                 ctx.publish(publication).await?;
+            }
+            Step::Warn(w) => {
+                ctx.warn_regarding(&w.regarding, w.reason, w.action, w.note)
+                    .await;
+            }
+            Step::Delete { object, doing } => {
+                // The uid precondition: only the object observed, never one created again
+                // under its name since.
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: object.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                api(ctx, &object)
+                    .delete(&object.name, &params)
+                    .await
+                    .map_err(failed(doing))?;
+            }
+            Step::Orphan { object, doing } => {
+                // A uid in a patch is a precondition: the API server refuses it (409) for
+                // another object.
+                let patch = json!({"metadata": {"uid": object.uid, "ownerReferences": null}});
+                api(ctx, &object)
+                    .patch(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(failed(doing))?;
+            }
+            Step::RemoveFinalizer { object, finalizer } => {
+                // Finalizers are a set: applying none under the manager that added ours
+                // takes off only ours.
+                tracing::debug!(subject, finalizer, "Removing our finalizer");
+                let mut body = json!({
+                    "apiVersion": object.resource.api_version,
+                    "kind": object.resource.kind,
+                    "metadata": {"name": object.name, "uid": object.uid, "finalizers": []},
+                });
+                if let Some(namespace) = &object.namespace {
+                    body["metadata"]["namespace"] = json!(namespace);
+                }
+                let params = PatchParams::apply(FINALIZER_MANAGER);
+                match api(ctx, &object)
+                    .patch(&object.name, &params, &Patch::Apply(body))
+                    .await
+                {
+                    // Already gone: our finalizer was its last.
+                    Err(e) if gone(&e) => {}
+                    written => {
+                        written.map_err(failed("removing its finalizer"))?;
+                    }
+                }
+            }
+            Step::Deleted { object, started } => {
+                if let Some(started) = started {
+                    super::deletion_took(ctx, &object.resource.kind, started);
+                }
+                let id = ObjectId::of(
+                    &object.resource.api_version,
+                    &object.resource.kind,
+                    object.namespace.as_deref(),
+                    &object.name,
+                );
+                ctx.publisher.forget(id);
             }
         }
     }
@@ -20,4 +97,12 @@ pub async fn carry_out(ctx: &Context, plan: Plan) -> Result<Action> {
         Next::AwaitChange => Action::await_change(),
         Next::After(after) => Action::requeue(after),
     })
+}
+
+fn api(ctx: &Context, object: &Object) -> Api<DynamicObject> {
+    let client = ctx.client.clone();
+    match &object.namespace {
+        Some(namespace) => Api::namespaced_with(client, namespace, &object.resource),
+        None => Api::all_with(client, &object.resource),
+    }
 }

@@ -75,11 +75,11 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let api: Api<CAPTCluster> =
         Api::namespaced(ctx.client.clone(), &cc.namespace().unwrap_or_default());
     let cluster = proven_cluster(&ctx, &cc).await;
-    if let Some(held) = owner::hold_if_paused(&ctx, &*cc, cluster.as_ref()).await? {
-        return Ok(held);
+    if let Some(held) = owner::hold_if_paused(&*cc, cluster.as_ref(), Timestamp::now()) {
+        return super::act::carry_out(&ctx, &super::subject(&*cc), held).await;
     }
     if cc.meta().deletion_timestamp.is_some() {
-        return delete(&cc, &api, &ctx).await;
+        return delete(&cc, &ctx).await;
     }
     let cc = set_finalizer(&api, &cc, CAPT_CLUSTER_FINALIZER, true)
         .await
@@ -191,12 +191,12 @@ fn control_plane_present(ctx: &Context, cc: &CAPTCluster) -> bool {
     })
 }
 
-async fn delete(cc: &CAPTCluster, api: &Api<CAPTCluster>, ctx: &Context) -> Result<Action> {
+async fn delete(cc: &CAPTCluster, ctx: &Context) -> Result<Action> {
     if !owner::ours_to_delete(cc) {
         return Ok(Action::await_change());
     }
     let (d, mut facts) = owner::deletion_of(ctx, cc, None);
     facts.control_plane_present = control_plane_present(ctx, cc);
     facts.retain = cc.spec.retain_vpc_on_delete.unwrap_or(false);
-    deletion::carry_out(ctx, cc, api, facts, d).await
+    super::act::carry_out(ctx, &super::subject(cc), deletion::decide(cc, &facts, d)).await
 }

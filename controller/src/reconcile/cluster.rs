@@ -8,25 +8,24 @@
 mod decide;
 
 pub use self::decide::{
-    CORE_CLUSTER_FINALIZER, Snapshot, decide, endpoint_owned_by_us, managed_by_core,
+    CORE_CLUSTER_FINALIZER, Snapshot, decide, endpoint_owned_by_us, endpoint_release,
+    managed_by_core,
 };
 
 use super::{Result, kube_err};
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
 use crate::context::Context;
-use crate::publish::Publication;
-use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
 use crate::watches::cached;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use serde_json::json;
 use std::sync::Arc;
 
 /// Reconciles one Cluster.
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action> {
     let snapshot = observe(&ctx, cluster);
-    super::act::carry_out(&ctx, decide(&snapshot)).await
+    let subject = super::subject(&*snapshot.cluster);
+    super::act::carry_out(&ctx, &subject, decide(&snapshot)).await
 }
 
 /// What the decision reads: the Cluster, and the CAPTCluster and CAPTControlPlane it
@@ -56,16 +55,4 @@ pub async fn endpoint_still_ours(ctx: &Context, cluster: &Cluster) -> Result<boo
         .await
         .map_err(kube_err(cluster, "reading its managedFields"))?;
     Ok(live.is_some_and(|c| endpoint_owned_by_us(&c)))
-}
-
-/// Publishes the release of the Cluster's endpoint under `capt-cluster`.
-pub async fn release_cluster_endpoint(ctx: &Context, cluster: &Cluster) -> Result<()> {
-    let release = Publication::main(
-        cluster,
-        MANAGER_CLUSTER,
-        json!({"spec": {"controlPlaneEndpoint": null}}),
-        vec![ENDPOINT_PATH.to_owned()],
-    );
-    ctx.publish(release).await?;
-    Ok(())
 }

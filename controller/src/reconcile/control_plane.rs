@@ -77,11 +77,11 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
     let cluster = proven_cluster(&ctx, &cp).await;
-    if let Some(held) = owner::hold_if_paused(&ctx, &*cp, cluster.as_ref()).await? {
-        return Ok(held);
+    if let Some(held) = owner::hold_if_paused(&*cp, cluster.as_ref(), Timestamp::now()) {
+        return super::act::carry_out(&ctx, &super::subject(&*cp), held).await;
     }
     if cp.meta().deletion_timestamp.is_some() {
-        return delete(&cp, &api, &ctx, cluster).await;
+        return delete(&cp, &ctx, cluster).await;
     }
     let cp = set_finalizer(&api, &cp, CAPT_CONTROL_PLANE_FINALIZER, true)
         .await
@@ -289,12 +289,7 @@ fn observe_phase(ctx: &Context, cp: &CAPTControlPlane, phase: ControlPlanePhase)
     }
 }
 
-async fn delete(
-    cp: &CAPTControlPlane,
-    api: &Api<CAPTControlPlane>,
-    ctx: &Context,
-    cluster: Option<Cluster>,
-) -> Result<Action> {
+async fn delete(cp: &CAPTControlPlane, ctx: &Context, cluster: Option<Cluster>) -> Result<Action> {
     if !owner::ours_to_delete(cp) {
         return Ok(Action::await_change());
     }
@@ -309,5 +304,5 @@ async fn delete(
     };
     let (d, mut facts) = owner::deletion_of(ctx, cp, cluster);
     facts.endpoint_owned = endpoint_owned;
-    deletion::carry_out(ctx, cp, api, facts, d).await
+    super::act::carry_out(ctx, &super::subject(cp), deletion::decide(cp, &facts, d)).await
 }

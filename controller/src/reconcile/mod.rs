@@ -158,14 +158,19 @@ pub fn after(recheck: Option<Duration>) -> Action {
 /// Records how long an object's deletion took, when its finalizer comes off.
 pub fn observe_deletion<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) {
     if let Some(since) = &obj.meta().deletion_timestamp {
-        let seconds = (jiff::Timestamp::now() - since.0)
-            .total(jiff::Unit::Second)
-            .unwrap_or(0.0);
-        ctx.metrics
-            .deletion
-            .get_or_create(&crate::metrics::ResourceTypeLabel {
-                resource_type: K::kind(&()).into(),
-            })
-            .observe(seconds.max(0.0));
+        deletion_took(ctx, &K::kind(&()), since.0);
     }
+}
+
+/// Records how long the deletion of an object of `kind` took, from `started` until now.
+pub fn deletion_took(ctx: &Context, kind: &str, started: jiff::Timestamp) {
+    let seconds = (jiff::Timestamp::now() - started)
+        .total(jiff::Unit::Second)
+        .unwrap_or(0.0);
+    ctx.metrics
+        .deletion
+        .get_or_create(&crate::metrics::ResourceTypeLabel {
+            resource_type: kind.into(),
+        })
+        .observe(seconds.max(0.0));
 }

@@ -5,6 +5,7 @@
 
 use super::deletion::Deletion;
 use super::pause;
+use super::plan::Plan;
 use super::shared::{self, ApplySpec, ensure_apply};
 use super::{Result, kube_err};
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster, WorkspaceTemplateApply};
@@ -18,7 +19,6 @@ use crate::watches::cached_beside;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::fmt::Debug;
@@ -259,18 +259,23 @@ pub async fn warn_if_needing_operator<O: ApplyOwner>(ctx: &Context, owner: &O, f
     }
 }
 
-/// `Some(action)` when the owner is paused: its `Paused` condition published, nothing else.
-pub async fn hold_if_paused<O: ApplyOwner>(
-    ctx: &Context,
+/// `Some(plan)` when the owner is paused: its `Paused` condition published at `now`, nothing
+/// else.
+pub fn hold_if_paused<O: ApplyOwner>(
     owner: &O,
     cluster: Option<&Cluster>,
-) -> Result<Option<Action>> {
-    let Some(why) = pause::paused(cluster, owner) else {
-        return Ok(None);
-    };
+    now: Timestamp,
+) -> Option<Plan> {
+    let why = pause::paused(cluster, owner)?;
     let conditions = owner.conditions();
-    let held = pause::hold(ctx, owner, O::MANAGER, O::CONDITION_TYPES, conditions, why);
-    Ok(Some(held.await?))
+    Some(pause::hold(
+        owner,
+        O::MANAGER,
+        O::CONDITION_TYPES,
+        conditions,
+        why,
+        now,
+    ))
 }
 
 /// What the deletion of `owner` is: its description (with its apply, if any) and the facts
@@ -309,6 +314,7 @@ pub fn deletion_of<O: ApplyOwner>(
         apply,
         refused,
         cluster,
+        poll: ctx.settings.poll_interval,
     };
     (d, facts)
 }

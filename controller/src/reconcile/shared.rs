@@ -242,32 +242,6 @@ pub fn contains(live: &Value, wanted: &Value) -> bool {
     }
 }
 
-/// Gives an apply up (`retainVpcOnDelete`): drops any owner reference an adopted apply
-/// carried, so that the garbage collector leaves it (and its Workspace) in place. Only an
-/// apply [`ours_to_remove`] (the caller checked); the patch carries the apply's uid, so that
-/// an apply deleted and created again under the name since is not touched.
-pub async fn orphan_apply<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    owner: &K,
-    apply: &WorkspaceTemplateApply,
-) -> Result<()> {
-    if apply.owner_references().is_empty() {
-        return Ok(());
-    }
-    let api: Api<WorkspaceTemplateApply> =
-        Api::namespaced(ctx.client.clone(), &apply.namespace().unwrap_or_default());
-    // A uid in a patch is a precondition: the API server refuses it (409) for another object.
-    let patch = json!({"metadata": {"uid": apply.uid(), "ownerReferences": null}});
-    api.patch(
-        &apply.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(kube_err(owner, "orphaning its WorkspaceTemplateApply"))?;
-    Ok(())
-}
-
 /// The apply of `name` in the owner's namespace, if it exists (as cached).
 pub fn get_apply<K: Resource<DynamicType = ()>>(
     ctx: &Context,

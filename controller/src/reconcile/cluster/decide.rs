@@ -10,6 +10,7 @@ use crate::status::pause::paused_by;
 use crate::status::{ENDPOINT_PATH, MANAGER_CLUSTER};
 use kube::{Resource, ResourceExt};
 use managed_fields::ManagedFields;
+use serde_json::json;
 use std::sync::Arc;
 
 /// The finalizer core's Cluster controller puts on every Cluster it manages.
@@ -46,6 +47,17 @@ pub fn managed_by_core(without_core: bool, cluster: &Cluster) -> bool {
 pub fn endpoint_owned_by_us(cluster: &Cluster) -> bool {
     let endpoint = managed_fields::parse_field_path(ENDPOINT_PATH).expect("a valid field path");
     ManagedFields::decode(cluster.managed_fields()).applied_at(MANAGER_CLUSTER, "", &endpoint)
+}
+
+/// The release of the Cluster's `spec.controlPlaneEndpoint` by `capt-cluster`: the control
+/// plane's deletion publishes it, where core does not run, before the control plane goes.
+pub fn endpoint_release(cluster: &Cluster) -> Publication {
+    Publication::main(
+        cluster,
+        MANAGER_CLUSTER,
+        json!({"spec": {"controlPlaneEndpoint": null}}),
+        vec![ENDPOINT_PATH.to_owned()],
+    )
 }
 
 /// The intents of `capt-cluster` for the Cluster: its status, then, when the endpoint is
@@ -94,7 +106,7 @@ pub fn decide(s: &Snapshot) -> Plan {
 mod tests {
     use super::*;
     use crate::reconcile::plan::{Next, Step};
-    use serde_json::{Value, json};
+    use serde_json::Value;
 
     fn cluster(extra: Value) -> Arc<Cluster> {
         let mut object = json!({
@@ -146,6 +158,7 @@ mod tests {
                     };
                     (on, p.fragment.clone(), p.release.clone())
                 }
+                other => panic!("the Cluster's decision only publishes: {other:?}"),
             })
             .collect()
     }
