@@ -1,0 +1,168 @@
+//! No request between a reconcile's snapshot and its plan: observing reads the watch caches
+//! only, and deciding is pure, so what a reconcile costs the API server is what its plan
+//! says, carried out by the executor. Each reconcile that has the observe → decide → act
+//! shape is run here up to its plan, with a client that counts every request it is asked
+//! to send (and answers none): the count stays 0. The executor's first write then shows the
+//! count counts.
+
+use capt_controller::api::{CAPTCluster, CAPTControlPlane, Cluster, WorkspaceTemplateApply};
+use capt_controller::context::{Context, Settings, recorder};
+use capt_controller::metrics::Metrics;
+use capt_controller::publish::Publisher;
+use capt_controller::reconcile::plan::{Object, Plan, Step};
+use capt_controller::reconcile::{act, cluster, deletion, owner};
+use capt_controller::rewake::Rewake;
+use capt_controller::watches::Caches;
+use capt_controller::write_loops::{Limit, WriteLoops};
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A client that counts the requests it is given and answers each with 503.
+fn counting_client(count: Arc<AtomicUsize>) -> kube::Client {
+    let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+        count.fetch_add(1, Ordering::SeqCst);
+        async {
+            let refused = http::Response::builder()
+                .status(503)
+                .body(kube::client::Body::empty())
+                .expect("a response");
+            Ok::<_, std::convert::Infallible>(refused)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+fn object<K: DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("an object of its kind")
+}
+
+fn cache<K>(objects: Vec<K>) -> reflector::Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut writer = Writer::<K>::default();
+    for o in objects {
+        writer.apply_watcher_event(&watcher::Event::Apply(o));
+    }
+    writer.as_reader()
+}
+
+fn the_cluster() -> Cluster {
+    object(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "demo", "namespace": "default", "uid": "uid-cluster"},
+        "spec": {
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "CAPTCluster", "name": "demo"},
+            "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                "kind": "CAPTControlPlane", "name": "demo"},
+        },
+    }))
+}
+
+fn capt_cluster(deleting: bool) -> CAPTCluster {
+    let mut value = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
+        "metadata": {"name": "demo", "namespace": "default", "uid": "uid-cc",
+            "labels": {"cluster.x-k8s.io/cluster-name": "demo"},
+            "finalizers": ["captcluster.infrastructure.cluster.x-k8s.io"]},
+        "spec": {"region": "r", "vpcTemplateRef": {"name": "vpc"},
+            "workspaceTemplateApplyName": "demo-vpc"},
+        "status": {"ready": true},
+    });
+    if deleting {
+        value["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+    }
+    object(value)
+}
+
+fn control_plane() -> CAPTControlPlane {
+    object(json!({
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "CAPTControlPlane",
+        "metadata": {"name": "demo", "namespace": "default", "uid": "uid-cp"},
+        "spec": {"version": "1.31", "workspaceTemplateRef": {"name": "t"}},
+        "status": {"initialization": {"controlPlaneInitialized": true}},
+    }))
+}
+
+fn vpc_apply() -> WorkspaceTemplateApply {
+    object(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
+        "metadata": {"name": "demo-vpc", "namespace": "default", "uid": "uid-apply",
+            "labels": {
+                "infrastructure.cluster.x-k8s.io/owner-kind": "CAPTCluster",
+                "infrastructure.cluster.x-k8s.io/owner-name": "demo",
+                "infrastructure.cluster.x-k8s.io/owner-namespace": "default",
+            }},
+        "spec": {"templateRef": {"name": "vpc"}},
+    }))
+}
+
+/// A context whose client counts, with `capt_clusters` (and the Cluster, its control plane
+/// and the VPC apply) in its caches.
+fn context(count: Arc<AtomicUsize>, capt_clusters: Vec<CAPTCluster>) -> Context {
+    let client = counting_client(count);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    Context {
+        caches: Caches {
+            clusters: cache(vec![the_cluster()]),
+            capt_clusters: cache(capt_clusters),
+            control_planes: cache(vec![control_plane()]),
+            applies: cache(vec![vpc_apply()]),
+            templates: cache(vec![]),
+            workspaces: cache(vec![]),
+        },
+        rewake: Rewake::new(Default::default()),
+        publisher: Publisher::new(status_applier_api::Client::new("/nonexistent/applier.sock")),
+        events: recorder(client.clone()),
+        client,
+        metrics,
+        settings: Settings::default(),
+        seen_secrets: Default::default(),
+        write_loops: std::sync::Mutex::new(WriteLoops::new(Limit {
+            writes: 6,
+            window: Duration::from_secs(60),
+        })),
+    }
+}
+
+#[tokio::test]
+async fn the_cluster_is_planned_from_its_caches_with_no_request() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let ctx = context(count.clone(), vec![capt_cluster(false)]);
+    let snapshot = cluster::observe(&ctx, Arc::new(the_cluster()));
+    let plan = cluster::decide(&snapshot);
+    assert!(snapshot.infrastructure.is_some() && snapshot.control_plane.is_some());
+    assert!(
+        !plan.steps.is_empty(),
+        "the Cluster's status is planned: {plan:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
+}
+
+#[tokio::test]
+async fn a_deletion_is_planned_from_its_caches_with_no_request() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let cc = capt_cluster(true);
+    let ctx = context(count.clone(), vec![cc.clone()]);
+    let (d, facts) = owner::deletion_of(&ctx, &cc, None);
+    let plan = deletion::decide(&cc, &facts, d);
+    let deletes = plan.steps.iter().any(|s| matches!(s, Step::Delete { .. }));
+    assert!(deletes, "the VPC apply's deletion is planned: {plan:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
+
+    // The count counts: the executor's delete is a request.
+    let delete = Plan::nothing().then(Step::Delete {
+        object: Object::of(&vpc_apply()),
+        doing: "deleting its WorkspaceTemplateApply",
+    });
+    let carried = act::carry_out(&ctx, "CAPTCluster/default/demo", delete).await;
+    assert!(carried.is_err(), "the counting client answers 503");
+    assert!(count.load(Ordering::SeqCst) >= 1, "the delete was counted");
+}
