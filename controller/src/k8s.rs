@@ -8,11 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::fmt::Debug;
 
-/// Field manager of the controller's finalizers.
-pub const FINALIZER_MANAGER: &str = "capt-controller-finalizer";
-/// Field manager of the controller's spec-side fields (`spec.workspaceTemplateApplyName`,
-/// WorkspaceTemplateApplies and Workspaces it renders).
-pub const SPEC_MANAGER: &str = "capt-controller";
+pub use crate::reconcile::plan::{FINALIZER_MANAGER, SPEC_MANAGER};
 
 /// Adds (`present`) or removes our finalizer; finalizers are a set, so other owners' stay.
 /// Answers the object as its write left it, when it wrote: a reconcile goes on with that,
@@ -68,25 +64,5 @@ where
 
 /// `fields` with the object's apiVersion, kind, name, namespace and uid.
 fn identity<K: Resource<DynamicType = ()>>(obj: &K, fields: Value) -> Value {
-    let mut body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": {"name": obj.name_any(), "uid": obj.uid()},
-    });
-    if let Some(ns) = obj.namespace() {
-        body["metadata"]["namespace"] = json!(ns);
-    }
-    merge(&mut body, fields);
-    body
-}
-
-fn merge(target: &mut Value, patch: Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(t.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (t, p) => *t = p,
-    }
+    crate::reconcile::plan::Object::of(obj).fields(fields)
 }

@@ -322,7 +322,7 @@ fn the_modules_of_the_controller_import_each_other_in_no_cycle() {
 fn decides(module: &str) -> bool {
     matches!(
         module,
-        "reconcile::plan" | "reconcile::deletion" | "reconcile::pause"
+        "reconcile::plan" | "reconcile::deletion" | "reconcile::pause" | "reconcile::apply_owner"
     ) || module.ends_with("::decide")
 }
 

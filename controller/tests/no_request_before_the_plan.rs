@@ -9,8 +9,8 @@ use capt_controller::api::{CAPTCluster, CAPTControlPlane, Cluster, WorkspaceTemp
 use capt_controller::context::{Context, Settings, recorder};
 use capt_controller::metrics::Metrics;
 use capt_controller::publish::Publisher;
-use capt_controller::reconcile::plan::{Object, Plan, Step};
-use capt_controller::reconcile::{act, cluster, deletion, owner};
+use capt_controller::reconcile::plan::{Next, Object, Plan, Progress, Step};
+use capt_controller::reconcile::{act, capt_cluster, cluster, deletion, owner};
 use capt_controller::rewake::Rewake;
 use capt_controller::watches::Caches;
 use capt_controller::write_loops::{Limit, WriteLoops};
@@ -142,6 +142,23 @@ async fn the_cluster_is_planned_from_its_caches_with_no_request() {
     assert!(
         !plan.steps.is_empty(),
         "the Cluster's status is planned: {plan:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
+}
+
+#[tokio::test]
+async fn a_capt_cluster_is_planned_from_its_caches_with_no_request() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut new = capt_cluster(false);
+    new.metadata.finalizers = None;
+    let ctx = context(count.clone(), vec![new.clone()]);
+    let snapshot = capt_cluster::observe(&ctx, Arc::new(new));
+    let plan = capt_cluster::decide(&snapshot, &Progress::default(), jiff::Timestamp::now());
+    assert!(snapshot.named_cluster.is_some() && snapshot.apply.is_some());
+    assert_eq!(
+        plan.next,
+        Next::Redecide,
+        "its finalizer is written first: {plan:?}"
     );
     assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
 }

@@ -1,9 +1,11 @@
 //! Carries out a [`Plan`]: each step in order, the first failure ending it (the steps
-//! before it stay done, and the retry decides again from what it then observes). It knows no
-//! rule of CAPT: what to write, and in which order, is the plan's. The only reconcile module
-//! that writes.
+//! before it stay done, and the retry decides again from what it then observes). A plan
+//! that needs what its writes answered asks to be decided again ([`Next::Redecide`]): the
+//! decision is then made anew from the same snapshot and those answers. It knows no rule of
+//! CAPT: what to write, and in which order, is the plan's. The only reconcile module that
+//! writes.
 
-use super::plan::{Next, Object, Plan, Step};
+use super::plan::{Next, Object, Plan, Progress, Step};
 use super::{Error, Result};
 use crate::context::Context;
 use crate::k8s::{FINALIZER_MANAGER, gone};
@@ -12,9 +14,48 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+/// How many plans one reconcile may carry out: a decision that asks for more never settles,
+/// which is a fault of the decision, not of the object (each of today's settles in two).
+const MOST_ROUNDS: usize = 4;
+
 /// Carries out `plan`, made by the reconcile of `subject` (`kind/namespace/name`, which a
 /// failure names); returns when to reconcile again.
 pub async fn carry_out(ctx: &Context, subject: &str, plan: Plan) -> Result<Action> {
+    let mut plan = Some(plan);
+    carry_out_rounds(ctx, subject, |_| plan.take().unwrap_or_default()).await
+}
+
+/// Carries out the plans `decide` makes, round after round: the first from nothing written,
+/// each next one (when a plan asks, [`Next::Redecide`]) from what the writes so far
+/// answered. Returns when to reconcile again.
+pub async fn carry_out_rounds(
+    ctx: &Context,
+    subject: &str,
+    mut decide: impl FnMut(&Progress) -> Plan,
+) -> Result<Action> {
+    let mut progress = Progress::default();
+    for _ in 0..MOST_ROUNDS {
+        let plan = decide(&progress);
+        carry_out_steps(ctx, subject, plan.steps, &mut progress).await?;
+        match plan.next {
+            Next::Redecide => continue,
+            Next::AwaitChange => return Ok(Action::await_change()),
+            Next::After(after) => return Ok(Action::requeue(after)),
+        }
+    }
+    Err(Error::Unsettled {
+        subject: subject.to_owned(),
+        rounds: MOST_ROUNDS,
+    })
+}
+
+/// Carries out `steps`, in order, keeping what each write answered in `progress`.
+pub(super) async fn carry_out_steps(
+    ctx: &Context,
+    subject: &str,
+    steps: Vec<Step>,
+    progress: &mut Progress,
+) -> Result<()> {
     let failed = |action: &'static str| {
         move |source| Error::Kube {
             subject: subject.to_owned(),
@@ -22,10 +63,31 @@ pub async fn carry_out(ctx: &Context, subject: &str, plan: Plan) -> Result<Actio
             source,
         }
     };
-    for step in plan.steps {
+    for step in steps {
         match step {
             Step::Publish(publication) => {
                 ctx.publish(publication).await?;
+            }
+            Step::Apply {
+                object,
+                manager,
+                force,
+                body,
+                doing,
+                wrote,
+            } => {
+                let params = PatchParams {
+                    force,
+                    ..PatchParams::apply(manager)
+                };
+                let answer = api(ctx, &object)
+                    .patch(&object.name, &params, &Patch::Apply(&body))
+                    .await
+                    .map_err(failed(doing))?;
+                if let Some(w) = wrote {
+                    ctx.wrote(w.written, w.basis, w.regarding).await;
+                }
+                progress.answered(doing, answer);
             }
             Step::Warn(w) => {
                 ctx.warn_regarding(&w.regarding, w.reason, w.action, w.note)
@@ -93,10 +155,7 @@ pub async fn carry_out(ctx: &Context, subject: &str, plan: Plan) -> Result<Actio
             }
         }
     }
-    Ok(match plan.next {
-        Next::AwaitChange => Action::await_change(),
-        Next::After(after) => Action::requeue(after),
-    })
+    Ok(())
 }
 
 fn api(ctx: &Context, object: &Object) -> Api<DynamicObject> {

@@ -5,10 +5,8 @@
 use super::cluster::{endpoint_still_ours, managed_by_core};
 use super::deletion;
 use super::owner::{self, ApplyOwner};
-use super::shared::{
-    created, names_control_plane, observe_workspace, owning_cluster, secret_endpoint,
-};
-use super::{Result, after, kube_err};
+use super::shared::{names_control_plane, observe_workspace, owning_cluster, secret_endpoint};
+use super::{Result, after, apply_owner, kube_err};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
     WorkspaceTemplateApply,
@@ -77,7 +75,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let api: Api<CAPTControlPlane> =
         Api::namespaced(ctx.client.clone(), &cp.namespace().unwrap_or_default());
     let cluster = proven_cluster(&ctx, &cp).await;
-    if let Some(held) = owner::hold_if_paused(&*cp, cluster.as_ref(), Timestamp::now()) {
+    if let Some(held) = apply_owner::hold_if_paused(&*cp, cluster.as_ref(), Timestamp::now()) {
         return super::act::carry_out(&ctx, &super::subject(&*cp), held).await;
     }
     if cp.meta().deletion_timestamp.is_some() {
@@ -92,7 +90,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         apply,
         refusal,
         written,
-    } = observe_infrastructure(&ctx, &cp, &api, cluster.as_ref()).await?;
+    } = observe_infrastructure(&ctx, &cp, cluster.as_ref()).await?;
     let workspace_ready = input.workspace.as_ref().is_some_and(|w| w.is_ready());
     let mut desired = desired_control_plane(&input);
     // What the endpoint and status are computed from, less the clock and the status's own
@@ -130,11 +128,16 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
         }
     }
     if let Some(refusal) = &refusal {
-        owner::add_refusal(&mut desired.status_fragment, &*cp, refusal);
+        apply_owner::add_refusal(
+            &mut desired.status_fragment,
+            &*cp,
+            refusal,
+            Timestamp::now(),
+        );
     }
     observe_phase(&ctx, &cp, desired.phase);
-    let recheck = after(owner::recheck(
-        &ctx,
+    let recheck = after(apply_owner::recheck(
+        ctx.settings.poll_interval,
         desired.recheck_after,
         refusal.as_ref(),
     ));
@@ -167,7 +170,6 @@ struct Observed {
 async fn observe_infrastructure(
     ctx: &Context,
     cp: &CAPTControlPlane,
-    api: &Api<CAPTControlPlane>,
     cluster: Option<&Cluster>,
 ) -> Result<Observed> {
     let vpc_ready = vpc_ready(ctx, cp, cluster);
@@ -178,7 +180,7 @@ async fn observe_infrastructure(
     let mut written = None;
     let apply = match (vpc_ready, cluster) {
         (Some(true), Some(cluster)) => {
-            match owner::ensure_recorded_apply(ctx, api, cp, cluster).await? {
+            match owner::ensure_recorded_apply(ctx, cp, cluster).await? {
                 Ok(recorded) => {
                     generation = recorded.generation;
                     written = recorded.written;
@@ -209,7 +211,7 @@ async fn observe_infrastructure(
             .control_plane_config
             .as_ref()
             .and_then(|c| c.timeouts.clone()),
-        created: created(cp),
+        created: apply_owner::created(cp, Timestamp::now()),
         now: Timestamp::now(),
         existing: cp.status.clone(),
         cluster_found: cluster.is_some(),

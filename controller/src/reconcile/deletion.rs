@@ -191,6 +191,7 @@ mod tests {
                     format!("publish {} {} {on}{reason}", p.target.kind, p.key.manager)
                 }
                 Step::Warn(w) => format!("warn {}", w.reason),
+                Step::Apply { object, doing, .. } => format!("{doing} {}", object.name),
                 Step::Delete { object, .. } => format!("delete {} {:?}", object.name, object.uid),
                 Step::Orphan { object, .. } => format!("orphan {} {:?}", object.name, object.uid),
                 Step::RemoveFinalizer { object, finalizer } => {

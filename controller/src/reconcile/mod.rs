@@ -4,6 +4,7 @@
 
 pub mod act;
 pub mod apply;
+pub mod apply_owner;
 pub mod capt_cluster;
 pub mod cluster;
 pub mod control_plane;
@@ -48,6 +49,15 @@ pub enum Error {
     /// A Workspace could not be rendered.
     #[error(transparent)]
     Render(#[from] crate::render::RenderError),
+    /// A decision kept asking to be made again (a fault of the controller, not of the
+    /// object; retried like any failure).
+    #[error("{subject}: the decision did not settle in {rounds} rounds")]
+    Unsettled {
+        /// `kind/namespace/name`.
+        subject: String,
+        /// How many plans were carried out.
+        rounds: usize,
+    },
 }
 
 impl Error {
@@ -60,6 +70,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Publish(_) => "publish",
             Error::Render(_) => "render",
+            Error::Unsettled { .. } => "unsettled",
         }
     }
 }

@@ -8,20 +8,15 @@ use crate::api::{
     WorkspaceTemplateApply,
 };
 use crate::context::Context;
-use crate::k8s::SPEC_MANAGER;
-use crate::render::{
-    CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL, legacy_workspace_name, workspace_name,
-};
+use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
 use crate::status::workspace::WorkspaceObservation;
-use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Placement, Refusal};
+use crate::tenancy::{ApplyClaim, Placement};
 use crate::watches::{cached, cached_beside};
-use crate::write_loops::Basis;
-use crate::write_loops::Written;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Annotation marking an apply the controller adopted rather than created: its spec is the
 /// user's and is left alone. (The user asks for an adoption with
@@ -82,118 +77,6 @@ fn names<K: Resource<DynamicType = ()>>(
     obj: &K,
 ) -> bool {
     r.is_some_and(|r| r.names::<K>(&obj.name_any())) && cluster.namespace() == obj.namespace()
-}
-
-/// What to create when an object has no apply yet.
-pub struct ApplySpec {
-    /// The apply's name.
-    pub name: String,
-    /// Its `spec`.
-    pub spec: Value,
-}
-
-/// Creates the object's apply, or uses an existing one of that name that is provably its own:
-/// our owner labels name this object, or the user annotated it for adoption
-/// ([`crate::tenancy::ADOPT_ANNOTATION`]; its spec then stays the user's and it gains our
-/// labels). Any other existing apply is left alone: `Ok(Err(refusal))`.
-pub async fn ensure_apply<K>(
-    ctx: &Context,
-    owner: &K,
-    wanted: ApplySpec,
-) -> Result<Result<WorkspaceTemplateApply, Refusal>>
-where
-    K: Resource<DynamicType = ()>,
-{
-    let ns = owner.namespace().unwrap_or_default();
-    let api: Api<WorkspaceTemplateApply> = Api::namespaced(ctx.client.clone(), &ns);
-    let existing = get_apply(ctx, owner, &wanted.name);
-    let adopted = match adoption(owner, existing.as_ref(), &wanted.name) {
-        Ok(adopted) => adopted,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
-    let name = wanted.name.clone();
-    let body = desired_apply(owner, wanted, existing.as_ref(), adopted);
-    // Applying what is already there changes nothing at the server but still costs a write
-    // on every reconcile: skip it. The spec must match exactly (a field we stopped wanting
-    // must go); labels and annotations only need to be there (others may add theirs).
-    if let Some(existing) = existing {
-        let live = serde_json::to_value(&existing).unwrap_or_default();
-        let spec_matches = adopted || live.get("spec") == body.get("spec");
-        if spec_matches && contains(&live["metadata"], &body["metadata"]) {
-            return Ok(Ok(existing));
-        }
-    }
-    let params = PatchParams::apply(SPEC_MANAGER).force();
-    let applied = api
-        .patch(&name, &params, &Patch::Apply(&body))
-        .await
-        .map_err(kube_err(owner, "applying its WorkspaceTemplateApply"))?;
-    // The apply is a function of its owner (spec, Cluster) and of whether it was adopted.
-    let observed = (&name, cluster_name(owner), adopted);
-    let written = Written::of::<WorkspaceTemplateApply>(Some(&ns), &name, SPEC_MANAGER, None);
-    let basis = Basis::of(owner.meta().generation, &observed);
-    ctx.wrote(written, basis, owner.object_ref(&())).await;
-    Ok(Ok(applied))
-}
-
-/// Whether the existing apply named `name`, if any, is one `owner` adopted (its spec is then
-/// the user's), or why it is not `owner`'s to use.
-fn adoption<K: Resource<DynamicType = ()>>(
-    owner: &K,
-    existing: Option<&WorkspaceTemplateApply>,
-    name: &str,
-) -> std::result::Result<bool, Refusal> {
-    let Some(existing) = existing else {
-        return Ok(false);
-    };
-    match claim_of(owner, existing) {
-        ApplyClaim::NotOurs(why) => Err(Refusal {
-            condition: APPLY_OWNED_CONDITION,
-            reason: APPLY_NOT_OURS,
-            message: format!(
-                "WorkspaceTemplateApply {}/{name} exists and is not this {}'s: {why}",
-                owner.namespace().unwrap_or_default(),
-                K::kind(&())
-            ),
-        }),
-        ApplyClaim::Adoptable => Ok(true),
-        ApplyClaim::Ours => Ok(existing.annotations().contains_key(ADOPTED_ANNOTATION)),
-    }
-}
-
-/// The WorkspaceTemplateApply `owner` wants: its owner labels (and its Cluster's and shard's), and either
-/// the wanted spec or, adopted, the adoption's annotation on the existing apply's uid.
-fn desired_apply<K: Resource<DynamicType = ()>>(
-    owner: &K,
-    wanted: ApplySpec,
-    existing: Option<&WorkspaceTemplateApply>,
-    adopted: bool,
-) -> Value {
-    let ns = owner.namespace().unwrap_or_default();
-    let mut labels = json!({
-        OWNER_KIND_LABEL: K::kind(&()), OWNER_NAME_LABEL: owner.name_any(), OWNER_NAMESPACE_LABEL: ns,
-    });
-    if let Some(cluster) = cluster_name(owner) {
-        labels[CLUSTER_NAME_LABEL] = json!(cluster);
-    }
-    // The owner's shard (`--watch-filter`): its apply must be watched by the same controller.
-    if let Some(shard) = owner.labels().get(WATCH_FILTER_LABEL) {
-        labels[WATCH_FILTER_LABEL] = json!(shard);
-    }
-    // No owner reference: the garbage collector would delete the apply as soon as its owner
-    // is deleted, racing the deletion order (the control plane before the VPC). The owner's
-    // finalizer deletes it instead, in order; the labels map events back to the owner.
-    let mut body = json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "WorkspaceTemplateApply",
-        "metadata": {"name": wanted.name, "namespace": ns, "labels": labels},
-    });
-    if adopted {
-        body["metadata"]["annotations"] = json!({ADOPTED_ANNOTATION: "true"});
-        body["metadata"]["uid"] = json!(existing.and_then(|a| a.uid()));
-    } else {
-        body["spec"] = wanted.spec;
-    }
-    body
 }
 
 /// Whether `apply` is `owner`'s, from its owner labels and the adopt annotation.
@@ -270,18 +153,36 @@ impl Located {
     }
 }
 
-/// Finds the Workspace of `apply`, as cached: under
+/// Finds the Workspace of `apply`, as cached ([`locate`]).
+pub fn locate_workspace(ctx: &Context, apply: &WorkspaceTemplateApply) -> Located {
+    locate(apply, |n| {
+        cached(&ctx.caches.workspaces, None, n).map(|w| (*w).clone())
+    })
+}
+
+/// The names the Workspace of the apply `namespace`/`name` may have: [`workspace_name`],
+/// and [`legacy_workspace_name`] (a Workspace rendered before names carried the namespace).
+pub fn workspace_names(namespace: &str, name: &str) -> [String; 2] {
+    [
+        workspace_name(namespace, name),
+        legacy_workspace_name(namespace, name),
+    ]
+}
+
+/// Finds the Workspace of `apply` among those `workspace` answers by name: under
 /// [`workspace_name`] when it is the apply's, else under [`legacy_workspace_name`] when that
 /// one is provably the apply's (`crate::tenancy::place_workspace`). Level-triggered: decided
 /// from what exists each time, nothing remembered.
-pub fn locate_workspace(ctx: &Context, apply: &WorkspaceTemplateApply) -> Located {
+pub fn locate(
+    apply: &WorkspaceTemplateApply,
+    workspace: impl Fn(&str) -> Option<TerraformWorkspace>,
+) -> Located {
     let (ns, name, uid) = (
         apply.namespace().unwrap_or_default(),
         apply.name_any(),
         apply.uid(),
     );
-    let get = |n: String| cached(&ctx.caches.workspaces, None, &n).map(|w| (*w).clone());
-    let current = get(workspace_name(&ns, &name));
+    let current = workspace(&workspace_name(&ns, &name));
     let place = |current: Option<&TerraformWorkspace>, legacy: Option<&TerraformWorkspace>| {
         crate::tenancy::place_workspace(
             &ns,
@@ -300,7 +201,7 @@ pub fn locate_workspace(ctx: &Context, apply: &WorkspaceTemplateApply) -> Locate
     }
     let legacy_name = legacy_workspace_name(&ns, &name);
     let legacy = match legacy_name != placement.name() {
-        true => get(legacy_name),
+        true => workspace(&legacy_name),
         false => None,
     };
     let placement = place(current.as_ref(), legacy.as_ref());
@@ -350,11 +251,6 @@ pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
         .and_then(|s| s.data)
         .and_then(|d| d.get("cluster_endpoint").cloned())
         .and_then(|v| String::from_utf8(v.0).ok()))
-}
-
-/// When `obj` was created; now for an object not stored yet (a timeout then starts now).
-pub fn created<K: Resource>(obj: &K) -> jiff::Timestamp {
-    (obj.meta().creation_timestamp.as_ref()).map_or_else(jiff::Timestamp::now, |t| t.0)
 }
 
 /// The apply a deletion acts on, as cached.
