@@ -5,18 +5,21 @@
 //! CAPT: what to write, and in which order, is the plan's. The only reconcile module that
 //! writes.
 
-use super::plan::{Next, Object, Plan, Progress, Step};
+use super::plan::{Next, Object, Plan, Progress, Sealed, Step};
 use super::{Error, Result};
 use crate::context::Context;
-use crate::k8s::{FINALIZER_MANAGER, gone};
+use crate::k8s::{FINALIZER_MANAGER, SPEC_MANAGER, gone};
 use crate::write_loops::ObjectId;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
 /// How many plans one reconcile may carry out: a decision that asks for more never settles,
-/// which is a fault of the decision, not of the object (each of today's settles in two).
-const MOST_ROUNDS: usize = 4;
+/// which is a fault of the decision, not of the object (the longest of today's, a new
+/// control plane's whose endpoint is in its connection Secret, settles in five).
+pub(super) const MOST_ROUNDS: usize = 8;
 
 /// Carries out `plan`, made by the reconcile of `subject` (`kind/namespace/name`, which a
 /// failure names); returns when to reconcile again.
@@ -66,7 +69,42 @@ pub(super) async fn carry_out_steps(
     for step in steps {
         match step {
             Step::Publish(publication) => {
-                ctx.publish(publication).await?;
+                let key = publication.key.clone();
+                let published = ctx.publish(publication).await?;
+                progress.was_published(key, published.generation());
+            }
+            Step::Read { object, doing } => {
+                let found = api(ctx, &object)
+                    .get_opt(&object.name)
+                    .await
+                    .map_err(failed(doing))?;
+                progress.was_read(doing, object.name, found);
+            }
+            Step::WriteSecret {
+                secret,
+                doing,
+                wrote,
+            } => {
+                let Sealed(secret) = secret;
+                let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
+                let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+                if secret.metadata.uid.is_none() {
+                    let params = PostParams {
+                        field_manager: Some(SPEC_MANAGER.into()),
+                        ..PostParams::default()
+                    };
+                    api.create(&params, &secret).await.map_err(failed(doing))?;
+                } else {
+                    let params = PatchParams::apply(SPEC_MANAGER).force();
+                    (api.patch(&name, &params, &Patch::Apply(&secret)).await)
+                        .map_err(failed(doing))?;
+                }
+                tracing::info!(subject, secret = name, "Secret written");
+                ctx.wrote(wrote.written, wrote.basis, wrote.regarding).await;
+            }
+            Step::PhaseReached { phase, seconds } => {
+                let label = crate::metrics::PhaseLabel { phase };
+                (ctx.metrics.phase_transition.get_or_create(&label)).observe(seconds.max(0.0));
             }
             Step::Apply {
                 object,

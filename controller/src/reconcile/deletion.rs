@@ -200,6 +200,7 @@ mod tests {
                 Step::Deleted { object, started } => {
                     format!("deleted {} {}", object.name, started.is_some())
                 }
+                other => format!("{other:?}"),
             })
             .collect()
     }

@@ -7,7 +7,7 @@
 use crate::publish::Publication;
 use crate::write_loops::{Basis, Written};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::{Resource, ResourceExt};
@@ -72,6 +72,35 @@ pub enum Step {
         /// The finalizer.
         finalizer: &'static str,
     },
+    /// Read the object from the API server, for what no cache holds (a Secret, which is not
+    /// watched; the managedFields the caches strip); what it answers, or that there is none,
+    /// is kept for the next round's decision, under `doing` and the object's name
+    /// ([`Progress::read`]).
+    Read {
+        /// The object.
+        object: Object,
+        /// What that is to the reconciled object ("reading its …"): a failure's action, and
+        /// the key of its answer.
+        doing: &'static str,
+    },
+    /// Write a Secret the reconcile computes, under [`SPEC_MANAGER`]: created when it has no
+    /// uid (none was read; a create fails rather than take over one made since), else
+    /// applied, forced, with that uid (the one read) as a precondition.
+    WriteSecret {
+        /// The Secret, which holds Secret data: compared and sent, never printed.
+        secret: Sealed,
+        /// What that is to the reconciled object ("writing a …"): a failure's action.
+        doing: &'static str,
+        /// Told to the write-loop guard once written.
+        wrote: Wrote,
+    },
+    /// The object reached `phase` `seconds` after it began its way there (a metric).
+    PhaseReached {
+        /// The phase.
+        phase: String,
+        /// How long it took.
+        seconds: f64,
+    },
     /// The object's deletion is done as far as we are concerned: how long it took is
     /// recorded, and what was delivered for it forgotten.
     Deleted {
@@ -125,6 +154,16 @@ impl Object {
         }
     }
 
+    /// The `K` `name` in `namespace`, whatever its uid.
+    pub fn named<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> Self {
+        Self {
+            resource: ApiResource::erase::<K>(&()),
+            namespace: Some(namespace.to_owned()),
+            name: name.to_owned(),
+            uid: None,
+        }
+    }
+
     /// An applied configuration of the object: `fields` with its apiVersion, kind, name,
     /// namespace and uid (a precondition: the API server refuses it for another object).
     pub fn fields(&self, fields: Value) -> Value {
@@ -138,6 +177,22 @@ impl Object {
         }
         merge(&mut body, fields);
         body
+    }
+}
+
+/// A Secret to write: compared and sent, never printed (its `Debug` names it, not its data),
+/// so that no log, panic or error carries its data.
+#[derive(Clone, PartialEq)]
+pub struct Sealed(pub Box<Secret>);
+
+impl std::fmt::Debug for Sealed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Sealed({}/{})",
+            self.0.namespace().unwrap_or_default(),
+            self.0.name_any()
+        )
     }
 }
 
@@ -184,17 +239,40 @@ pub enum Next {
     Redecide,
 }
 
-/// What the writes of a reconcile's plans answered so far: the objects the API server
-/// returned, by what the write was doing. Empty for the first plan.
-#[derive(Clone, Debug, Default)]
+/// What the steps of a reconcile's plans answered so far: the objects the API server
+/// returned for writes, by what the write was doing; the objects read (or that there was
+/// none), by what the read was doing and their name; and the generation each publication
+/// left. Empty for the first plan. Its `Debug` names what was answered, never what (a read
+/// Secret's data stays out of every log).
+#[derive(Clone, Default)]
 pub struct Progress {
     answers: Vec<(&'static str, DynamicObject)>,
+    reads: Vec<(&'static str, String, Option<DynamicObject>)>,
+    published: Vec<(Written, Option<i64>)>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let answers: Vec<_> = self
+            .answers
+            .iter()
+            .map(|(d, o)| (d, o.name_any()))
+            .collect();
+        let reads: Vec<_> = (self.reads.iter())
+            .map(|(d, name, o)| (d, name, o.is_some()))
+            .collect();
+        f.debug_struct("Progress")
+            .field("answers", &answers)
+            .field("reads", &reads)
+            .field("published", &self.published)
+            .finish()
+    }
 }
 
 impl Progress {
-    /// True before any write answered.
+    /// True before any step answered.
     pub fn is_empty(&self) -> bool {
-        self.answers.is_empty()
+        self.answers.is_empty() && self.reads.is_empty() && self.published.is_empty()
     }
 
     /// Keeps what the write `doing` answered.
@@ -206,8 +284,36 @@ impl Progress {
     /// something that is not one).
     pub fn answer<K: DeserializeOwned>(&self, doing: &str) -> Option<K> {
         let (_, object) = self.answers.iter().rev().find(|(d, _)| *d == doing)?;
-        serde_json::from_value(serde_json::to_value(object).ok()?).ok()
+        as_kind(object)
     }
+
+    /// Keeps what the read `doing` of `name` found.
+    pub fn was_read(&mut self, doing: &'static str, name: String, found: Option<DynamicObject>) {
+        self.reads.push((doing, name, found));
+    }
+
+    /// What the read `doing` of `name` found, as a `K`: `None` when it was not made,
+    /// `Some(None)` when there was no such object.
+    pub fn read<K: DeserializeOwned>(&self, doing: &str, name: &str) -> Option<Option<K>> {
+        let (.., found) = (self.reads.iter().rev()).find(|(d, n, _)| *d == doing && n == name)?;
+        Some(found.as_ref().and_then(as_kind))
+    }
+
+    /// Keeps the generation a publication of `key` left.
+    pub fn was_published(&mut self, key: Written, generation: Option<i64>) {
+        self.published.push((key, generation));
+    }
+
+    /// The generation the publication of `key` left (`Some(None)`: none known); `None` when
+    /// it was not published.
+    pub fn published(&self, key: &Written) -> Option<Option<i64>> {
+        let (_, generation) = self.published.iter().rev().find(|(k, _)| k == key)?;
+        Some(*generation)
+    }
+}
+
+fn as_kind<K: DeserializeOwned>(object: &DynamicObject) -> Option<K> {
+    serde_json::from_value(serde_json::to_value(object).ok()?).ok()
 }
 
 impl Plan {
