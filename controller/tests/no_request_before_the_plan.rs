@@ -1,5 +1,5 @@
 //! No request between a reconcile's snapshot and its plan: observing reads the watch caches
-//! only, and deciding is pure, so what a reconcile costs the API server is what its plan
+//! only, and deciding is pure (a live read is a step the plan asks for), so what a reconcile costs the API server is what its plan
 //! says, carried out by the executor. Each reconcile that has the observe → decide → act
 //! shape is run here up to its plan, with a client that counts every request it is asked
 //! to send (and answers none): the count stays 0. The executor's first write then shows the
@@ -10,7 +10,7 @@ use capt_controller::context::{Context, Settings, recorder};
 use capt_controller::metrics::Metrics;
 use capt_controller::publish::Publisher;
 use capt_controller::reconcile::plan::{Next, Object, Plan, Progress, Step};
-use capt_controller::reconcile::{act, capt_cluster, cluster, deletion, owner};
+use capt_controller::reconcile::{act, capt_cluster, cluster, control_plane, deletion, owner};
 use capt_controller::rewake::Rewake;
 use capt_controller::watches::Caches;
 use capt_controller::write_loops::{Limit, WriteLoops};
@@ -160,6 +160,39 @@ async fn a_capt_cluster_is_planned_from_its_caches_with_no_request() {
         Next::Redecide,
         "its finalizer is written first: {plan:?}"
     );
+    assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
+}
+
+#[tokio::test]
+async fn a_control_plane_is_planned_from_its_caches_with_no_request() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut ctx = context(count.clone(), vec![capt_cluster(false)]);
+    let mut cp = control_plane();
+    cp.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".into(), "demo".into())].into());
+    let snapshot = control_plane::observe(&ctx, Arc::new(cp.clone()));
+    let plan = control_plane::decide(&snapshot, &Progress::default(), jiff::Timestamp::now());
+    assert!(snapshot.named_cluster.is_some() && snapshot.infrastructure.is_some());
+    assert_eq!(
+        plan.next,
+        Next::Redecide,
+        "its finalizer is written first: {plan:?}"
+    );
+    // Its deletion, where core does not run, needs the Cluster's managedFields, which no
+    // cache holds: a read the plan asks for, not one made before it.
+    ctx.settings.without_core = true;
+    cp.metadata.finalizers = Some(vec![
+        capt_controller::api::CAPT_CONTROL_PLANE_FINALIZER.into(),
+    ]);
+    cp.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    let snapshot = control_plane::observe(&ctx, Arc::new(cp));
+    let plan = control_plane::decide(&snapshot, &Progress::default(), jiff::Timestamp::now());
+    let reads = plan
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::Read { doing, .. } if *doing == control_plane::READING_CLUSTER));
+    assert!(reads, "the Cluster's read is planned: {plan:?}");
     assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
 }
 

@@ -44,7 +44,7 @@ impl ApplyOwner for CAPTCluster {
     }
 
     /// Its region, and the VPC's bare name (`CLUSTER_NAME` and the VPC's name get their
-    /// namespace in [`apply_owner::apply_writes`]).
+    /// namespace in [`super::apply_owner::apply_writes`]).
     fn apply_variables(&self) -> Value {
         let mut variables = json!({"REGION": self.spec.region});
         if let Some(vpc) = &self.spec.vpc_config {

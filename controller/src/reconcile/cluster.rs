@@ -2,8 +2,8 @@
 //! `Provisioned` and `spec.controlPlaneEndpoint`, computed by [`crate::status::cluster`]
 //! from the CAPTCluster and CAPTControlPlane the Cluster references. A reconcile observes
 //! (the two from the caches, [`observe`]), decides ([`decide::decide`]) and acts
-//! ([`super::act`]). Also the endpoint's live ownership and its release, which the control
-//! plane's deletion uses.
+//! ([`super::act`]). Also whether the endpoint is still ours and its release, which the
+//! control plane's deletion decides from the Cluster it reads live.
 
 mod decide;
 
@@ -12,12 +12,11 @@ pub use self::decide::{
     managed_by_core,
 };
 
-use super::{Result, kube_err};
+use super::Result;
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
 use crate::context::Context;
 use crate::watches::cached;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use std::sync::Arc;
 
@@ -44,15 +43,4 @@ pub fn observe(ctx: &Context, cluster: Arc<Cluster>) -> Snapshot {
         control_plane,
         without_core: ctx.settings.without_core,
     }
-}
-
-/// [`endpoint_owned_by_us`], read from the API server: the cache holds no managedFields.
-pub async fn endpoint_still_ours(ctx: &Context, cluster: &Cluster) -> Result<bool> {
-    let api: Api<Cluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let live = api
-        .get_opt(&cluster.name_any())
-        .await
-        .map_err(kube_err(cluster, "reading its managedFields"))?;
-    Ok(live.is_some_and(|c| endpoint_owned_by_us(&c)))
 }

@@ -1,69 +1,19 @@
-//! What a CAPTCluster and a CAPTControlPlane both are to the controller: the owner of one
-//! WorkspaceTemplateApply (named, specified, recorded in `spec.workspaceTemplateApplyName`,
-//! deleted in order), with a finalizer, a status field manager and its conditions. The two
-//! reconcilers differ only in what they compute; this is what they share.
+//! What the observations of a CAPTCluster and a CAPTControlPlane share, as owners of one
+//! WorkspaceTemplateApply: what they read of it and of their peers from the caches (the
+//! names their Cluster's applies recorded, their deletion's facts). The rules they share are
+//! [`super::apply_owner`]'s, and pure.
 
 use super::deletion::Deletion;
-use super::plan::Progress;
-use super::{Result, act, apply_owner, shared};
-use crate::api::{CAPTCluster, CAPTControlPlane, Cluster, WorkspaceTemplateApply};
+use super::{apply_owner, shared};
+use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
 use crate::context::Context;
 use crate::names;
 use crate::status::deletion::DeletionFacts;
-use crate::tenancy::Refusal;
 use crate::watches::cached_beside;
 use jiff::Timestamp;
 use kube::{Resource, ResourceExt};
-use serde_json::Value;
 
 pub use super::apply_owner::ApplyOwner;
-
-/// The owner's apply, and the owner's generation once its name is recorded.
-#[derive(Debug)]
-pub struct Recorded {
-    /// The WorkspaceTemplateApply.
-    pub apply: WorkspaceTemplateApply,
-    /// The owner's resourceVersion after recording the apply's name, when this reconcile
-    /// recorded it ([`crate::publish::Publication::after`]).
-    pub written: Option<String>,
-    /// The owner's `metadata.generation` after recording the apply's name: recording it is
-    /// a spec change, so a status computed in the same reconcile observes this generation,
-    /// not the cached one (else the status is written twice, once for each generation).
-    pub generation: Option<i64>,
-}
-
-/// Creates or adopts the owner's apply and records its name in the owner's
-/// `spec.workspaceTemplateApplyName` (field manager `capt-controller`), once, as
-/// [`apply_owner::apply_writes`] decides from the caches; `Ok(Err(refusal))` when it refuses.
-pub async fn ensure_recorded_apply<O: ApplyOwner>(
-    ctx: &Context,
-    owner: &O,
-    cluster: &Cluster,
-) -> Result<Result<Recorded, Refusal>> {
-    let existing = shared::get_apply(ctx, owner, &owner.apply_name());
-    let siblings = cluster_names_recorded(ctx, cluster);
-    let allowed = &ctx.settings.allowed_template_namespaces;
-    let writes =
-        match apply_owner::apply_writes(owner, cluster, existing.as_ref(), &siblings, allowed) {
-            Ok(writes) => writes,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-    let steps = writes.apply.into_iter().chain(writes.record).collect();
-    let mut progress = Progress::default();
-    act::carry_out_steps(ctx, &super::subject(owner), steps, &mut progress).await?;
-    let recorded = progress.answer::<O>(apply_owner::RECORDING);
-    let apply = progress
-        .answer(apply_owner::APPLYING)
-        .or(existing)
-        .expect("an apply not written is the one cached");
-    Ok(Ok(Recorded {
-        apply,
-        written: recorded.as_ref().and_then(|r| r.resource_version()),
-        generation: recorded
-            .and_then(|r| r.meta().generation)
-            .max(owner.meta().generation),
-    }))
-}
 
 /// The `CLUSTER_NAME`s the applies of the Cluster's CAPTCluster and CAPTControlPlane (those
 /// its references name, as cached) recorded.
@@ -92,15 +42,6 @@ fn recorded_names<O: ApplyOwner>(
 ) -> Option<std::collections::BTreeMap<String, String>> {
     let apply = shared::get_apply(ctx, owner, &owner.apply_name())?;
     apply_owner::recorded_names(owner, &apply)
-}
-
-/// A Warning Event when the status about to be published newly says that a person must act
-/// ([`apply_owner::needing_operator`]).
-pub async fn warn_if_needing_operator<O: ApplyOwner>(ctx: &Context, owner: &O, fragment: &Value) {
-    if let Some(w) = apply_owner::needing_operator(owner, fragment) {
-        ctx.warn_regarding(&w.regarding, w.reason, w.action, w.note)
-            .await;
-    }
 }
 
 /// What the deletion of `owner` is: its description (with its apply, if any) and the facts

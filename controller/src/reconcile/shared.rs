@@ -2,7 +2,7 @@
 //! Workspace of an apply, the connection Secret's endpoint, and what a deletion finds of an
 //! object's apply (read by the owner, carried out by `deletion`).
 
-use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, Result, kube_err};
+use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, ContractVersionedObjectReference, TerraformWorkspace,
     WorkspaceTemplateApply,
@@ -13,8 +13,6 @@ use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{ApplyClaim, Placement};
 use crate::watches::{cached, cached_beside};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
@@ -226,31 +224,6 @@ pub fn observe_workspace(
     located
         .own()
         .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default()))
-}
-
-/// The `cluster_endpoint` key of the apply's connection Secret, when it is in the owner's
-/// namespace. Only that key is read, and its value is never logged.
-pub async fn secret_endpoint<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    owner: &K,
-    apply: &WorkspaceTemplateApply,
-) -> Result<Option<String>> {
-    let Some(secret_ref) = &apply.spec.write_connection_secret_to_ref else {
-        return Ok(None);
-    };
-    // Secrets never cross namespaces: one elsewhere is not read (the apply reports it).
-    if Some(&secret_ref.namespace) != owner.namespace().as_ref() {
-        return Ok(None);
-    }
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ref.namespace);
-    let secret = api
-        .get_opt(&secret_ref.name)
-        .await
-        .map_err(kube_err(owner, "reading the connection Secret"))?;
-    Ok(secret
-        .and_then(|s| s.data)
-        .and_then(|d| d.get("cluster_endpoint").cloned())
-        .and_then(|v| String::from_utf8(v.0).ok()))
 }
 
 /// The apply a deletion acts on, as cached.

@@ -38,7 +38,7 @@ pub struct Snapshot {
     pub cc: Arc<CAPTCluster>,
     /// The Cluster its owner reference or label names, if it exists (proven in [`decide`]).
     pub named_cluster: Option<Arc<Cluster>>,
-    /// Its apply ([`ApplyOwner::apply_name`]), if it exists.
+    /// Its apply ([`super::super::apply_owner::ApplyOwner::apply_name`]), if it exists.
     pub apply: Option<Arc<WorkspaceTemplateApply>>,
     /// The Workspaces under the names its apply's Workspace may have.
     pub workspaces: Vec<Arc<TerraformWorkspace>>,

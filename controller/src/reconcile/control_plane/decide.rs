@@ -1,0 +1,327 @@
+//! The control plane's decision: from what was observed ([`Snapshot`]), the clock and what
+//! this reconcile's steps answered so far, the plan. Pure.
+
+use super::super::apply_owner::{
+    self, APPLYING, RECORDING, add_refusal, apply_writes, hold_if_paused, needing_operator,
+};
+use super::super::cluster::{endpoint_owned_by_us, managed_by_core};
+use super::super::deletion::{self, Deletion};
+use super::super::kubeconfig::{self, Keeping, READING_CONNECTION};
+use super::super::plan::{FINALIZER_MANAGER, Next, Object, Plan, Progress, Step, Warning};
+use super::super::shared::{locate, names_control_plane};
+use crate::api::{
+    CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
+    TerraformWorkspace, WorkspaceTemplateApply,
+};
+use crate::publish::Publication;
+use crate::status::MANAGER_CAPT_CONTROL_PLANE;
+use crate::status::control_plane::{ControlPlaneInput, desired_control_plane};
+use crate::status::deletion::DeletionFacts;
+use crate::status::workspace::WorkspaceObservation;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Reason of the Warning Event on a control plane whose label or owner reference names a
+/// Cluster that does not name it back.
+pub const CLUSTER_DOES_NOT_REFERENCE: &str = "ClusterDoesNotReferenceControlPlane";
+
+/// What adding our finalizer does: a failure's action, and the key of its answer.
+pub const ADDING_FINALIZER: &str = "adding its finalizer";
+
+/// What reading the Cluster live is (its managedFields, which the caches strip): a
+/// failure's action, and the key of its answer.
+pub const READING_CLUSTER: &str = "reading its Cluster's managedFields";
+
+/// What a control plane's decision reads, as cached when its reconcile began.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The CAPTControlPlane.
+    pub cp: Arc<CAPTControlPlane>,
+    /// The Cluster its owner reference or label names, if it exists (proven in [`decide`]).
+    pub named_cluster: Option<Arc<Cluster>>,
+    /// The CAPTCluster the named Cluster's `spec.infrastructureRef` names, if it exists.
+    pub infrastructure: Option<Arc<CAPTCluster>>,
+    /// Its apply ([`super::super::apply_owner::ApplyOwner::apply_name`]), if it exists.
+    pub apply: Option<Arc<WorkspaceTemplateApply>>,
+    /// The Workspaces under the names its apply's Workspace may have.
+    pub workspaces: Vec<Arc<TerraformWorkspace>>,
+    /// The `CLUSTER_NAME`s the applies of the named Cluster's CAPTCluster and control plane
+    /// recorded.
+    pub siblings: Vec<String>,
+    /// Its deletion, when it is being deleted and our finalizer is on it.
+    pub deletion: Option<(Deletion, DeletionFacts)>,
+    /// The namespaces whose templates any namespace may use.
+    pub allowed_template_namespaces: BTreeSet<String>,
+    /// How often a refused control plane looks again, at most.
+    pub poll_interval: Duration,
+    /// Cluster API core is not running: a Cluster is ours alone.
+    pub without_core: bool,
+}
+
+/// The control plane's plan. In order: a Cluster that its label names but that does not
+/// name it back is told (a Warning, the first round only); a paused one publishes `Paused`
+/// and nothing else; a deleting one takes its deletion's next step (after reading whether
+/// the Cluster's endpoint is still ours, where core does not run). Otherwise our finalizer,
+/// then (with a proven Cluster whose VPC is ready) its apply and that apply's name recorded,
+/// are written first, and the plan asks to decide again. Then, from the apply's Workspace:
+/// the endpoint (its `cluster_endpoint` output, else the connection Secret's, read once the
+/// Workspace is ready) is published first, since the Cluster waits for it, and the status
+/// observes the generation that publication left; then the status ([`desired_control_plane`],
+/// a refusal's condition added), after the phase's metric and a Warning if it newly needs an
+/// operator; last, the kubeconfig Secrets ([`kubeconfig::keep`]), whose reads the endpoint
+/// and status do not wait for.
+pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
+    let mut plan = Plan::nothing();
+    let cluster = seen.named_cluster.as_deref();
+    let proven = cluster.filter(|c| names_control_plane(c, &seen.cp));
+    if let (Some(named), None, true) = (cluster, proven, progress.is_empty()) {
+        plan = plan.then(Step::Warn(decoy(&seen.cp, named)));
+    }
+    if let Some(held) = hold_if_paused(&*seen.cp, proven, now) {
+        return plan.and(held);
+    }
+    if seen.cp.meta().deletion_timestamp.is_some() {
+        return plan.and(delete(seen, proven, progress));
+    }
+    let finalized = progress.answer::<CAPTControlPlane>(ADDING_FINALIZER);
+    let cp = finalized.as_ref().unwrap_or(&seen.cp);
+    let vpc_ready = proven
+        .and(seen.infrastructure.as_deref())
+        .map(|cc| cc.status.as_ref().and_then(|s| s.ready).unwrap_or(false));
+    let writes = proven.filter(|_| vpc_ready == Some(true)).map(|cluster| {
+        let existing = seen.apply.as_deref();
+        let allowed = &seen.allowed_template_namespaces;
+        apply_writes(cp, cluster, existing, &seen.siblings, allowed)
+    });
+    if progress.is_empty() {
+        let mut steps = Vec::new();
+        if !cp
+            .finalizers()
+            .iter()
+            .any(|f| f == CAPT_CONTROL_PLANE_FINALIZER)
+        {
+            steps.push(add_finalizer(cp));
+        }
+        if let Some(Ok(w)) = &writes {
+            steps.extend(w.apply.clone());
+            steps.extend(w.record.clone());
+        }
+        if !steps.is_empty() {
+            return steps
+                .into_iter()
+                .fold(plan, Plan::then)
+                .next(Next::Redecide);
+        }
+    }
+    let mut generation = cp.meta().generation;
+    let mut written = None;
+    let mut apply = None;
+    let mut refusal = None;
+    match writes {
+        Some(Ok(_)) => {
+            if let Some(recorded) = progress.answer::<CAPTControlPlane>(RECORDING) {
+                generation = recorded.meta().generation.max(generation);
+                written = recorded.resource_version();
+            }
+            let answered = progress.answer::<WorkspaceTemplateApply>(APPLYING);
+            apply = Some(
+                answered
+                    .or_else(|| seen.apply.as_deref().cloned())
+                    .expect("an apply not written is the one cached"),
+            );
+        }
+        Some(Err(r)) => refusal = Some(r),
+        None => {}
+    }
+    let workspace = apply.as_ref().and_then(|apply| {
+        let located = locate(apply, |name| {
+            let found = seen.workspaces.iter().find(|w| w.name_any() == name);
+            found.map(|w| (**w).clone())
+        });
+        let own = located.own();
+        own.map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default()))
+    });
+    let workspace_ready = workspace.as_ref().is_some_and(|w| w.is_ready());
+    let mut endpoint_source =
+        (workspace.as_ref()).and_then(|w| w.output_string("cluster_endpoint"));
+    // Else the connection Secret's, once the Workspace is ready: read live (Secrets are not
+    // watched), and only that key is used here.
+    let connection = (apply.as_ref()).and_then(|a| kubeconfig::connection_secret(cp, a));
+    if let (None, true, Some(secret)) = (&endpoint_source, workspace_ready, connection) {
+        match progress.read::<Secret>(READING_CONNECTION, &secret.name) {
+            None => {
+                let read = Step::Read {
+                    object: secret,
+                    doing: READING_CONNECTION,
+                };
+                return plan.then(read).next(Next::Redecide);
+            }
+            Some(found) => endpoint_source = found.as_ref().and_then(cluster_endpoint),
+        }
+    }
+    let mut input = ControlPlaneInput {
+        generation,
+        version: cp.spec.version.clone(),
+        timeouts: (cp.spec.control_plane_config.as_ref()).and_then(|c| c.timeouts.clone()),
+        created: apply_owner::created(cp, now),
+        now,
+        existing: cp.status.clone(),
+        cluster_found: proven.is_some(),
+        vpc_ready,
+        workspace,
+        endpoint_source,
+        apply_generation: apply.as_ref().and_then(|a| a.meta().generation),
+    };
+    let mut desired = desired_control_plane(&input);
+    // What the endpoint and status are computed from, less the clock and the status's own
+    // last value.
+    let observed = (
+        &input.version,
+        &input.timeouts,
+        input.cluster_found,
+        input.vpc_ready,
+        &input.workspace,
+        &input.endpoint_source,
+        input.apply_generation,
+        &refusal,
+    );
+    let observed = format!("{observed:?}");
+    // The endpoint first: it is what the Cluster waits for. Alone in its round: status
+    // applies carry the resourceVersion they were planned on, so a concurrent main-resource
+    // write would turn the status apply into a retry.
+    if let Some(endpoint) = &desired.endpoint {
+        let main = Publication::main(
+            cp,
+            MANAGER_CAPT_CONTROL_PLANE,
+            json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+            vec![],
+        )
+        .after(written.clone())
+        .observing(&observed);
+        match progress.published(&main.key) {
+            None => return plan.publish(main).next(Next::Redecide),
+            // Our endpoint write makes a new generation, which the cache may not show yet
+            // (nor does it to a reconcile that runs right after the one that wrote it). The
+            // status observes the generation the write left: computed on the cached one, it
+            // would be written twice, the second time for its observedGeneration alone.
+            Some(left) if left > input.generation => {
+                input.generation = left;
+                desired = desired_control_plane(&input);
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(refusal) = &refusal {
+        add_refusal(&mut desired.status_fragment, cp, refusal, now);
+    }
+    let recheck = apply_owner::recheck(seen.poll_interval, desired.recheck_after, refusal.as_ref());
+    let status = Publication::status(cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment)
+        .after(written)
+        .observing(&observed);
+    if progress.published(&status.key).is_none() {
+        if let Some(reached) = phase_reached(cp, desired.phase, now) {
+            plan = plan.then(reached);
+        }
+        if let Some(w) = needing_operator(cp, &status.fragment) {
+            plan = plan.then(Step::Warn(w));
+        }
+        plan = plan.publish(status);
+    }
+    let next = recheck.map_or(Next::AwaitChange, Next::After);
+    match (apply, proven) {
+        (Some(apply), Some(cluster)) if workspace_ready => {
+            match kubeconfig::keep(cp, cluster, &apply, progress) {
+                Keeping::Read(reads) => reads
+                    .into_iter()
+                    .fold(plan, Plan::then)
+                    .next(Next::Redecide),
+                Keeping::Write(writes) => writes.into_iter().fold(plan, Plan::then).next(next),
+            }
+        }
+        _ => plan.next(next),
+    }
+}
+
+/// The deletion's next step, once it is known (where core does not run) whether the
+/// Cluster's endpoint is still ours: under core, the endpoint is core's (it copied it from
+/// us) and a Cluster going away keeps it; alone, ours is released before the control plane
+/// goes.
+fn delete(seen: &Snapshot, proven: Option<&Cluster>, progress: &Progress) -> Plan {
+    let Some((d, facts)) = &seen.deletion else {
+        return Plan::nothing();
+    };
+    let mut facts = facts.clone();
+    if let Some(cluster) = proven.filter(|c| !managed_by_core(seen.without_core, c)) {
+        match progress.read::<Cluster>(READING_CLUSTER, &cluster.name_any()) {
+            None => {
+                let read = Step::Read {
+                    object: Object::of(cluster),
+                    doing: READING_CLUSTER,
+                };
+                return Plan::nothing().then(read).next(Next::Redecide);
+            }
+            Some(live) => facts.endpoint_owned = live.is_some_and(|c| endpoint_owned_by_us(&c)),
+        }
+    }
+    deletion::decide(&*seen.cp, &facts, d.clone())
+}
+
+/// The connection Secret's `cluster_endpoint`, if it holds one.
+fn cluster_endpoint(secret: &Secret) -> Option<String> {
+    let value = secret.data.as_ref()?.get("cluster_endpoint")?;
+    String::from_utf8(value.0.clone()).ok()
+}
+
+/// The time from Creating to Ready or Failed, when the phase changes to one of them.
+fn phase_reached(cp: &CAPTControlPlane, phase: ControlPlanePhase, now: Timestamp) -> Option<Step> {
+    let status = cp.status.as_ref();
+    if status.and_then(|s| s.phase) == Some(phase) || phase == ControlPlanePhase::Creating {
+        return None;
+    }
+    let since = (status.and_then(|s| s.conditions.as_ref()))
+        .and_then(|c| c.iter().find(|c| c.type_ == "Creating"))
+        .map(|c| c.last_transition_time.0)
+        .or(cp.meta().creation_timestamp.as_ref().map(|t| t.0))?;
+    let seconds = (now - since).total(jiff::Unit::Second).unwrap_or(0.0);
+    Some(Step::PhaseReached {
+        phase: format!("{phase:?}"),
+        seconds,
+    })
+}
+
+/// Our finalizer added, under its own field manager (finalizers are a set: others' stay).
+fn add_finalizer(cp: &CAPTControlPlane) -> Step {
+    let object = Object::of(cp);
+    let body = object.fields(json!({"metadata": {"finalizers": [CAPT_CONTROL_PLANE_FINALIZER]}}));
+    Step::Apply {
+        object,
+        manager: FINALIZER_MANAGER,
+        force: false,
+        body,
+        doing: ADDING_FINALIZER,
+        wrote: None,
+    }
+}
+
+/// The Warning on a control plane labelled with a Cluster that does not name it in
+/// `spec.controlPlaneRef`: whoever writes a control plane writes its labels, and a decoy
+/// labelled with another's Cluster gets nothing of that Cluster (not its VPC, its
+/// kubeconfig Secret, its endpoint, nor its release on deletion).
+fn decoy(cp: &CAPTControlPlane, named: &Cluster) -> Warning {
+    let note = format!(
+        "Cluster {}/{} does not name this CAPTControlPlane in spec.controlPlaneRef: it is not \
+         this control plane's Cluster, and nothing of it is used",
+        named.namespace().unwrap_or_default(),
+        named.name_any()
+    );
+    tracing::warn!(subject = super::super::subject(cp), "{note}");
+    Warning::about(cp, CLUSTER_DOES_NOT_REFERENCE, "Reconcile", note)
+}
+
+#[cfg(test)]
+mod tests;
