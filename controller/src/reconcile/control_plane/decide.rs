@@ -2,7 +2,8 @@
 //! this reconcile's steps answered so far, the plan. Pure.
 
 use super::super::apply_owner::{
-    self, APPLYING, RECORDING, add_refusal, apply_writes, hold_if_paused, needing_operator,
+    self, APPLYING, ApplyWrites, RECORDING, add_refusal, apply_writes, hold_if_paused,
+    needing_operator,
 };
 use super::super::cluster::{endpoint_owned_by_us, managed_by_core};
 use super::super::deletion::{self, Deletion};
@@ -18,6 +19,7 @@ use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{ControlPlaneInput, desired_control_plane};
 use crate::status::deletion::DeletionFacts;
 use crate::status::workspace::WorkspaceObservation;
+use crate::tenancy::Refusal;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Resource, ResourceExt};
@@ -99,73 +101,29 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
         apply_writes(cp, cluster, existing, &seen.siblings, allowed)
     });
     if progress.is_empty() {
-        let mut steps = Vec::new();
-        if !cp
-            .finalizers()
-            .iter()
-            .any(|f| f == CAPT_CONTROL_PLANE_FINALIZER)
-        {
-            steps.push(add_finalizer(cp));
-        }
-        if let Some(Ok(w)) = &writes {
-            steps.extend(w.apply.clone());
-            steps.extend(w.record.clone());
-        }
-        if !steps.is_empty() {
-            return steps
+        let first = first_writes(cp, writes.as_ref());
+        if !first.is_empty() {
+            return first
                 .into_iter()
                 .fold(plan, Plan::then)
                 .next(Next::Redecide);
         }
     }
-    let mut generation = cp.meta().generation;
-    let mut written = None;
-    let mut apply = None;
-    let mut refusal = None;
-    match writes {
-        Some(Ok(_)) => {
-            if let Some(recorded) = progress.answer::<CAPTControlPlane>(RECORDING) {
-                generation = recorded.meta().generation.max(generation);
-                written = recorded.resource_version();
-            }
-            let answered = progress.answer::<WorkspaceTemplateApply>(APPLYING);
-            apply = Some(
-                answered
-                    .or_else(|| seen.apply.as_deref().cloned())
-                    .expect("an apply not written is the one cached"),
-            );
+    let owned = Owned::after(cp, seen, writes, progress);
+    let workspace = owned.apply.as_ref().and_then(|a| workspace_of(seen, a));
+    let endpoint_source = match endpoint_source(cp, &owned, workspace.as_ref(), progress) {
+        Ok(source) => source,
+        Err(secret) => {
+            let read = Step::Read {
+                object: *secret,
+                doing: READING_CONNECTION,
+            };
+            return plan.then(read).next(Next::Redecide);
         }
-        Some(Err(r)) => refusal = Some(r),
-        None => {}
-    }
-    let workspace = apply.as_ref().and_then(|apply| {
-        let located = locate(apply, |name| {
-            let found = seen.workspaces.iter().find(|w| w.name_any() == name);
-            found.map(|w| (**w).clone())
-        });
-        let own = located.own();
-        own.map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default()))
-    });
+    };
     let workspace_ready = workspace.as_ref().is_some_and(|w| w.is_ready());
-    let mut endpoint_source =
-        (workspace.as_ref()).and_then(|w| w.output_string("cluster_endpoint"));
-    // Else the connection Secret's, once the Workspace is ready: read live (Secrets are not
-    // watched), and only that key is used here.
-    let connection = (apply.as_ref()).and_then(|a| kubeconfig::connection_secret(cp, a));
-    if let (None, true, Some(secret)) = (&endpoint_source, workspace_ready, connection) {
-        match progress.read::<Secret>(READING_CONNECTION, &secret.name) {
-            None => {
-                let read = Step::Read {
-                    object: secret,
-                    doing: READING_CONNECTION,
-                };
-                return plan.then(read).next(Next::Redecide);
-            }
-            Some(found) => endpoint_source = found.as_ref().and_then(cluster_endpoint),
-        }
-    }
-    let mut input = ControlPlaneInput {
-        generation,
+    let input = ControlPlaneInput {
+        generation: owned.generation,
         version: cp.spec.version.clone(),
         timeouts: (cp.spec.control_plane_config.as_ref()).and_then(|c| c.timeouts.clone()),
         created: apply_owner::created(cp, now),
@@ -175,9 +133,134 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
         vpc_ready,
         workspace,
         endpoint_source,
-        apply_generation: apply.as_ref().and_then(|a| a.meta().generation),
+        apply_generation: owned.apply.as_ref().and_then(|a| a.meta().generation),
     };
-    let mut desired = desired_control_plane(&input);
+    let plan = match endpoint_then_status(plan, cp, seen, input, &owned, progress) {
+        Ok(plan) => plan,
+        Err(endpoint) => return endpoint,
+    };
+    match (owned.apply, proven) {
+        (Some(apply), Some(cluster)) if workspace_ready => {
+            match kubeconfig::keep(cp, cluster, &apply, progress) {
+                Keeping::Read(reads) => reads
+                    .into_iter()
+                    .fold(plan, Plan::then)
+                    .next(Next::Redecide),
+                Keeping::Write(writes) => {
+                    let next = plan.next;
+                    writes.into_iter().fold(plan, Plan::then).next(next)
+                }
+            }
+        }
+        _ => plan,
+    }
+}
+
+/// What a new reconcile writes first: our finalizer, if it is missing, then the apply's
+/// writes, unless they are refused.
+fn first_writes(cp: &CAPTControlPlane, writes: Option<&Result<ApplyWrites, Refusal>>) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if !cp
+        .finalizers()
+        .iter()
+        .any(|f| f == CAPT_CONTROL_PLANE_FINALIZER)
+    {
+        steps.push(add_finalizer(cp));
+    }
+    if let Some(Ok(w)) = writes {
+        steps.extend(w.apply.clone());
+        steps.extend(w.record.clone());
+    }
+    steps
+}
+
+/// The control plane's apply once its writes answered, or why it is refused.
+struct Owned {
+    /// The control plane's generation: the one recording the apply's name made, when it did.
+    generation: Option<i64>,
+    /// The resourceVersion recording the apply's name left, when this reconcile recorded it.
+    written: Option<String>,
+    /// The apply, as its write answered or as cached; `None` before the VPC is ready.
+    apply: Option<WorkspaceTemplateApply>,
+    /// Why the apply is refused.
+    refusal: Option<Refusal>,
+}
+
+impl Owned {
+    fn after(
+        cp: &CAPTControlPlane,
+        seen: &Snapshot,
+        writes: Option<Result<ApplyWrites, Refusal>>,
+        progress: &Progress,
+    ) -> Self {
+        let mut owned = Owned {
+            generation: cp.meta().generation,
+            written: None,
+            apply: None,
+            refusal: None,
+        };
+        match writes {
+            Some(Ok(_)) => {
+                if let Some(recorded) = progress.answer::<CAPTControlPlane>(RECORDING) {
+                    owned.generation = recorded.meta().generation.max(owned.generation);
+                    owned.written = recorded.resource_version();
+                }
+                let answered = progress.answer::<WorkspaceTemplateApply>(APPLYING);
+                let apply = answered.or_else(|| seen.apply.as_deref().cloned());
+                owned.apply = Some(apply.expect("an apply not written is the one cached"));
+            }
+            Some(Err(refusal)) => owned.refusal = Some(refusal),
+            None => {}
+        }
+        owned
+    }
+}
+
+/// What the apply's own Workspace (as cached) reports.
+fn workspace_of(seen: &Snapshot, apply: &WorkspaceTemplateApply) -> Option<WorkspaceObservation> {
+    let located = locate(apply, |name| {
+        let found = seen.workspaces.iter().find(|w| w.name_any() == name);
+        found.map(|w| (**w).clone())
+    });
+    let own = located.own();
+    own.map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default()))
+}
+
+/// Where the endpoint comes from: the Workspace's `cluster_endpoint` output, else, once the
+/// Workspace is ready, the connection Secret's (read live: Secrets are not watched; only that
+/// key is used here). `Err` is the Secret to read first.
+fn endpoint_source(
+    cp: &CAPTControlPlane,
+    owned: &Owned,
+    workspace: Option<&WorkspaceObservation>,
+    progress: &Progress,
+) -> Result<Option<String>, Box<Object>> {
+    let output = workspace.and_then(|w| w.output_string("cluster_endpoint"));
+    let ready = workspace.is_some_and(|w| w.is_ready());
+    let connection = (owned.apply.as_ref()).and_then(|a| kubeconfig::connection_secret(cp, a));
+    let (None, true, Some(secret)) = (&output, ready, connection) else {
+        return Ok(output);
+    };
+    match progress.read::<Secret>(READING_CONNECTION, &secret.name) {
+        None => Err(Box::new(secret)),
+        Some(found) => Ok(found.as_ref().and_then(cluster_endpoint)),
+    }
+}
+
+/// The endpoint, then the status, each once per reconcile. The endpoint first: it is what
+/// the Cluster waits for. Alone in its round (`Err`, the plan that publishes it): status
+/// applies carry the resourceVersion they were planned on, so a concurrent main-resource
+/// write would turn the status apply into a retry. `Ok` is the plan with the status (when
+/// not yet published), looking again when the status says.
+fn endpoint_then_status(
+    mut plan: Plan,
+    cp: &CAPTControlPlane,
+    seen: &Snapshot,
+    mut input: ControlPlaneInput,
+    owned: &Owned,
+    progress: &Progress,
+) -> Result<Plan, Plan> {
+    let refusal = &owned.refusal;
     // What the endpoint and status are computed from, less the clock and the status's own
     // last value.
     let observed = (
@@ -188,12 +271,10 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
         &input.workspace,
         &input.endpoint_source,
         input.apply_generation,
-        &refusal,
+        refusal,
     );
     let observed = format!("{observed:?}");
-    // The endpoint first: it is what the Cluster waits for. Alone in its round: status
-    // applies carry the resourceVersion they were planned on, so a concurrent main-resource
-    // write would turn the status apply into a retry.
+    let mut desired = desired_control_plane(&input);
     if let Some(endpoint) = &desired.endpoint {
         let main = Publication::main(
             cp,
@@ -201,10 +282,10 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
             json!({"spec": {"controlPlaneEndpoint": endpoint}}),
             vec![],
         )
-        .after(written.clone())
+        .after(owned.written.clone())
         .observing(&observed);
         match progress.published(&main.key) {
-            None => return plan.publish(main).next(Next::Redecide),
+            None => return Err(plan.publish(main).next(Next::Redecide)),
             // Our endpoint write makes a new generation, which the cache may not show yet
             // (nor does it to a reconcile that runs right after the one that wrote it). The
             // status observes the generation the write left: computed on the cached one, it
@@ -216,15 +297,15 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
             Some(_) => {}
         }
     }
-    if let Some(refusal) = &refusal {
-        add_refusal(&mut desired.status_fragment, cp, refusal, now);
+    if let Some(refusal) = refusal {
+        add_refusal(&mut desired.status_fragment, cp, refusal, input.now);
     }
     let recheck = apply_owner::recheck(seen.poll_interval, desired.recheck_after, refusal.as_ref());
     let status = Publication::status(cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment)
-        .after(written)
+        .after(owned.written.clone())
         .observing(&observed);
     if progress.published(&status.key).is_none() {
-        if let Some(reached) = phase_reached(cp, desired.phase, now) {
+        if let Some(reached) = phase_reached(cp, desired.phase, input.now) {
             plan = plan.then(reached);
         }
         if let Some(w) = needing_operator(cp, &status.fragment) {
@@ -232,19 +313,7 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
         }
         plan = plan.publish(status);
     }
-    let next = recheck.map_or(Next::AwaitChange, Next::After);
-    match (apply, proven) {
-        (Some(apply), Some(cluster)) if workspace_ready => {
-            match kubeconfig::keep(cp, cluster, &apply, progress) {
-                Keeping::Read(reads) => reads
-                    .into_iter()
-                    .fold(plan, Plan::then)
-                    .next(Next::Redecide),
-                Keeping::Write(writes) => writes.into_iter().fold(plan, Plan::then).next(next),
-            }
-        }
-        _ => plan.next(next),
-    }
+    Ok(plan.next(recheck.map_or(Next::AwaitChange, Next::After)))
 }
 
 /// The deletion's next step, once it is known (where core does not run) whether the
