@@ -12,7 +12,8 @@
 //! one new object waits for at most one reconcile per worker to end (the first that ends
 //! frees its worker for it), however much another has queued. How long that is depends on
 //! how long one reconcile can take, which is why each object's cost is bounded
-//! (`reconcile/apply.rs` reads no Secret from the API server, the CRDs bound every list).
+//! (the CRDs bound every list; the Secrets an apply waits for are read a few at a time, once
+//! for every apply asking at once: `crate::seen_secrets`).
 //! No worker is kept idle for a namespace that may come: most installs keep every Cluster in
 //! one namespace, and would lose that worker for good. Nothing here knows CAPT: a namespace
 //! is a string.

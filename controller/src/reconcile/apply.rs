@@ -398,7 +398,8 @@ async fn refuse(
 }
 
 /// What the apply waits for before rendering: Secrets and Workspaces named in its spec.
-/// A Secret is read (its metadata only) until it is seen, then remembered a while
+/// A Secret's existence is read (its metadata only) until it is seen, a few at a time, one
+/// read for every apply asking about it at once, then remembered a while
 /// ([`crate::seen_secrets`]): the check reads at most the
 /// [`MAX_WAITS`](crate::api::bounds::MAX_WAITS) the CRD allows, and stops at the first missing.
 async fn waiting(
@@ -406,31 +407,38 @@ async fn waiting(
     ctx: &Context,
     namespace: &str,
 ) -> Result<Option<(&'static str, String)>> {
-    for secret in apply.spec.wait_for_secrets.iter().flatten() {
-        if ctx
-            .seen_secrets
-            .recently_seen(&secret.namespace, &secret.name)
-        {
-            continue;
-        }
+    let secrets: Vec<(String, String)> = apply
+        .spec
+        .wait_for_secrets
+        .iter()
+        .flatten()
+        .map(|s| (s.namespace.clone(), s.name.clone()))
+        .collect();
+    let exists = |(namespace, name): &(String, String)| {
         let api: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(ctx.client.clone(), &secret.namespace);
+            Api::namespaced(ctx.client.clone(), namespace);
+        let name = name.clone();
         // Only existence is checked: the Secret's data is never read here.
-        let found = api
-            .get_metadata_opt(&secret.name)
-            .await
-            .map_err(kube_err(apply, "checking a Secret it waits for"))?;
-        if found.is_some() {
-            ctx.seen_secrets.saw(&secret.namespace, &secret.name);
-        } else {
-            return Ok(Some((
-                "WaitingForSecrets",
-                format!(
-                    "Secret {}/{} does not exist yet",
-                    secret.namespace, secret.name
-                ),
-            )));
+        async move {
+            api.get_metadata_opt(&name)
+                .await
+                .map(|found| found.is_some())
         }
+    };
+    let missing = ctx
+        .seen_secrets
+        .first_missing(&secrets, exists)
+        .await
+        .map_err(|shared| {
+            // The read's failure, as its own when this check was the last to hold it.
+            Arc::try_unwrap(shared).unwrap_or_else(|shared| kube::Error::Service(Box::new(shared)))
+        })
+        .map_err(kube_err(apply, "checking a Secret it waits for"))?;
+    if let Some((secret_namespace, secret)) = missing {
+        return Ok(Some((
+            "WaitingForSecrets",
+            format!("Secret {secret_namespace}/{secret} does not exist yet"),
+        )));
     }
     for wanted in apply.spec.wait_for_workspaces.iter().flatten() {
         // Workspaces are cluster-scoped: only one rendered for an apply of this namespace
