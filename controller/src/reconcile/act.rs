@@ -59,6 +59,19 @@ pub(super) async fn carry_out_steps(
     steps: Vec<Step>,
     progress: &mut Progress,
 ) -> Result<()> {
+    for step in steps {
+        carry_out_step(ctx, subject, step, progress).await?;
+    }
+    Ok(())
+}
+
+/// Carries out one step, keeping what it answered in `progress`.
+async fn carry_out_step(
+    ctx: &Context,
+    subject: &str,
+    step: Step,
+    progress: &mut Progress,
+) -> Result<()> {
     let failed = |action: &'static str| {
         move |source| Error::Kube {
             subject: subject.to_owned(),
@@ -66,134 +79,139 @@ pub(super) async fn carry_out_steps(
             source,
         }
     };
-    for step in steps {
-        match step {
-            Step::Publish(publication) => {
-                let key = publication.key.clone();
-                let published = ctx.publish(publication).await?;
-                progress.was_published(key, published.generation());
-            }
-            Step::Read { object, doing } => {
-                let found = api(ctx, &object)
-                    .get_opt(&object.name)
-                    .await
-                    .map_err(failed(doing))?;
-                progress.was_read(doing, object.name, found);
-            }
-            Step::WriteSecret {
-                secret,
-                doing,
-                wrote,
-            } => {
-                let Sealed(secret) = secret;
-                let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
-                let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-                if secret.metadata.uid.is_none() {
-                    let params = PostParams {
-                        field_manager: Some(SPEC_MANAGER.into()),
-                        ..PostParams::default()
-                    };
-                    api.create(&params, &secret).await.map_err(failed(doing))?;
-                } else {
-                    let params = PatchParams::apply(SPEC_MANAGER).force();
-                    (api.patch(&name, &params, &Patch::Apply(&secret)).await)
-                        .map_err(failed(doing))?;
-                }
-                tracing::info!(subject, secret = name, "Secret written");
-                ctx.wrote(wrote.written, wrote.basis, wrote.regarding).await;
-            }
-            Step::PhaseReached { phase, seconds } => {
-                let label = crate::metrics::PhaseLabel { phase };
-                (ctx.metrics.phase_transition.get_or_create(&label)).observe(seconds.max(0.0));
-            }
-            Step::Apply {
-                object,
-                manager,
+    match step {
+        Step::Publish(publication) => {
+            let key = publication.key.clone();
+            let published = ctx.publish(publication).await?;
+            progress.was_published(key, published.generation());
+        }
+        Step::Read { object, doing } => {
+            let found = (api(ctx, &object).get_opt(&object.name).await).map_err(failed(doing))?;
+            progress.was_read(doing, object.name, found);
+        }
+        Step::WriteSecret {
+            secret,
+            doing,
+            wrote,
+        } => {
+            write_secret(ctx, subject, secret)
+                .await
+                .map_err(failed(doing))?;
+            ctx.wrote(wrote.written, wrote.basis, wrote.regarding).await;
+        }
+        Step::PhaseReached { phase, seconds } => {
+            let label = crate::metrics::PhaseLabel { phase };
+            (ctx.metrics.phase_transition.get_or_create(&label)).observe(seconds.max(0.0));
+        }
+        Step::Apply {
+            object,
+            manager,
+            force,
+            body,
+            doing,
+            wrote,
+        } => {
+            let params = PatchParams {
                 force,
-                body,
-                doing,
-                wrote,
-            } => {
-                let params = PatchParams {
-                    force,
-                    ..PatchParams::apply(manager)
-                };
-                let answer = api(ctx, &object)
-                    .patch(&object.name, &params, &Patch::Apply(&body))
-                    .await
-                    .map_err(failed(doing))?;
-                if let Some(w) = wrote {
-                    ctx.wrote(w.written, w.basis, w.regarding).await;
-                }
-                progress.answered(doing, answer);
+                ..PatchParams::apply(manager)
+            };
+            let answer = api(ctx, &object)
+                .patch(&object.name, &params, &Patch::Apply(&body))
+                .await
+                .map_err(failed(doing))?;
+            if let Some(w) = wrote {
+                ctx.wrote(w.written, w.basis, w.regarding).await;
             }
-            Step::Warn(w) => {
-                ctx.warn_regarding(&w.regarding, w.reason, w.action, w.note)
-                    .await;
+            progress.answered(doing, answer);
+        }
+        Step::Warn(w) => {
+            ctx.warn_regarding(&w.regarding, w.reason, w.action, w.note)
+                .await;
+        }
+        Step::Delete { object, doing } => delete(ctx, &object).await.map_err(failed(doing))?,
+        Step::Orphan { object, doing } => orphan(ctx, &object).await.map_err(failed(doing))?,
+        Step::RemoveFinalizer { object, finalizer } => {
+            tracing::debug!(subject, finalizer, "Removing our finalizer");
+            remove_finalizer(ctx, &object)
+                .await
+                .map_err(failed("removing its finalizer"))?;
+        }
+        Step::Deleted { object, started } => {
+            if let Some(started) = started {
+                super::deletion_took(ctx, &object.resource.kind, started);
             }
-            Step::Delete { object, doing } => {
-                // The uid precondition: only the object observed, never one created again
-                // under its name since.
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: object.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::background()
-                };
-                api(ctx, &object)
-                    .delete(&object.name, &params)
-                    .await
-                    .map_err(failed(doing))?;
-            }
-            Step::Orphan { object, doing } => {
-                // A uid in a patch is a precondition: the API server refuses it (409) for
-                // another object.
-                let patch = json!({"metadata": {"uid": object.uid, "ownerReferences": null}});
-                api(ctx, &object)
-                    .patch(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(failed(doing))?;
-            }
-            Step::RemoveFinalizer { object, finalizer } => {
-                // Finalizers are a set: applying none under the manager that added ours
-                // takes off only ours.
-                tracing::debug!(subject, finalizer, "Removing our finalizer");
-                let mut body = json!({
-                    "apiVersion": object.resource.api_version,
-                    "kind": object.resource.kind,
-                    "metadata": {"name": object.name, "uid": object.uid, "finalizers": []},
-                });
-                if let Some(namespace) = &object.namespace {
-                    body["metadata"]["namespace"] = json!(namespace);
-                }
-                let params = PatchParams::apply(FINALIZER_MANAGER);
-                match api(ctx, &object)
-                    .patch(&object.name, &params, &Patch::Apply(body))
-                    .await
-                {
-                    // Already gone: our finalizer was its last.
-                    Err(e) if gone(&e) => {}
-                    written => {
-                        written.map_err(failed("removing its finalizer"))?;
-                    }
-                }
-            }
-            Step::Deleted { object, started } => {
-                if let Some(started) = started {
-                    super::deletion_took(ctx, &object.resource.kind, started);
-                }
-                let id = ObjectId::of(
-                    &object.resource.api_version,
-                    &object.resource.kind,
-                    object.namespace.as_deref(),
-                    &object.name,
-                );
-                ctx.publisher.forget(id);
-            }
+            let id = ObjectId::of(
+                &object.resource.api_version,
+                &object.resource.kind,
+                object.namespace.as_deref(),
+                &object.name,
+            );
+            ctx.publisher.forget(id);
         }
     }
     Ok(())
+}
+
+/// Writes a Secret the reconcile computed: created when it has no uid, else applied
+/// (forced) with its uid as a precondition.
+async fn write_secret(ctx: &Context, subject: &str, secret: Sealed) -> kube::Result<()> {
+    let Sealed(secret) = secret;
+    let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    if secret.metadata.uid.is_none() {
+        let params = PostParams {
+            field_manager: Some(SPEC_MANAGER.into()),
+            ..PostParams::default()
+        };
+        api.create(&params, &secret).await?;
+    } else {
+        let params = PatchParams::apply(SPEC_MANAGER).force();
+        api.patch(&name, &params, &Patch::Apply(&secret)).await?;
+    }
+    tracing::info!(subject, secret = name, "Secret written");
+    Ok(())
+}
+
+/// Deletes the object, only if it still has the uid observed: never one created again
+/// under its name since.
+async fn delete(ctx: &Context, object: &Object) -> kube::Result<()> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: object.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    api(ctx, object).delete(&object.name, &params).await?;
+    Ok(())
+}
+
+/// Drops the object's ownerReferences. A uid in a patch is a precondition: the API server
+/// refuses it (409) for another object.
+async fn orphan(ctx: &Context, object: &Object) -> kube::Result<()> {
+    let patch = json!({"metadata": {"uid": object.uid, "ownerReferences": null}});
+    api(ctx, object)
+        .patch(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Takes our finalizer off the object. Finalizers are a set: applying none under the manager
+/// that added ours takes off only ours. An object already gone had ours as its last.
+async fn remove_finalizer(ctx: &Context, object: &Object) -> kube::Result<()> {
+    let mut body = json!({
+        "apiVersion": object.resource.api_version,
+        "kind": object.resource.kind,
+        "metadata": {"name": object.name, "uid": object.uid, "finalizers": []},
+    });
+    if let Some(namespace) = &object.namespace {
+        body["metadata"]["namespace"] = json!(namespace);
+    }
+    let params = PatchParams::apply(FINALIZER_MANAGER);
+    match (api(ctx, object).patch(&object.name, &params, &Patch::Apply(body))).await {
+        Err(e) if gone(&e) => Ok(()),
+        written => written.map(drop),
+    }
 }
 
 fn api(ctx: &Context, object: &Object) -> Api<DynamicObject> {
