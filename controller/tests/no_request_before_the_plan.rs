@@ -70,7 +70,7 @@ fn capt_cluster(deleting: bool) -> CAPTCluster {
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "CAPTCluster",
         "metadata": {"name": "demo", "namespace": "default", "uid": "uid-cc",
             "labels": {"cluster.x-k8s.io/cluster-name": "demo"},
-            "finalizers": ["captcluster.infrastructure.cluster.x-k8s.io"]},
+            "finalizers": [capt_controller::api::CAPT_CLUSTER_FINALIZER]},
         "spec": {"region": "r", "vpcTemplateRef": {"name": "vpc"},
             "workspaceTemplateApplyName": "demo-vpc"},
         "status": {"ready": true},
@@ -171,7 +171,7 @@ async fn a_control_plane_is_planned_from_its_caches_with_no_request() {
     cp.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".into(), "demo".into())].into());
     let snapshot = control_plane::observe(&ctx, Arc::new(cp.clone()));
     let plan = control_plane::decide(&snapshot, &Progress::default(), jiff::Timestamp::now());
-    assert!(snapshot.named_cluster.is_some() && snapshot.infrastructure.is_some());
+    assert!(snapshot.as_owner.named_cluster.is_some() && snapshot.infrastructure.is_some());
     assert_eq!(
         plan.next,
         Next::Redecide,
@@ -201,7 +201,8 @@ async fn a_deletion_is_planned_from_its_caches_with_no_request() {
     let count = Arc::new(AtomicUsize::new(0));
     let cc = capt_cluster(true);
     let ctx = context(count.clone(), vec![cc.clone()]);
-    let (d, facts) = owner::deletion_of(&ctx, &cc, None);
+    let seen = owner::observe(&ctx, Arc::new(cc.clone()), |_| None);
+    let (d, facts) = seen.deletion.expect("its deletion observed");
     let plan = deletion::decide(&cc, &facts, d);
     let deletes = plan.steps.iter().any(|s| matches!(s, Step::Delete { .. }));
     assert!(deletes, "the VPC apply's deletion is planned: {plan:?}");

@@ -5,14 +5,16 @@
 //! refusal publishes and when a refused owner looks again are decided here from what was
 //! observed; the reconcilers' executor writes it.
 
+use super::deletion::Deletion;
 use super::pause;
 use super::plan::{Object, Plan, SPEC_MANAGER, Step, Warning, Wrote};
 use super::shared::{ADOPTED_ANNOTATION, claim_of, cluster_name, contains};
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
-use crate::api::{Cluster, WorkspaceTemplateApply};
+use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
 use crate::names;
 use crate::render::{CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL};
 use crate::status::conditions::{self, ConditionBuilder, Status};
+use crate::status::deletion::DeletionFacts;
 use crate::tenancy::template_cross_namespace;
 use crate::tenancy::{APPLY_NOT_OURS, APPLY_OWNED_CONDITION, ApplyClaim, Refusal};
 use crate::write_loops::{Basis, Written};
@@ -23,7 +25,32 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// What the decision of an owner (a CAPTCluster, a CAPTControlPlane) reads of itself as the
+/// owner of one apply, as cached when its reconcile began.
+#[derive(Clone, Debug)]
+pub struct OwnerSnapshot<O: ApplyOwner> {
+    /// The owner.
+    pub owner: Arc<O>,
+    /// The Cluster its owner reference or label names, if it exists (proven by the
+    /// decision).
+    pub named_cluster: Option<Arc<Cluster>>,
+    /// Its apply ([`ApplyOwner::apply_name`]), if it exists.
+    pub apply: Option<Arc<WorkspaceTemplateApply>>,
+    /// The Workspaces under the names its apply's Workspace may have.
+    pub workspaces: Vec<Arc<TerraformWorkspace>>,
+    /// The `CLUSTER_NAME`s the applies of the named Cluster's CAPTCluster and control plane
+    /// recorded.
+    pub siblings: Vec<String>,
+    /// Its deletion, when it is being deleted and our finalizer is on it.
+    pub deletion: Option<(Deletion, DeletionFacts)>,
+    /// The namespaces whose templates any namespace may use.
+    pub allowed_template_namespaces: BTreeSet<String>,
+    /// How often a refused owner looks again, at most.
+    pub poll_interval: Duration,
+}
 
 /// A CAPT kind that owns one WorkspaceTemplateApply.
 pub trait ApplyOwner:

@@ -12,18 +12,15 @@ pub use self::decide::{ADDING_FINALIZER, CLUSTER_DOES_NOT_REFERENCE, Snapshot, d
 use super::Result;
 use super::apply_owner::ApplyOwner;
 use super::owner;
-use super::shared::{
-    cluster_name, names_control_plane, names_infrastructure, owning_cluster, workspace_names,
-};
+use super::shared::{cluster_name, names_control_plane, names_infrastructure, owning_cluster};
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster};
 use crate::context::Context;
 use crate::status::MANAGER_CAPT_CLUSTER;
 use crate::status::capt_cluster::CAPT_CLUSTER_CONDITION_TYPES;
-use crate::watches::{cached, cached_beside};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -72,47 +69,22 @@ impl ApplyOwner for CAPTCluster {
 /// Reconciles one CAPTCluster.
 pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action> {
     let seen = observe(&ctx, cc);
-    let subject = super::subject(&*seen.cc);
+    let subject = super::subject(&*seen.owner);
     super::act::carry_out_rounds(&ctx, &subject, |progress| {
         decide(&seen, progress, Timestamp::now())
     })
     .await
 }
 
-/// What the decision reads, from the caches: the CAPTCluster, the Cluster it names, its
-/// apply, the Workspaces that may be that apply's, the names its Cluster's applies recorded,
-/// and, when it is being deleted, its deletion's facts.
+/// What the decision reads, from the caches ([`owner::observe`]), with the CAPTCluster's own
+/// deletion facts: whether its control plane is still there, and whether its VPC is kept.
 pub fn observe(ctx: &Context, cc: Arc<CAPTCluster>) -> Snapshot {
-    let ns = cc.namespace().unwrap_or_default();
-    let named_cluster =
-        cluster_name(&*cc).and_then(|n| cached_beside(&ctx.caches.clusters, &*cc, &n));
-    let apply_name = cc.apply_name();
-    let apply = cached_beside(&ctx.caches.applies, &*cc, &apply_name);
-    let workspaces = workspace_names(&ns, &apply_name)
-        .iter()
-        .filter_map(|n| cached(&ctx.caches.workspaces, None, n))
-        .collect();
-    let siblings = named_cluster
-        .as_deref()
-        .map(|c| owner::cluster_names_recorded(ctx, c))
-        .unwrap_or_default();
-    let deleting = cc.meta().deletion_timestamp.is_some() && owner::ours_to_delete(&*cc);
-    let deletion = deleting.then(|| {
-        let (d, mut facts) = owner::deletion_of(ctx, &*cc, None);
-        facts.control_plane_present = control_plane_present(ctx, &cc);
-        facts.retain = cc.spec.retain_vpc_on_delete.unwrap_or(false);
-        (d, facts)
-    });
-    Snapshot {
-        cc,
-        named_cluster,
-        apply,
-        workspaces,
-        siblings,
-        deletion,
-        allowed_template_namespaces: ctx.settings.allowed_template_namespaces.clone(),
-        poll_interval: ctx.settings.poll_interval,
+    let mut seen = owner::observe(ctx, cc, |_| None);
+    if let Some((_, facts)) = &mut seen.deletion {
+        facts.control_plane_present = control_plane_present(ctx, &seen.owner);
+        facts.retain = seen.owner.spec.retain_vpc_on_delete.unwrap_or(false);
     }
+    seen
 }
 
 /// True when a CAPTControlPlane of the same Cluster still exists (as cached). While the

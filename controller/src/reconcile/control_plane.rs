@@ -13,16 +13,15 @@ pub use self::decide::{
 use super::Result;
 use super::apply_owner::ApplyOwner;
 use super::owner;
-use super::shared::{cluster_name, names_control_plane, workspace_names};
+use super::shared::names_control_plane;
 use crate::api::{CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane};
 use crate::context::Context;
 use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::CONTROL_PLANE_CONDITION_TYPES;
-use crate::watches::{cached, cached_beside};
+use crate::watches::cached_beside;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -71,49 +70,28 @@ impl ApplyOwner for CAPTControlPlane {
 /// Reconciles one CAPTControlPlane.
 pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<Action> {
     let seen = observe(&ctx, cp);
-    let subject = super::subject(&*seen.cp);
+    let subject = super::subject(&*seen.as_owner.owner);
     super::act::carry_out_rounds(&ctx, &subject, |progress| {
         decide(&seen, progress, Timestamp::now())
     })
     .await
 }
 
-/// What the decision reads, from the caches: the control plane, the Cluster it names and
-/// that Cluster's CAPTCluster, its apply, the Workspaces that may be that apply's, the names
-/// its Cluster's applies recorded, and, when it is being deleted, its deletion's facts.
+/// What the decision reads, from the caches ([`owner::observe`], whose deletion reads the
+/// Cluster only when it names this control plane back), and that Cluster's CAPTCluster
+/// (whose VPC it waits for).
 pub fn observe(ctx: &Context, cp: Arc<CAPTControlPlane>) -> Snapshot {
-    let ns = cp.namespace().unwrap_or_default();
-    let named_cluster =
-        cluster_name(&*cp).and_then(|n| cached_beside(&ctx.caches.clusters, &*cp, &n));
-    let infrastructure = (named_cluster.as_ref())
+    let proving = cp.clone();
+    let as_owner = owner::observe(ctx, cp, |named| {
+        named.filter(|c| names_control_plane(c, &proving)).cloned()
+    });
+    let infrastructure = (as_owner.named_cluster.as_ref())
         .and_then(|c| c.spec.infrastructure_ref.as_ref())
         .and_then(|r| r.name_of::<CAPTCluster>())
-        .and_then(|n| cached_beside(&ctx.caches.capt_clusters, &*cp, n));
-    let apply_name = cp.apply_name();
-    let apply = cached_beside(&ctx.caches.applies, &*cp, &apply_name);
-    let workspaces = workspace_names(&ns, &apply_name)
-        .iter()
-        .filter_map(|n| cached(&ctx.caches.workspaces, None, n))
-        .collect();
-    let siblings = named_cluster
-        .as_deref()
-        .map(|c| owner::cluster_names_recorded(ctx, c))
-        .unwrap_or_default();
-    let deleting = cp.meta().deletion_timestamp.is_some() && owner::ours_to_delete(&*cp);
-    let deletion = deleting.then(|| {
-        let proven = (named_cluster.as_deref()).filter(|c| names_control_plane(c, &cp));
-        owner::deletion_of(ctx, &*cp, proven.cloned())
-    });
+        .and_then(|n| cached_beside(&ctx.caches.capt_clusters, &*as_owner.owner, n));
     Snapshot {
-        cp,
-        named_cluster,
+        as_owner,
         infrastructure,
-        apply,
-        workspaces,
-        siblings,
-        deletion,
-        allowed_template_namespaces: ctx.settings.allowed_template_namespaces.clone(),
-        poll_interval: ctx.settings.poll_interval,
         without_core: ctx.settings.without_core,
     }
 }

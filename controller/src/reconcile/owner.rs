@@ -3,21 +3,61 @@
 //! names their Cluster's applies recorded, their deletion's facts). The rules they share are
 //! [`super::apply_owner`]'s, and pure.
 
+use super::apply_owner::OwnerSnapshot;
 use super::deletion::Deletion;
+use super::shared::{cluster_name, workspace_names};
 use super::{apply_owner, shared};
 use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
 use crate::context::Context;
 use crate::names;
 use crate::status::deletion::DeletionFacts;
-use crate::watches::cached_beside;
+use crate::watches::{cached, cached_beside};
 use jiff::Timestamp;
 use kube::{Resource, ResourceExt};
+use std::sync::Arc;
 
 pub use super::apply_owner::ApplyOwner;
 
+/// What an owner's decision reads, from the caches: the owner, the Cluster it names, its
+/// apply, the Workspaces that may be that apply's, the names its Cluster's applies recorded,
+/// and, when it is being deleted, its deletion's facts, with the Cluster `deletion_cluster`
+/// picks of the one it names (facts of one kind only start `false`: [`deletion_of`]).
+pub fn observe<O: ApplyOwner>(
+    ctx: &Context,
+    owner: Arc<O>,
+    deletion_cluster: impl FnOnce(Option<&Cluster>) -> Option<Cluster>,
+) -> OwnerSnapshot<O> {
+    let ns = owner.namespace().unwrap_or_default();
+    let named_cluster =
+        cluster_name(&*owner).and_then(|n| cached_beside(&ctx.caches.clusters, &*owner, &n));
+    let apply_name = owner.apply_name();
+    let apply = cached_beside(&ctx.caches.applies, &*owner, &apply_name);
+    let workspaces = workspace_names(&ns, &apply_name)
+        .iter()
+        .filter_map(|n| cached(&ctx.caches.workspaces, None, n))
+        .collect();
+    let siblings = named_cluster
+        .as_deref()
+        .map(|c| cluster_names_recorded(ctx, c))
+        .unwrap_or_default();
+    let deleting = owner.meta().deletion_timestamp.is_some() && ours_to_delete(&*owner);
+    let deletion =
+        deleting.then(|| deletion_of(ctx, &*owner, deletion_cluster(named_cluster.as_deref())));
+    OwnerSnapshot {
+        owner,
+        named_cluster,
+        apply,
+        workspaces,
+        siblings,
+        deletion,
+        allowed_template_namespaces: ctx.settings.allowed_template_namespaces.clone(),
+        poll_interval: ctx.settings.poll_interval,
+    }
+}
+
 /// The `CLUSTER_NAME`s the applies of the Cluster's CAPTCluster and CAPTControlPlane (those
 /// its references name, as cached) recorded.
-pub fn cluster_names_recorded(ctx: &Context, cluster: &Cluster) -> Vec<String> {
+fn cluster_names_recorded(ctx: &Context, cluster: &Cluster) -> Vec<String> {
     let infra = cluster.spec.infrastructure_ref.as_ref();
     let cc = infra
         .and_then(|r| r.name_of::<CAPTCluster>())
@@ -47,7 +87,7 @@ fn recorded_names<O: ApplyOwner>(
 /// What the deletion of `owner` is: its description (with its apply, if any) and the facts
 /// every owner shares. Facts of one kind only (`endpoint_owned`, `control_plane_present`,
 /// `retain`) start `false`; the reconciler sets them.
-pub fn deletion_of<O: ApplyOwner>(
+fn deletion_of<O: ApplyOwner>(
     ctx: &Context,
     owner: &O,
     cluster: Option<Cluster>,
@@ -86,6 +126,6 @@ pub fn deletion_of<O: ApplyOwner>(
 }
 
 /// True when the owner still carries our finalizer: its deletion is ours to carry out.
-pub fn ours_to_delete<O: ApplyOwner>(owner: &O) -> bool {
+fn ours_to_delete<O: ApplyOwner>(owner: &O) -> bool {
     owner.finalizers().iter().any(|f| f == O::FINALIZER)
 }

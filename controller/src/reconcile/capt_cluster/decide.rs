@@ -2,27 +2,24 @@
 //! this reconcile's writes answered so far, the plan. Pure.
 
 use super::super::apply_owner::{
-    self, APPLYING, RECORDING, add_refusal, apply_writes, hold_if_paused, needing_operator,
+    self, APPLYING, OwnerSnapshot, RECORDING, add_refusal, apply_writes, hold_if_paused,
+    needing_operator,
 };
-use super::super::deletion::{self, Deletion};
+use super::super::deletion::{self};
 use super::super::plan::{FINALIZER_MANAGER, Next, Object, Plan, Progress, Step, Warning};
 use super::super::shared::{locate, names_infrastructure};
 use crate::api::WorkspaceTemplateApply;
-use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, Cluster, TerraformWorkspace};
+use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, Cluster};
 use crate::publish::Publication;
 use crate::status::MANAGER_CAPT_CLUSTER;
 use crate::status::capt_cluster::{
     CaptClusterInput, DEFAULT_VPC_READY_TIMEOUT, desired_capt_cluster,
 };
-use crate::status::deletion::DeletionFacts;
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::Placement;
 use jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Reason of the Warning Event on a CAPTCluster whose label or owner reference names a
 /// Cluster that does not name it back.
@@ -32,26 +29,7 @@ pub const CLUSTER_DOES_NOT_REFERENCE: &str = "ClusterDoesNotReferenceInfrastruct
 pub const ADDING_FINALIZER: &str = "adding its finalizer";
 
 /// What a CAPTCluster's decision reads, as cached when its reconcile began.
-#[derive(Clone, Debug)]
-pub struct Snapshot {
-    /// The CAPTCluster.
-    pub cc: Arc<CAPTCluster>,
-    /// The Cluster its owner reference or label names, if it exists (proven in [`decide`]).
-    pub named_cluster: Option<Arc<Cluster>>,
-    /// Its apply ([`super::super::apply_owner::ApplyOwner::apply_name`]), if it exists.
-    pub apply: Option<Arc<WorkspaceTemplateApply>>,
-    /// The Workspaces under the names its apply's Workspace may have.
-    pub workspaces: Vec<Arc<TerraformWorkspace>>,
-    /// The `CLUSTER_NAME`s the applies of the named Cluster's CAPTCluster and control plane
-    /// recorded.
-    pub siblings: Vec<String>,
-    /// Its deletion, when it is being deleted and our finalizer is on it.
-    pub deletion: Option<(Deletion, DeletionFacts)>,
-    /// The namespaces whose templates any namespace may use.
-    pub allowed_template_namespaces: BTreeSet<String>,
-    /// How often a refused CAPTCluster looks again, at most.
-    pub poll_interval: Duration,
-}
+pub type Snapshot = OwnerSnapshot<CAPTCluster>;
 
 /// The CAPTCluster's plan. In order: a Cluster that its label names but that does not name
 /// it back is told (a Warning, the first round only); a paused one publishes `Paused` and
@@ -64,21 +42,21 @@ pub struct Snapshot {
 pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
     let mut plan = Plan::nothing();
     let cluster = seen.named_cluster.as_deref();
-    let proven = cluster.filter(|c| names_infrastructure(c, &seen.cc));
+    let proven = cluster.filter(|c| names_infrastructure(c, &seen.owner));
     if let (Some(named), None, true) = (cluster, proven, progress.is_empty()) {
-        plan = plan.then(Step::Warn(decoy(&seen.cc, named)));
+        plan = plan.then(Step::Warn(decoy(&seen.owner, named)));
     }
-    if let Some(held) = hold_if_paused(&*seen.cc, proven, now) {
+    if let Some(held) = hold_if_paused(&*seen.owner, proven, now) {
         return plan.and(held);
     }
-    if seen.cc.meta().deletion_timestamp.is_some() {
+    if seen.owner.meta().deletion_timestamp.is_some() {
         return match &seen.deletion {
-            Some((d, facts)) => plan.and(deletion::decide(&*seen.cc, facts, d.clone())),
+            Some((d, facts)) => plan.and(deletion::decide(&*seen.owner, facts, d.clone())),
             None => plan,
         };
     }
     let finalized = progress.answer::<CAPTCluster>(ADDING_FINALIZER);
-    let cc = finalized.as_ref().unwrap_or(&seen.cc);
+    let cc = finalized.as_ref().unwrap_or(&seen.owner);
     let writes = proven.filter(|_| wants_vpc_apply(cc)).map(|cluster| {
         let existing = seen.apply.as_deref();
         let allowed = &seen.allowed_template_namespaces;

@@ -2,31 +2,28 @@
 //! this reconcile's steps answered so far, the plan. Pure.
 
 use super::super::apply_owner::{
-    self, APPLYING, ApplyWrites, RECORDING, add_refusal, apply_writes, hold_if_paused,
-    needing_operator,
+    self, APPLYING, ApplyWrites, OwnerSnapshot, RECORDING, add_refusal, apply_writes,
+    hold_if_paused, needing_operator,
 };
 use super::super::cluster::{endpoint_owned_by_us, managed_by_core};
-use super::super::deletion::{self, Deletion};
+use super::super::deletion::{self};
 use super::super::kubeconfig::{self, Keeping, READING_CONNECTION};
 use super::super::plan::{FINALIZER_MANAGER, Next, Object, Plan, Progress, Step, Warning};
 use super::super::shared::{locate, names_control_plane};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
-    TerraformWorkspace, WorkspaceTemplateApply,
+    WorkspaceTemplateApply,
 };
 use crate::publish::Publication;
 use crate::status::MANAGER_CAPT_CONTROL_PLANE;
 use crate::status::control_plane::{ControlPlaneInput, desired_control_plane};
-use crate::status::deletion::DeletionFacts;
 use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::Refusal;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Reason of the Warning Event on a control plane whose label or owner reference names a
 /// Cluster that does not name it back.
@@ -42,25 +39,10 @@ pub const READING_CLUSTER: &str = "reading its Cluster's managedFields";
 /// What a control plane's decision reads, as cached when its reconcile began.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    /// The CAPTControlPlane.
-    pub cp: Arc<CAPTControlPlane>,
-    /// The Cluster its owner reference or label names, if it exists (proven in [`decide`]).
-    pub named_cluster: Option<Arc<Cluster>>,
+    /// The control plane, as an apply's owner.
+    pub as_owner: OwnerSnapshot<CAPTControlPlane>,
     /// The CAPTCluster the named Cluster's `spec.infrastructureRef` names, if it exists.
     pub infrastructure: Option<Arc<CAPTCluster>>,
-    /// Its apply ([`super::super::apply_owner::ApplyOwner::apply_name`]), if it exists.
-    pub apply: Option<Arc<WorkspaceTemplateApply>>,
-    /// The Workspaces under the names its apply's Workspace may have.
-    pub workspaces: Vec<Arc<TerraformWorkspace>>,
-    /// The `CLUSTER_NAME`s the applies of the named Cluster's CAPTCluster and control plane
-    /// recorded.
-    pub siblings: Vec<String>,
-    /// Its deletion, when it is being deleted and our finalizer is on it.
-    pub deletion: Option<(Deletion, DeletionFacts)>,
-    /// The namespaces whose templates any namespace may use.
-    pub allowed_template_namespaces: BTreeSet<String>,
-    /// How often a refused control plane looks again, at most.
-    pub poll_interval: Duration,
     /// Cluster API core is not running: a Cluster is ours alone.
     pub without_core: bool,
 }
@@ -79,26 +61,26 @@ pub struct Snapshot {
 /// and status do not wait for.
 pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
     let mut plan = Plan::nothing();
-    let cluster = seen.named_cluster.as_deref();
-    let proven = cluster.filter(|c| names_control_plane(c, &seen.cp));
+    let cluster = seen.as_owner.named_cluster.as_deref();
+    let proven = cluster.filter(|c| names_control_plane(c, &seen.as_owner.owner));
     if let (Some(named), None, true) = (cluster, proven, progress.is_empty()) {
-        plan = plan.then(Step::Warn(decoy(&seen.cp, named)));
+        plan = plan.then(Step::Warn(decoy(&seen.as_owner.owner, named)));
     }
-    if let Some(held) = hold_if_paused(&*seen.cp, proven, now) {
+    if let Some(held) = hold_if_paused(&*seen.as_owner.owner, proven, now) {
         return plan.and(held);
     }
-    if seen.cp.meta().deletion_timestamp.is_some() {
+    if seen.as_owner.owner.meta().deletion_timestamp.is_some() {
         return plan.and(delete(seen, proven, progress));
     }
     let finalized = progress.answer::<CAPTControlPlane>(ADDING_FINALIZER);
-    let cp = finalized.as_ref().unwrap_or(&seen.cp);
+    let cp = finalized.as_ref().unwrap_or(&seen.as_owner.owner);
     let vpc_ready = proven
         .and(seen.infrastructure.as_deref())
         .map(|cc| cc.status.as_ref().and_then(|s| s.ready).unwrap_or(false));
     let writes = proven.filter(|_| vpc_ready == Some(true)).map(|cluster| {
-        let existing = seen.apply.as_deref();
-        let allowed = &seen.allowed_template_namespaces;
-        apply_writes(cp, cluster, existing, &seen.siblings, allowed)
+        let existing = seen.as_owner.apply.as_deref();
+        let allowed = &seen.as_owner.allowed_template_namespaces;
+        apply_writes(cp, cluster, existing, &seen.as_owner.siblings, allowed)
     });
     if progress.is_empty() {
         let first = first_writes(cp, writes.as_ref());
@@ -206,7 +188,7 @@ impl Owned {
                     owned.written = recorded.resource_version();
                 }
                 let answered = progress.answer::<WorkspaceTemplateApply>(APPLYING);
-                let apply = answered.or_else(|| seen.apply.as_deref().cloned());
+                let apply = answered.or_else(|| seen.as_owner.apply.as_deref().cloned());
                 owned.apply = Some(apply.expect("an apply not written is the one cached"));
             }
             Some(Err(refusal)) => owned.refusal = Some(refusal),
@@ -219,7 +201,11 @@ impl Owned {
 /// What the apply's own Workspace (as cached) reports.
 fn workspace_of(seen: &Snapshot, apply: &WorkspaceTemplateApply) -> Option<WorkspaceObservation> {
     let located = locate(apply, |name| {
-        let found = seen.workspaces.iter().find(|w| w.name_any() == name);
+        let found = seen
+            .as_owner
+            .workspaces
+            .iter()
+            .find(|w| w.name_any() == name);
         found.map(|w| (**w).clone())
     });
     let own = located.own();
@@ -300,7 +286,11 @@ fn endpoint_then_status(
     if let Some(refusal) = refusal {
         add_refusal(&mut desired.status_fragment, cp, refusal, input.now);
     }
-    let recheck = apply_owner::recheck(seen.poll_interval, desired.recheck_after, refusal.as_ref());
+    let recheck = apply_owner::recheck(
+        seen.as_owner.poll_interval,
+        desired.recheck_after,
+        refusal.as_ref(),
+    );
     let status = Publication::status(cp, MANAGER_CAPT_CONTROL_PLANE, desired.status_fragment)
         .after(owned.written.clone())
         .observing(&observed);
@@ -321,7 +311,7 @@ fn endpoint_then_status(
 /// us) and a Cluster going away keeps it; alone, ours is released before the control plane
 /// goes.
 fn delete(seen: &Snapshot, proven: Option<&Cluster>, progress: &Progress) -> Plan {
-    let Some((d, facts)) = &seen.deletion else {
+    let Some((d, facts)) = &seen.as_owner.deletion else {
         return Plan::nothing();
     };
     let mut facts = facts.clone();
@@ -337,7 +327,7 @@ fn delete(seen: &Snapshot, proven: Option<&Cluster>, progress: &Progress) -> Pla
             Some(live) => facts.endpoint_owned = live.is_some_and(|c| endpoint_owned_by_us(&c)),
         }
     }
-    deletion::decide(&*seen.cp, &facts, d.clone())
+    deletion::decide(&*seen.as_owner.owner, &facts, d.clone())
 }
 
 /// The connection Secret's `cluster_endpoint`, if it holds one.

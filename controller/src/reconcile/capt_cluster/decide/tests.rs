@@ -7,6 +7,9 @@ use crate::reconcile::plan::Step;
 use crate::tenancy::APPLY_OWNED_CONDITION;
 use kube::api::DynamicObject;
 use serde_json::Value;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 const NOW: &str = "2026-12-07T12:00:00Z";
 const FINALIZER: &str = CAPT_CLUSTER_FINALIZER;
@@ -67,7 +70,7 @@ fn vpc_apply() -> Value {
 
 fn snapshot(cc: Arc<CAPTCluster>, cluster: Option<Arc<Cluster>>, apply: Option<Value>) -> Snapshot {
     Snapshot {
-        cc,
+        owner: cc,
         named_cluster: cluster,
         apply: apply.map(|a| Arc::new(object(a))),
         workspaces: vec![],

@@ -3,12 +3,16 @@
 //! `docs/security.md`. The last rows carry whole reconciles out against canned answers.
 
 use super::*;
+use crate::api::TerraformWorkspace;
+use crate::reconcile::deletion::Deletion;
 use crate::reconcile::kubeconfig::{READING_KUBECONFIG, SECRET_NOT_CONTROLLED};
 use crate::render::{APPLY_NAME_LABEL, APPLY_NAMESPACE_LABEL, APPLY_UID_LABEL, workspace_name};
+use crate::status::deletion::DeletionFacts;
 use k8s_openapi::ByteString;
 use kube::api::DynamicObject;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 const NOW: &str = "2026-12-07T12:00:00Z";
 const FINALIZER: &str = CAPT_CONTROL_PLANE_FINALIZER;
@@ -136,15 +140,17 @@ fn connection() -> Secret {
 /// A control plane whose VPC is ready, with its Cluster, its apply and its Workspace.
 fn snapshot(cp: Arc<CAPTControlPlane>, workspace: Option<Arc<TerraformWorkspace>>) -> Snapshot {
     Snapshot {
-        cp,
-        named_cluster: Some(cluster(true, json!({}))),
+        as_owner: OwnerSnapshot {
+            owner: cp,
+            named_cluster: Some(cluster(true, json!({}))),
+            apply: None,
+            workspaces: workspace.into_iter().collect(),
+            siblings: vec![],
+            deletion: None,
+            allowed_template_namespaces: BTreeSet::new(),
+            poll_interval: Duration::from_secs(5),
+        },
         infrastructure: Some(vpc(true)),
-        apply: None,
-        workspaces: workspace.into_iter().collect(),
-        siblings: vec![],
-        deletion: None,
-        allowed_template_namespaces: BTreeSet::new(),
-        poll_interval: Duration::from_secs(5),
         without_core: false,
     }
 }
@@ -153,7 +159,7 @@ fn snapshot(cp: Arc<CAPTControlPlane>, workspace: Option<Arc<TerraformWorkspace>
 /// outputs.
 fn at_rest(outputs: Value) -> Snapshot {
     let mut seen = snapshot(control_plane(json!({})), Some(workspace(outputs)));
-    seen.apply = Some(Arc::new(cp_apply()));
+    seen.as_owner.apply = Some(Arc::new(cp_apply()));
     seen
 }
 
@@ -295,7 +301,7 @@ fn a_connection_secret_in_another_namespace_is_never_read() {
         .expect("a ref")
         .namespace = "kube-system".into();
     let mut seen = at_rest(json!({}));
-    seen.apply = Some(Arc::new(apply));
+    seen.as_owner.apply = Some(Arc::new(apply));
     let plan = decide(&seen, &Progress::default(), now());
     assert!(
         !steps(&plan).iter().any(|(d, _)| d.starts_with("reading")),
@@ -464,7 +470,7 @@ fn a_template_in_another_namespace_is_refused_and_looked_at_again_within_the_pol
 #[test]
 fn a_decoy_is_told_once_and_gets_nothing_of_the_cluster_it_names() {
     let mut seen = snapshot(control_plane(json!({})), None);
-    seen.named_cluster = Some(cluster(false, json!({})));
+    seen.as_owner.named_cluster = Some(cluster(false, json!({})));
     let plan = decide(&seen, &Progress::default(), now());
     assert_eq!(
         steps(&plan),
@@ -483,7 +489,7 @@ fn a_decoy_is_told_once_and_gets_nothing_of_the_cluster_it_names() {
 fn a_paused_control_plane_publishes_paused_and_nothing_else() {
     let paused = cluster(true, json!({"spec": {"paused": true}}));
     let mut seen = at_rest(json!({"cluster_endpoint": ENDPOINT}));
-    seen.named_cluster = Some(paused);
+    seen.as_owner.named_cluster = Some(paused);
     let plan = decide(&seen, &Progress::default(), now());
     assert_eq!(steps(&plan), [row("publish status", "demo")]);
 }
@@ -500,7 +506,7 @@ fn deleting(without_core: bool) -> Snapshot {
         existing: vec![],
         apply: None,
         refused: None,
-        cluster: seen.named_cluster.as_deref().cloned(),
+        cluster: seen.as_owner.named_cluster.as_deref().cloned(),
         poll: Duration::from_secs(5),
     };
     let facts = DeletionFacts {
@@ -515,7 +521,7 @@ fn deleting(without_core: bool) -> Snapshot {
         now: now(),
         stuck_after: Duration::from_secs(600),
     };
-    seen.deletion = Some((d, facts));
+    seen.as_owner.deletion = Some((d, facts));
     seen
 }
 
