@@ -1,7 +1,7 @@
-//! What the observations of a CAPTCluster and a CAPTControlPlane share, as owners of one
-//! WorkspaceTemplateApply: what they read of it and of their peers from the caches (the
-//! names their Cluster's applies recorded, their deletion's facts). The rules they share are
-//! [`super::apply_owner`]'s, and pure.
+//! How a CAPTCluster and a CAPTControlPlane, as owners of one WorkspaceTemplateApply,
+//! observe what their decisions share ([`observe`]: the Cluster they name, their apply and
+//! its Workspaces, the names their Cluster's applies recorded, their deletion's facts), from
+//! the caches. The rules they share are [`super::apply_owner`]'s, and pure.
 
 use super::apply_owner::OwnerSnapshot;
 use super::deletion::Deletion;
