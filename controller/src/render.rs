@@ -354,6 +354,22 @@ fn substitute(
     }
 }
 
+/// The largest WorkspaceTemplate spec (serialized JSON) the controller renders: an inline
+/// module of a whole EKS stack is tens of KiB.
+pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+/// Set by the template cache (`crate::watches`) on its copy (never written) of a template over [`MAX_TEMPLATE_BYTES`]: its
+/// size in bytes. Its body is not kept.
+pub const TOO_LARGE_ANNOTATION: &str = "capt.cache/too-large-bytes";
+
+/// What the Workspace cache (`crate::watches`) keeps of an inline module, and what a rendered
+/// module is compared as: `sha256:<hex>` of its text.
+pub fn module_digest(module: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(module.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

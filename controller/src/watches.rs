@@ -11,6 +11,7 @@ use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, TerraformWorkspace, WorkspaceTemplate,
     WorkspaceTemplateApply,
 };
+pub use crate::render::{MAX_TEMPLATE_BYTES, TOO_LARGE_ANNOTATION, module_digest};
 use crate::trigger::Trigger;
 use crate::unreadable::{Decoded, UnreadableReport, Unreadables};
 use compact_json::Dictionaries;
@@ -120,22 +121,6 @@ impl Watched for TerraformWorkspace {
             *status = STATUSES.compact(&status.value());
         }
     }
-}
-
-/// The largest WorkspaceTemplate spec (serialized JSON) the controller renders: an inline
-/// module of a whole EKS stack is tens of KiB.
-pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
-/// Set on the cached copy (never written) of a template over [`MAX_TEMPLATE_BYTES`]: its
-/// size in bytes. Its body is not kept.
-pub const TOO_LARGE_ANNOTATION: &str = "capt.cache/too-large-bytes";
-
-/// What the Workspace cache keeps of an inline module, and what a rendered module is compared
-/// as: `sha256:<hex>` of its text.
-pub fn module_digest(module: &str) -> String {
-    use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(module.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
 }
 
 /// A Cluster's status is core's (or, without core, what `capt-cluster` computes from our

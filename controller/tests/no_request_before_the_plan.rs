@@ -10,7 +10,9 @@ use capt_controller::context::{Context, Settings, recorder};
 use capt_controller::metrics::Metrics;
 use capt_controller::publish::Publisher;
 use capt_controller::reconcile::plan::{Next, Object, Plan, Progress, Step};
-use capt_controller::reconcile::{act, capt_cluster, cluster, control_plane, deletion, owner};
+use capt_controller::reconcile::{
+    act, apply, capt_cluster, cluster, control_plane, deletion, owner,
+};
 use capt_controller::rewake::Rewake;
 use capt_controller::watches::Caches;
 use capt_controller::write_loops::{Limit, WriteLoops};
@@ -193,6 +195,32 @@ async fn a_control_plane_is_planned_from_its_caches_with_no_request() {
         .iter()
         .any(|s| matches!(s, Step::Read { doing, .. } if *doing == control_plane::READING_CLUSTER));
     assert!(reads, "the Cluster's read is planned: {plan:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
+}
+
+#[tokio::test]
+async fn an_apply_is_planned_from_its_caches_with_no_request() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut ctx = context(count.clone(), vec![capt_cluster(false)]);
+    // Its template's namespace trusted: nothing refuses it before its waits.
+    (ctx.settings.allowed_template_namespaces).insert("default".into());
+    let mut waiting = vpc_apply();
+    waiting.metadata.finalizers = Some(vec![
+        capt_controller::reconcile::apply::APPLY_FINALIZER.into(),
+    ]);
+    waiting.spec.wait_for_secrets = Some(vec![
+        serde_json::from_value(json!({"name": "credentials", "namespace": "default"}))
+            .expect("a Secret reference"),
+    ]);
+    let snapshot = apply::observe(&ctx, Arc::new(waiting));
+    let plan =
+        apply::decide(&snapshot, &Progress::default(), jiff::Timestamp::now()).expect("decided");
+    // The Secrets it waits for are not watched: their check is a step of the plan, made by
+    // the executor, not a read made before it.
+    let checks = plan.steps.iter().any(
+        |s| matches!(s, Step::CheckSecrets { doing, .. } if *doing == apply::CHECKING_SECRETS),
+    );
+    assert!(checks, "the Secrets' check is planned: {plan:?}");
     assert_eq!(count.load(Ordering::SeqCst), 0, "requests before the plan");
 }
 

@@ -25,20 +25,21 @@ pub(super) const MOST_ROUNDS: usize = 8;
 /// failure names); returns when to reconcile again.
 pub async fn carry_out(ctx: &Context, subject: &str, plan: Plan) -> Result<Action> {
     let mut plan = Some(plan);
-    carry_out_rounds(ctx, subject, |_| plan.take().unwrap_or_default()).await
+    carry_out_rounds(ctx, subject, |_| Ok(plan.take().unwrap_or_default())).await
 }
 
 /// Carries out the plans `decide` makes, round after round: the first from nothing written,
 /// each next one (when a plan asks, [`Next::Redecide`]) from what the writes so far
-/// answered. Returns when to reconcile again.
+/// answered. Returns when to reconcile again, or the decision's failure (what it could not
+/// decide, as an error of the object: its steps before stay done).
 pub async fn carry_out_rounds(
     ctx: &Context,
     subject: &str,
-    mut decide: impl FnMut(&Progress) -> Plan,
+    mut decide: impl FnMut(&Progress) -> Result<Plan>,
 ) -> Result<Action> {
     let mut progress = Progress::default();
     for _ in 0..MOST_ROUNDS {
-        let plan = decide(&progress);
+        let plan = decide(&progress)?;
         carry_out_steps(ctx, subject, plan.steps, &mut progress).await?;
         match plan.next {
             Next::Redecide => continue,
@@ -120,15 +121,42 @@ async fn carry_out_step(
                 .await
                 .map_err(failed(doing))?;
             if let Some(w) = wrote {
+                tracing::info!(subject, object = object.name, doing, "Applied");
                 ctx.wrote(w.written, w.basis, w.regarding).await;
             }
             progress.answered(doing, answer);
         }
         Step::Warn(w) => {
+            tracing::warn!(subject, reason = w.reason, note = w.note, "Warning");
             ctx.warn_regarding(&w.regarding, w.reason, w.action, w.note)
                 .await;
         }
-        Step::Delete { object, doing } => delete(ctx, &object).await.map_err(failed(doing))?,
+        Step::Merge {
+            object,
+            manager,
+            patch,
+            doing,
+            wrote,
+        } => {
+            let params = PatchParams {
+                field_manager: Some(manager.to_owned()),
+                ..PatchParams::default()
+            };
+            api(ctx, &object)
+                .patch(&object.name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(failed(doing))?;
+            tracing::info!(subject, object = object.name, doing, "Patched");
+            ctx.wrote(wrote.written, wrote.basis, wrote.regarding).await;
+        }
+        Step::CheckSecrets { secrets, doing } => {
+            let missing = check_secrets(ctx, &secrets).await.map_err(failed(doing))?;
+            progress.was_checked(doing, missing.cloned());
+        }
+        Step::Delete { object, doing } => {
+            delete(ctx, &object).await.map_err(failed(doing))?;
+            tracing::info!(subject, object = object.name, doing, "Deleting");
+        }
         Step::Orphan { object, doing } => orphan(ctx, &object).await.map_err(failed(doing))?,
         Step::RemoveFinalizer { object, finalizer } => {
             tracing::debug!(subject, finalizer, "Removing our finalizer");
@@ -170,6 +198,30 @@ async fn write_secret(ctx: &Context, subject: &str, secret: Sealed) -> kube::Res
     }
     tracing::info!(subject, secret = name, "Secret written");
     Ok(())
+}
+
+/// The first of `secrets` that does not exist, asked of the API server (metadata only) a
+/// few at a time, one read shared with every check asking at once
+/// ([`crate::seen_secrets`]).
+async fn check_secrets<'s>(
+    ctx: &Context,
+    secrets: &'s [(String, String)],
+) -> kube::Result<Option<&'s (String, String)>> {
+    let exists = |(namespace, name): &(String, String)| {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+        let name = name.clone();
+        // Only existence is asked: a Secret's data is never read here.
+        async move {
+            api.get_metadata_opt(&name)
+                .await
+                .map(|found| found.is_some())
+        }
+    };
+    (ctx.seen_secrets.first_missing(secrets, exists).await).map_err(|shared| {
+        // The read's failure, as its own when this check was the last to hold it.
+        std::sync::Arc::try_unwrap(shared)
+            .unwrap_or_else(|shared| kube::Error::Service(Box::new(shared)))
+    })
 }
 
 /// Deletes the object, only if it still has the uid observed: never one created again

@@ -71,7 +71,7 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     let seen = observe(&ctx, cc);
     let subject = super::subject(&*seen.owner);
     super::act::carry_out_rounds(&ctx, &subject, |progress| {
-        decide(&seen, progress, Timestamp::now())
+        Ok(decide(&seen, progress, Timestamp::now()))
     })
     .await
 }

@@ -72,7 +72,7 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     let seen = observe(&ctx, cp);
     let subject = super::subject(&*seen.as_owner.owner);
     super::act::carry_out_rounds(&ctx, &subject, |progress| {
-        decide(&seen, progress, Timestamp::now())
+        Ok(decide(&seen, progress, Timestamp::now()))
     })
     .await
 }

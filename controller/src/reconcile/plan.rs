@@ -94,6 +94,31 @@ pub enum Step {
         /// Told to the write-loop guard once written.
         wrote: Wrote,
     },
+    /// Merge-patch `patch` into the object under `manager`, only if it still has the uid it
+    /// was observed with (a uid in a patch is a precondition).
+    Merge {
+        /// The object.
+        object: Object,
+        /// The field manager.
+        manager: &'static str,
+        /// The merge patch (its uid set from `object`'s).
+        patch: Value,
+        /// What that is to the reconciled object ("recording its …"): a failure's action.
+        doing: &'static str,
+        /// Told to the write-loop guard once written.
+        wrote: Wrote,
+    },
+    /// Ask the API server whether these Secrets (namespace, name) exist, a few at a time,
+    /// stopping at the first that does not; only existence is asked, never data
+    /// ([`crate::seen_secrets`]). The first missing, or that none is, is kept for the next
+    /// round's decision, under `doing` ([`Progress::checked`]).
+    CheckSecrets {
+        /// The Secrets, in the order they are waited for.
+        secrets: Vec<(String, String)>,
+        /// What that is to the reconciled object ("checking …"): a failure's action, and the
+        /// key of its answer.
+        doing: &'static str,
+    },
     /// The object reached `phase` `seconds` after it began its way there (a metric).
     PhaseReached {
         /// The phase.
@@ -109,6 +134,24 @@ pub enum Step {
         /// When its deletion was asked for, if it was.
         started: Option<Timestamp>,
     },
+}
+
+/// What adding our finalizer does: a failure's action, and the key of its answer.
+pub const ADDING_FINALIZER: &str = "adding its finalizer";
+
+/// Our `finalizer` added to `obj`, under its own field manager (finalizers are a set:
+/// others' stay); the object it answers is kept under [`ADDING_FINALIZER`].
+pub fn add_finalizer<K: Resource<DynamicType = ()>>(obj: &K, finalizer: &'static str) -> Step {
+    let object = Object::of(obj);
+    let body = object.fields(json!({"metadata": {"finalizers": [finalizer]}}));
+    Step::Apply {
+        object,
+        manager: FINALIZER_MANAGER,
+        force: false,
+        body,
+        doing: ADDING_FINALIZER,
+        wrote: None,
+    }
 }
 
 /// Field manager of the controller's finalizers.
@@ -249,6 +292,7 @@ pub struct Progress {
     answers: Vec<(&'static str, DynamicObject)>,
     reads: Vec<(&'static str, String, Option<DynamicObject>)>,
     published: Vec<(Written, Option<i64>)>,
+    checked: Vec<(&'static str, Option<(String, String)>)>,
 }
 
 impl std::fmt::Debug for Progress {
@@ -265,6 +309,7 @@ impl std::fmt::Debug for Progress {
             .field("answers", &answers)
             .field("reads", &reads)
             .field("published", &self.published)
+            .field("checked", &self.checked)
             .finish()
     }
 }
@@ -272,7 +317,10 @@ impl std::fmt::Debug for Progress {
 impl Progress {
     /// True before any step answered.
     pub fn is_empty(&self) -> bool {
-        self.answers.is_empty() && self.reads.is_empty() && self.published.is_empty()
+        self.answers.is_empty()
+            && self.reads.is_empty()
+            && self.published.is_empty()
+            && self.checked.is_empty()
     }
 
     /// Keeps what the write `doing` answered.
@@ -309,6 +357,20 @@ impl Progress {
     pub fn published(&self, key: &Written) -> Option<Option<i64>> {
         let (_, generation) = self.published.iter().rev().find(|(k, _)| k == key)?;
         Some(*generation)
+    }
+}
+
+impl Progress {
+    /// Keeps what the check of Secrets `doing` found: the first missing, or none.
+    pub fn was_checked(&mut self, doing: &'static str, missing: Option<(String, String)>) {
+        self.checked.push((doing, missing));
+    }
+
+    /// What the check of Secrets `doing` found: `None` when it was not made, `Some(None)`
+    /// when every one exists, else the first missing (namespace, name).
+    pub fn checked(&self, doing: &str) -> Option<Option<&(String, String)>> {
+        let (_, missing) = self.checked.iter().rev().find(|(d, _)| *d == doing)?;
+        Some(missing.as_ref())
     }
 }
 

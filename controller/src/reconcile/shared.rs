@@ -134,6 +134,7 @@ pub fn get_apply<K: Resource<DynamicType = ()>>(
 
 /// The Workspace of an apply, as found: which name it uses ([`Placement`]) and the
 /// Workspace under that name, if any (another's included, for the apply to report).
+#[derive(Clone, Debug)]
 pub struct Located {
     /// Which Workspace the apply uses, or whose Workspace holds its name.
     pub placement: Placement,

@@ -6,7 +6,7 @@ use super::super::apply_owner::{
     needing_operator,
 };
 use super::super::deletion::{self};
-use super::super::plan::{FINALIZER_MANAGER, Next, Object, Plan, Progress, Step, Warning};
+use super::super::plan::{self, Next, Plan, Progress, Step, Warning};
 use super::super::shared::{locate, names_infrastructure};
 use crate::api::WorkspaceTemplateApply;
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, Cluster};
@@ -19,14 +19,12 @@ use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::Placement;
 use jiff::Timestamp;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 /// Reason of the Warning Event on a CAPTCluster whose label or owner reference names a
 /// Cluster that does not name it back.
 pub const CLUSTER_DOES_NOT_REFERENCE: &str = "ClusterDoesNotReferenceInfrastructure";
 
-/// What adding our finalizer does: a failure's action, and the key of its answer.
-pub const ADDING_FINALIZER: &str = "adding its finalizer";
+pub use super::super::plan::ADDING_FINALIZER;
 
 /// What a CAPTCluster's decision reads, as cached when its reconcile began.
 pub type Snapshot = OwnerSnapshot<CAPTCluster>;
@@ -65,7 +63,7 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
     if progress.is_empty() {
         let mut steps = Vec::new();
         if !cc.finalizers().iter().any(|f| f == CAPT_CLUSTER_FINALIZER) {
-            steps.push(add_finalizer(cc));
+            steps.push(plan::add_finalizer(cc, CAPT_CLUSTER_FINALIZER));
         }
         if let Some(Ok(w)) = &writes {
             steps.extend(w.apply.clone());
@@ -148,20 +146,6 @@ pub fn decide(seen: &Snapshot, progress: &Progress, now: Timestamp) -> Plan {
 /// True when the CAPTCluster builds its VPC with an apply: no existing VPC, and a template.
 fn wants_vpc_apply(cc: &CAPTCluster) -> bool {
     cc.spec.existing_vpc_id.is_none() && cc.spec.vpc_template_ref.is_some()
-}
-
-/// Our finalizer added, under its own field manager (finalizers are a set: others' stay).
-fn add_finalizer(cc: &CAPTCluster) -> Step {
-    let object = Object::of(cc);
-    let body = object.fields(json!({"metadata": {"finalizers": [CAPT_CLUSTER_FINALIZER]}}));
-    Step::Apply {
-        object,
-        manager: FINALIZER_MANAGER,
-        force: false,
-        body,
-        doing: ADDING_FINALIZER,
-        wrote: None,
-    }
 }
 
 /// The Warning on a CAPTCluster labelled with a Cluster that does not name it in

@@ -8,7 +8,7 @@ use super::super::apply_owner::{
 use super::super::cluster::{endpoint_owned_by_us, managed_by_core};
 use super::super::deletion::{self};
 use super::super::kubeconfig::{self, Keeping, READING_CONNECTION};
-use super::super::plan::{FINALIZER_MANAGER, Next, Object, Plan, Progress, Step, Warning};
+use super::super::plan::{self, Next, Object, Plan, Progress, Step, Warning};
 use super::super::shared::{locate, names_control_plane};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
@@ -29,8 +29,7 @@ use std::sync::Arc;
 /// Cluster that does not name it back.
 pub const CLUSTER_DOES_NOT_REFERENCE: &str = "ClusterDoesNotReferenceControlPlane";
 
-/// What adding our finalizer does: a failure's action, and the key of its answer.
-pub const ADDING_FINALIZER: &str = "adding its finalizer";
+pub use super::super::plan::ADDING_FINALIZER;
 
 /// What reading the Cluster live is (its managedFields, which the caches strip): a
 /// failure's action, and the key of its answer.
@@ -147,7 +146,7 @@ fn first_writes(cp: &CAPTControlPlane, writes: Option<&Result<ApplyWrites, Refus
         .iter()
         .any(|f| f == CAPT_CONTROL_PLANE_FINALIZER)
     {
-        steps.push(add_finalizer(cp));
+        steps.push(plan::add_finalizer(cp, CAPT_CONTROL_PLANE_FINALIZER));
     }
     if let Some(Ok(w)) = writes {
         steps.extend(w.apply.clone());
@@ -351,20 +350,6 @@ fn phase_reached(cp: &CAPTControlPlane, phase: ControlPlanePhase, now: Timestamp
         phase: format!("{phase:?}"),
         seconds,
     })
-}
-
-/// Our finalizer added, under its own field manager (finalizers are a set: others' stay).
-fn add_finalizer(cp: &CAPTControlPlane) -> Step {
-    let object = Object::of(cp);
-    let body = object.fields(json!({"metadata": {"finalizers": [CAPT_CONTROL_PLANE_FINALIZER]}}));
-    Step::Apply {
-        object,
-        manager: FINALIZER_MANAGER,
-        force: false,
-        body,
-        doing: ADDING_FINALIZER,
-        wrote: None,
-    }
 }
 
 /// The Warning on a control plane labelled with a Cluster that does not name it in

@@ -6,7 +6,7 @@ use super::*;
 use crate::reconcile::plan::Step;
 use crate::tenancy::APPLY_OWNED_CONDITION;
 use kube::api::DynamicObject;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
