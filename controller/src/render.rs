@@ -44,7 +44,7 @@ pub const RENDERING_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/workspac
 /// The version of what [`render_workspace`] makes of the same inputs. Raised with every
 /// change of the rendered Workspace (the golden files of `controller/tests/render_golden.rs`
 /// refuse a changed rendering under the same number): a Workspace rendered by an earlier one
-/// keeps its rendering until its inputs change (`reconcile/apply.rs`, docs/upgrading.md).
+/// keeps its rendering until its inputs change (`reconcile/apply/decide.rs` `needs_apply`, docs/upgrading.md).
 pub const RENDERING: u32 = 3;
 /// The rendering of v0.1.0, which recorded none.
 pub const FIRST_RENDERING: u32 = 1;

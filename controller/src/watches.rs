@@ -72,7 +72,7 @@ impl Watched for CAPTControlPlane {
 impl Watched for WorkspaceTemplateApply {}
 
 /// Templates are written by tenants: one larger than [`MAX_TEMPLATE_BYTES`] is cached
-/// without its body (and refused by every apply that uses it, `reconcile/apply.rs`), so that
+/// without its body (and refused by every apply that uses it, `reconcile/apply/decide.rs`), so that
 /// what a tenant writes cannot grow the shared controller's memory without bound. One too
 /// large to reach the watch at all is cached the same way, with the size of the whole object.
 impl Watched for WorkspaceTemplate {
