@@ -410,7 +410,7 @@ impl Plan {
 }
 
 /// `patch`'s fields set in `target`, objects merged key by key.
-fn merge(target: &mut Value, patch: Value) {
+pub(crate) fn merge(target: &mut Value, patch: Value) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
             for (k, v) in p {

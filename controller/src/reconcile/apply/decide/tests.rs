@@ -1,4 +1,5 @@
 use super::*;
+use crate::reconcile::plan::merge;
 use crate::watches::Watched as _;
 
 #[test]
@@ -164,17 +165,6 @@ fn apply(extra: Value) -> WorkspaceTemplateApply {
     });
     merge(&mut value, extra);
     serde_json::from_value(value).expect("an apply")
-}
-
-fn merge(target: &mut Value, patch: Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(t.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (t, p) => *t = p,
-    }
 }
 
 /// Its Workspace's name.
