@@ -190,22 +190,25 @@ struct Seen {
     claim: Claim,
     version: Option<String>,
     transitions: i32,
-    /// When this version was first seen.
-    since: Instant,
+    /// When this version was first seen expired: in an answer that came when its claim had
+    /// expired by this replica's clock (`None`: not yet). A view from before an outage does
+    /// not count, however old: at the outage's end the other replicas' answers come too.
+    expired_since: Option<Instant>,
 }
 
 impl Seen {
     /// The Lease as read or written now; `before` is the version seen until now, whose time
-    /// of first sight carries over when the version is the same.
+    /// of first sight expired carries over when the version is the same.
     fn of(lease: &Lease, before: Option<&Seen>) -> Self {
         let version = lease.metadata.resource_version.clone();
-        let since = match before {
-            Some(b) if b.version == version => b.since,
-            _ => Instant::now(),
+        let claim = Claim::of(lease.spec.as_ref());
+        let expired_since = match before {
+            Some(b) if b.version == version && b.expired_since.is_some() => b.expired_since,
+            _ => claim.expired(SystemTime::now()).then(Instant::now),
         };
         Self {
-            since,
-            claim: Claim::of(lease.spec.as_ref()),
+            expired_since,
+            claim,
             version,
             transitions: lease
                 .spec
@@ -244,9 +247,10 @@ async fn hold(
             }
             note(&tell, seen.as_ref(), me);
             let claim = seen.as_ref().map(|s| &s.claim);
-            let since = seen.as_ref().map_or_else(Instant::now, |s| s.since);
+            let expired_since = seen.as_ref().and_then(|s| s.expired_since);
             let (now, at) = (SystemTime::now(), Instant::now().into_std());
-            let step = next_step(claim, since.into_std(), me, mine, &t, now, at);
+            let since = expired_since.map_or(at, Instant::into_std);
+            let step = next_step(claim, since, me, mine, &t, now, at);
             match step {
                 Step::Wait(wait) => {
                     tokio::time::sleep(wait).await;
@@ -473,6 +477,47 @@ mod tests {
             elector: Arc::default(),
         };
         (tell, lead)
+    }
+
+    /// Pod-a's Lease, of version `version`, renewed `ago` before now, for 15 s.
+    fn lease_renewed(ago: Duration, version: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                resource_version: Some(version.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("pod-a".into()),
+                renew_time: Some(MicroTime(
+                    jiff::Timestamp::try_from(SystemTime::now() - ago).expect("a time"),
+                )),
+                lease_duration_seconds: Some(15),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    /// A lapsed leader lets the others go first for `renew_every` from the first answer that
+    /// showed it its Lease expired: not from a view older than an outage, which would let it
+    /// take the Lease back at the outage's end, in a race with the standby whose answers come
+    /// at the same moment.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_counts_as_seen_expired_from_the_first_answer_after_its_expiry() {
+        let live = Seen::of(&lease_renewed(Duration::ZERO, "7"), None);
+        assert_eq!(live.expired_since, None, "not expired when seen");
+        // The API server does not answer for 30 s; then it answers with the same version.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let thawed = Seen::of(&lease_renewed(Duration::from_secs(30), "7"), Some(&live));
+        assert_eq!(
+            thawed.expired_since,
+            Some(Instant::now()),
+            "from this answer"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let later = Seen::of(&lease_renewed(Duration::from_secs(32), "7"), Some(&thawed));
+        assert_eq!(later.expired_since, thawed.expired_since, "unchanged since");
+        let taken = Seen::of(&lease_renewed(Duration::ZERO, "8"), Some(&later));
+        assert_eq!(taken.expired_since, None, "a new version starts again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,9 +13,11 @@
 //! - **A lapse is not a loss.** A leader whose deadline passed without a renewal stops writing
 //!   and stands as a candidate. While the Lease still names it and has not expired, nobody
 //!   else may take it, so it renews as soon as the API server answers and leads on. Once it
-//!   has expired, the others go first: the lapsed leader takes it only after it has seen the
-//!   expired Lease unchanged for `renew_every`, so that another replica that sees it too
-//!   takes over (its own view of the API server may be the healthier one).
+//!   has expired, the others go first: the lapsed leader takes it only `renew_every` after
+//!   an answer first showed it the expired Lease, unchanged since, so that another replica
+//!   that sees it too takes over (its own view of the API server may be the healthier one).
+//!   What it saw before an outage does not count: when the API server answers again, it
+//!   answers the others as well, and they go first.
 
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use std::time::{Duration, Instant, SystemTime};
@@ -87,7 +89,7 @@ impl Claim {
     }
 
     /// Whether it has expired at `now` (a claim without a renewal or a duration has).
-    fn expired(&self, now: SystemTime) -> bool {
+    pub fn expired(&self, now: SystemTime) -> bool {
         self.expires().is_none_or(|e| e <= now)
     }
 }
@@ -183,10 +185,11 @@ pub enum Step {
 }
 
 /// The next step of the replica `me`, which sees the Lease as `claim` (`None`: there is no
-/// Lease), unchanged since `seen_since`, at wall-clock time `now` and monotonic `at`.
+/// Lease), first seen expired and unchanged since at `seen_expired` (an answer's time; `at`
+/// when no answer showed it expired yet), at wall-clock time `now` and monotonic `at`.
 pub fn next_step(
     claim: Option<&Claim>,
-    seen_since: Instant,
+    seen_expired: Instant,
     me: &str,
     mine: Mine,
     timing: &Timing,
@@ -214,7 +217,7 @@ pub fn next_step(
             // expired, the others go first.
             Mine::Renewed(_) if !claim.expired(now) => Step::Renew,
             Mine::Renewed(_) => {
-                match (seen_since + timing.renew_every).checked_duration_since(at) {
+                match (seen_expired + timing.renew_every).checked_duration_since(at) {
                     Some(wait) if !wait.is_zero() => Step::Wait(wait.min(timing.retry)),
                     _ => Step::Take,
                 }
