@@ -9,6 +9,12 @@ use capt_tests::system::System;
 use capt_tests::{TestNamespace, env};
 use std::time::{Duration, Instant};
 
+/// The longest wait of kube-rs's watcher between two tries of a failed watch
+/// (`WatchStreamExt::default_backoff`).
+const WATCH_MOST_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a watch of the test's few objects may take to list again, on a loaded machine.
+const RELIST: Duration = Duration::from_secs(15);
+
 #[tokio::test]
 async fn both_processes_recover_from_a_10_second_api_server_outage_without_restarting() -> Result<()>
 {
@@ -43,10 +49,14 @@ async fn both_processes_recover_from_a_10_second_api_server_outage_without_resta
     );
     outage.end()?;
 
+    // Ready once each of its watches has listed again. kube-rs's watcher retries a failed
+    // watch with a backoff of up to 30 s (`default_backoff`), so the first retry after the
+    // API server is back may come 30 s later, and the relist after it: the bound is that,
+    // not how fast a watch happens to come back.
     system
         .wait_for(
             "the applier ready again",
-            Duration::from_secs(30),
+            WATCH_MOST_BACKOFF + RELIST,
             || async { Ok(system.applier.client.get("/readyz").await?.status.as_u16() == 200) },
         )
         .await?;
