@@ -112,14 +112,8 @@ async fn carry_out_step(
             doing,
             wrote,
         } => {
-            let params = PatchParams {
-                force,
-                ..PatchParams::apply(manager)
-            };
-            let answer = api(ctx, &object)
-                .patch(&object.name, &params, &Patch::Apply(&body))
-                .await
-                .map_err(failed(doing))?;
+            let answer =
+                (apply(ctx, &object, manager, force, &body).await).map_err(failed(doing))?;
             if let Some(w) = wrote {
                 tracing::info!(subject, object = object.name, doing, "Applied");
                 ctx.wrote(w.written, w.basis, w.regarding).await;
@@ -138,12 +132,7 @@ async fn carry_out_step(
             doing,
             wrote,
         } => {
-            let params = PatchParams {
-                field_manager: Some(manager.to_owned()),
-                ..PatchParams::default()
-            };
-            api(ctx, &object)
-                .patch(&object.name, &params, &Patch::Merge(&patch))
+            merge(ctx, &object, manager, &patch)
                 .await
                 .map_err(failed(doing))?;
             tracing::info!(subject, object = object.name, doing, "Patched");
@@ -164,20 +153,56 @@ async fn carry_out_step(
                 .await
                 .map_err(failed("removing its finalizer"))?;
         }
-        Step::Deleted { object, started } => {
-            if let Some(started) = started {
-                super::deletion_took(ctx, &object.resource.kind, started);
-            }
-            let id = ObjectId::of(
-                &object.resource.api_version,
-                &object.resource.kind,
-                object.namespace.as_deref(),
-                &object.name,
-            );
-            ctx.publisher.forget(id);
-        }
+        Step::Deleted { object, started } => deleted(ctx, &object, started),
     }
     Ok(())
+}
+
+/// Applies `body` to the object as `manager` (server-side apply; `force` takes the fields
+/// from any other manager holding them); returns the object as the API server answered.
+async fn apply(
+    ctx: &Context,
+    object: &Object,
+    manager: &'static str,
+    force: bool,
+    body: &serde_json::Value,
+) -> kube::Result<DynamicObject> {
+    let params = PatchParams {
+        force,
+        ..PatchParams::apply(manager)
+    };
+    (api(ctx, object).patch(&object.name, &params, &Patch::Apply(body))).await
+}
+
+/// Merges `patch` into the object as `manager` (a JSON merge patch: a uid in it is a
+/// precondition).
+async fn merge(
+    ctx: &Context,
+    object: &Object,
+    manager: &'static str,
+    patch: &serde_json::Value,
+) -> kube::Result<()> {
+    let params = PatchParams {
+        field_manager: Some(manager.to_owned()),
+        ..PatchParams::default()
+    };
+    (api(ctx, object).patch(&object.name, &params, &Patch::Merge(patch))).await?;
+    Ok(())
+}
+
+/// What follows an object's deletion once our finalizer is off: how long it took (when the
+/// plan knows when it began), and its intents forgotten by the publisher.
+fn deleted(ctx: &Context, object: &Object, started: Option<jiff::Timestamp>) {
+    if let Some(started) = started {
+        super::deletion_took(ctx, &object.resource.kind, started);
+    }
+    let id = ObjectId::of(
+        &object.resource.api_version,
+        &object.resource.kind,
+        object.namespace.as_deref(),
+        &object.name,
+    );
+    ctx.publisher.forget(id);
 }
 
 /// Writes a Secret the reconcile computed: created when it has no uid, else applied
