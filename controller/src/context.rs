@@ -12,7 +12,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use status_applier_api::Action;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Settings of the reconcilers.
@@ -24,10 +24,10 @@ pub struct Settings {
     pub poll_interval: Duration,
     /// The namespaces trusted with code (`--allow-template-namespace`): only their
     /// WorkspaceTemplates are used, by objects of any namespace. Every other reference stays in
-    /// its object's namespace.
-    pub allowed_template_namespaces: BTreeSet<String>,
+    /// its object's namespace. Shared with each snapshot that reads it, not copied.
+    pub allowed_template_namespaces: Arc<BTreeSet<String>>,
     /// What a rendered Workspace may ask of the provider (`--allow-provider-config`).
-    pub workspace_policy: WorkspacePolicy,
+    pub workspace_policy: Arc<WorkspacePolicy>,
     /// Cluster API core does not run beside us (`--without-cluster-api-core`): `capt-cluster`
     /// writes the readiness, phase and endpoint of the Clusters core's finalizer is not on.
     pub without_core: bool,
@@ -41,8 +41,8 @@ impl Default for Settings {
         Self {
             stuck_deletion_after: DEFAULT_STUCK_AFTER,
             poll_interval: DEFAULT_POLL_INTERVAL,
-            allowed_template_namespaces: BTreeSet::new(),
-            workspace_policy: WorkspacePolicy::default(),
+            allowed_template_namespaces: Arc::default(),
+            workspace_policy: Arc::default(),
             without_core: false,
         }
     }

@@ -246,8 +246,8 @@ async fn main() -> anyhow::Result<()> {
         settings: Settings {
             stuck_deletion_after: Duration::from_secs(args.stuck_deletion_seconds),
             poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
-            allowed_template_namespaces: trusted,
-            workspace_policy,
+            allowed_template_namespaces: Arc::new(trusted),
+            workspace_policy: Arc::new(workspace_policy),
             without_core: args.without_cluster_api_core,
         },
         events: capt_controller::context::recorder(client.clone()),

@@ -91,7 +91,7 @@ pub fn workspace_name(namespace: &str, name: &str) -> String {
 
 /// The name Workspaces had before [`workspace_name`]: `<namespace>-<name>`, cut to 253
 /// characters. Two applies can map to one such name; a Workspace under it is used only when
-/// its labels prove it is the apply's (`reconcile/shared.rs` `locate_workspace`).
+/// its labels prove it is the apply's (`reconcile/claims.rs` `locate`).
 pub fn legacy_workspace_name(namespace: &str, name: &str) -> String {
     format!("{namespace}-{name}")
         .chars()

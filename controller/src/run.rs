@@ -12,7 +12,7 @@ use crate::api::{
 use crate::context::Context;
 use crate::fair_share::FairQueue;
 use crate::metrics::{KindLabel, LONG_RECONCILE};
-use crate::reconcile::shared::{cluster_name, cluster_name_in};
+use crate::reconcile::claims::{cluster_name, cluster_name_in};
 use crate::reconcile::{
     OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL, apply, capt_cluster, cluster,
     control_plane, error_policy, lifecycle,

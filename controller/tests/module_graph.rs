@@ -279,7 +279,7 @@ fn the_graph_is_read_from_the_tree() {
     // Edges the tree is known to have, one per kind of path this reads: a `use crate::`, a
     // `use super::{..}` group, and a path in an expression.
     for (from, to) in [
-        ("reconcile::owner", "reconcile::shared"),
+        ("reconcile::observe", "reconcile::claims"),
         ("reconcile::kubeconfig", "reconcile"),
         ("reconcile", "metrics"),
     ] {
@@ -326,6 +326,7 @@ fn decides(module: &str) -> bool {
             | "reconcile::deletion"
             | "reconcile::pause"
             | "reconcile::apply_owner"
+            | "reconcile::claims"
             | "reconcile::kubeconfig"
     ) || module.ends_with("::decide")
 }

@@ -11,7 +11,7 @@ use capt_controller::metrics::Metrics;
 use capt_controller::publish::Publisher;
 use capt_controller::reconcile::plan::{Next, Object, Plan, Progress, Step};
 use capt_controller::reconcile::{
-    act, apply, capt_cluster, cluster, control_plane, deletion, owner,
+    act, apply, capt_cluster, cluster, control_plane, deletion, observe,
 };
 use capt_controller::rewake::Rewake;
 use capt_controller::watches::Caches;
@@ -203,7 +203,7 @@ async fn an_apply_is_planned_from_its_caches_with_no_request() {
     let count = Arc::new(AtomicUsize::new(0));
     let mut ctx = context(count.clone(), vec![capt_cluster(false)]);
     // Its template's namespace trusted: nothing refuses it before its waits.
-    (ctx.settings.allowed_template_namespaces).insert("default".into());
+    ctx.settings.allowed_template_namespaces = std::sync::Arc::new(["default".into()].into());
     let mut waiting = vpc_apply();
     waiting.metadata.finalizers = Some(vec![
         capt_controller::reconcile::apply::APPLY_FINALIZER.into(),
@@ -229,7 +229,7 @@ async fn a_deletion_is_planned_from_its_caches_with_no_request() {
     let count = Arc::new(AtomicUsize::new(0));
     let cc = capt_cluster(true);
     let ctx = context(count.clone(), vec![cc.clone()]);
-    let seen = owner::observe(&ctx, Arc::new(cc.clone()), |_| None);
+    let seen = observe::as_owner(&ctx, Arc::new(cc.clone()), |_| None);
     let (d, facts) = seen.deletion.expect("its deletion observed");
     let plan = deletion::decide(&cc, &facts, d);
     let deletes = plan.steps.iter().any(|s| matches!(s, Step::Delete { .. }));

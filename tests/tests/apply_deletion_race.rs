@@ -76,7 +76,7 @@ fn context(caches: Caches, applier: &Applier, client: kube::Client, namespace: &
         metrics,
         settings: Settings {
             poll_interval: POLL,
-            allowed_template_namespaces: [namespace.to_owned()].into(),
+            allowed_template_namespaces: Arc::new([namespace.to_owned()].into()),
             ..Settings::default()
         },
         seen_secrets: Default::default(),

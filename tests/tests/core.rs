@@ -166,7 +166,7 @@ async fn core_adopts_our_kinds_and_the_cluster_becomes_ready_with_no_conflict() 
         assert_eq!(owner["uid"], cluster["metadata"]["uid"], "{kind}");
         // Since v1.11 core's reference names the stored v1beta2 and is a plain one (v1.10
         // set `controller` and `blockOwnerDeletion`); the controller finds the Cluster by any
-        // reference of that group and kind (`shared.rs` `cluster_name`).
+        // reference of that group and kind (`reconcile/claims.rs` `cluster_name`).
         assert_eq!(owner["apiVersion"], "cluster.x-k8s.io/v1beta2", "{kind}");
     }
     // The made-up host of the samples' outputs: the EKS cluster's name carries the namespace.

@@ -315,7 +315,7 @@ fn missing_path(word: &str, tree: &BTreeSet<String>, ignored: &[String]) -> Opti
         let named = tree.iter().any(|t| t.rsplit('/').next() == Some(path));
         return (!named).then(|| format!("`{word}`: no file of that name"));
     }
-    // A relative path (`src/reconcile/owner.rs`, `status/deletion.rs`): the end of one of
+    // A relative path (`src/reconcile/observe.rs`, `status/deletion.rs`): the end of one of
     // the tree's, when it names a file or lies under a `src/`; other words with a `/`
     // (`cluster.x-k8s.io/secret`, `tf.upbound.io/v1beta1`) are not paths.
     let file_like = [".rs", ".sh", ".py", ".md", ".yaml", ".yml", ".toml"]
@@ -574,7 +574,7 @@ fn a_stale_name_of_each_kind_is_caught() {
         vec![("every_status_change_observes".to_owned(), true)]
     );
     assert!(missing_path("hack/no-such-script.sh", &tree, &ignored).is_some());
-    assert!(missing_path("src/reconcile/owner.rs", &tree, &ignored).is_none());
+    assert!(missing_path("src/reconcile/observe.rs", &tree, &ignored).is_none());
     assert!(missing_path(".testenv/kubeconfig", &tree, &ignored).is_none());
     assert_eq!(
         flag_uses("hack/soak.sh 100 -j 2 --all-writes", &programs),

@@ -17,7 +17,7 @@ pub use self::decide::{
 };
 
 use super::Result;
-use super::shared::{locate_workspace, owning_cluster};
+use super::observe::{locate_workspace, owning_cluster};
 use crate::api::WorkspaceTemplateApply;
 use crate::context::Context;
 use crate::watches::cached;
@@ -41,7 +41,7 @@ pub async fn reconcile(apply: Arc<WorkspaceTemplateApply>, ctx: Arc<Context>) ->
 /// (only when its name keys hold a bare name) every other apply.
 pub fn observe(ctx: &Context, apply: Arc<WorkspaceTemplateApply>) -> Snapshot {
     let namespace = apply.namespace().unwrap_or_default();
-    let cluster = owning_cluster(ctx, &*apply).map(Arc::new);
+    let cluster = owning_cluster(ctx, &*apply);
     let located = locate_workspace(ctx, &apply);
     let template_ref = &apply.spec.template_ref;
     let template_ns = template_ref.namespace.as_deref().unwrap_or(&namespace);

@@ -5,10 +5,11 @@
 //! refusal publishes and when a refused owner looks again are decided here from what was
 //! observed; the reconcilers' executor writes it.
 
+use super::claims::{ADOPTED_ANNOTATION, claim_of, cluster_name};
 use super::deletion::Deletion;
 use super::pause;
+use super::plan::contains;
 use super::plan::{Object, Plan, SPEC_MANAGER, Step, Warning, Wrote};
-use super::shared::{ADOPTED_ANNOTATION, claim_of, cluster_name, contains};
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplateApply};
 use crate::names;
@@ -47,7 +48,7 @@ pub struct OwnerSnapshot<O: ApplyOwner> {
     /// Its deletion, when it is being deleted and our finalizer is on it.
     pub deletion: Option<(Deletion, DeletionFacts)>,
     /// The namespaces whose templates any namespace may use.
-    pub allowed_template_namespaces: BTreeSet<String>,
+    pub allowed_template_namespaces: Arc<BTreeSet<String>>,
     /// How often a refused owner looks again, at most.
     pub poll_interval: Duration,
 }

@@ -11,8 +11,8 @@ pub use self::decide::{ADDING_FINALIZER, CLUSTER_DOES_NOT_REFERENCE, Snapshot, d
 
 use super::Result;
 use super::apply_owner::ApplyOwner;
-use super::owner;
-use super::shared::{cluster_name, names_control_plane, names_infrastructure, owning_cluster};
+use super::claims::{cluster_name, names_control_plane, names_infrastructure};
+use super::observe::{self, owning_cluster};
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster};
 use crate::context::Context;
 use crate::status::MANAGER_CAPT_CLUSTER;
@@ -76,10 +76,10 @@ pub async fn reconcile(cc: Arc<CAPTCluster>, ctx: Arc<Context>) -> Result<Action
     .await
 }
 
-/// What the decision reads, from the caches ([`owner::observe`]), with the CAPTCluster's own
+/// What the decision reads, from the caches ([`observe::as_owner`]), with the CAPTCluster's own
 /// deletion facts: whether its control plane is still there, and whether its VPC is kept.
 pub fn observe(ctx: &Context, cc: Arc<CAPTCluster>) -> Snapshot {
-    let mut seen = owner::observe(ctx, cc, |_| None);
+    let mut seen = observe::as_owner(ctx, cc, |_| None);
     if let Some((_, facts)) = &mut seen.deletion {
         facts.control_plane_present = control_plane_present(ctx, &seen.owner);
         facts.retain = seen.owner.spec.retain_vpc_on_delete.unwrap_or(false);

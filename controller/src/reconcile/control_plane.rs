@@ -12,8 +12,8 @@ pub use self::decide::{
 
 use super::Result;
 use super::apply_owner::ApplyOwner;
-use super::owner;
-use super::shared::names_control_plane;
+use super::claims::names_control_plane;
+use super::observe;
 use crate::api::{CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane};
 use crate::context::Context;
 use crate::status::MANAGER_CAPT_CONTROL_PLANE;
@@ -77,12 +77,12 @@ pub async fn reconcile(cp: Arc<CAPTControlPlane>, ctx: Arc<Context>) -> Result<A
     .await
 }
 
-/// What the decision reads, from the caches ([`owner::observe`], whose deletion reads the
+/// What the decision reads, from the caches ([`observe::as_owner`], whose deletion reads the
 /// Cluster only when it names this control plane back), and that Cluster's CAPTCluster
 /// (whose VPC it waits for).
 pub fn observe(ctx: &Context, cp: Arc<CAPTControlPlane>) -> Snapshot {
     let proving = cp.clone();
-    let as_owner = owner::observe(ctx, cp, |named| {
+    let as_owner = observe::as_owner(ctx, cp, |named| {
         named.filter(|c| names_control_plane(c, &proving)).cloned()
     });
     let infrastructure = (as_owner.named_cluster.as_ref())

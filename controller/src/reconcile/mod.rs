@@ -6,14 +6,14 @@ pub mod act;
 pub mod apply;
 pub mod apply_owner;
 pub mod capt_cluster;
+pub mod claims;
 pub mod cluster;
 pub mod control_plane;
 pub mod deletion;
 pub mod kubeconfig;
-pub mod owner;
+pub mod observe;
 pub mod pause;
 pub mod plan;
-pub mod shared;
 
 use crate::context::Context;
 use kube::runtime::controller::Action;

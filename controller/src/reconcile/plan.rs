@@ -420,3 +420,13 @@ pub(crate) fn merge(target: &mut Value, patch: Value) {
         (t, p) => *t = p,
     }
 }
+
+/// True when every field of `wanted` is in `live` with the same value.
+pub fn contains(live: &Value, wanted: &Value) -> bool {
+    match (live, wanted) {
+        (Value::Object(live), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(k, v)| live.get(k).is_some_and(|l| contains(l, v))),
+        (live, wanted) => live == wanted,
+    }
+}

@@ -1,11 +1,12 @@
 //! The apply's decision: from what was observed ([`Snapshot`]), the clock and what this
 //! reconcile's steps answered so far, the plan. Pure.
 
+use super::super::claims::Located;
 use super::super::pause;
+use super::super::plan::contains;
 use super::super::plan::{
     self, ADDING_FINALIZER, Next, Object, Plan, Progress, SPEC_MANAGER, Step, Warning, Wrote,
 };
-use super::super::shared::{Located, contains};
 use crate::api::{Cluster, TerraformWorkspace, WorkspaceTemplate, WorkspaceTemplateApply};
 use crate::names;
 use crate::publish::Publication;
@@ -58,9 +59,9 @@ pub struct Snapshot {
     /// is checked against the others).
     pub applies: Vec<Arc<WorkspaceTemplateApply>>,
     /// The namespaces whose templates any namespace may use.
-    pub allowed_template_namespaces: BTreeSet<String>,
+    pub allowed_template_namespaces: Arc<BTreeSet<String>>,
     /// What a rendered Workspace may ask of the provider.
-    pub workspace_policy: WorkspacePolicy,
+    pub workspace_policy: Arc<WorkspacePolicy>,
     /// How often to look again while waiting for what no watch wakes it for.
     pub poll_interval: Duration,
 }

@@ -5,9 +5,9 @@ use super::super::apply_owner::{
     self, APPLYING, OwnerSnapshot, RECORDING, add_refusal, apply_writes, hold_if_paused,
     needing_operator,
 };
+use super::super::claims::{locate, names_infrastructure};
 use super::super::deletion::{self};
 use super::super::plan::{self, Next, Plan, Progress, Step, Warning};
-use super::super::shared::{locate, names_infrastructure};
 use crate::api::WorkspaceTemplateApply;
 use crate::api::{CAPT_CLUSTER_FINALIZER, CAPTCluster, Cluster};
 use crate::publish::Publication;

@@ -5,11 +5,11 @@ use super::super::apply_owner::{
     self, APPLYING, ApplyWrites, OwnerSnapshot, RECORDING, add_refusal, apply_writes,
     hold_if_paused, needing_operator,
 };
+use super::super::claims::{locate, names_control_plane};
 use super::super::cluster::{endpoint_owned_by_us, managed_by_core};
 use super::super::deletion::{self};
 use super::super::kubeconfig::{self, Keeping, READING_CONNECTION};
 use super::super::plan::{self, Next, Object, Plan, Progress, Step, Warning};
-use super::super::shared::{locate, names_control_plane};
 use crate::api::{
     CAPT_CONTROL_PLANE_FINALIZER, CAPTCluster, CAPTControlPlane, Cluster, ControlPlanePhase,
     WorkspaceTemplateApply,

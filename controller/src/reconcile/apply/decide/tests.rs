@@ -198,7 +198,7 @@ fn anothers_workspace() -> TerraformWorkspace {
 
 /// What the apply's reconcile observes: its template cached, `workspace` under its name.
 fn snapshot(apply: WorkspaceTemplateApply, workspace: Option<TerraformWorkspace>) -> Snapshot {
-    let located = super::super::super::shared::locate(&apply, |n| {
+    let located = super::super::super::claims::locate(&apply, |n| {
         workspace.clone().filter(|w| w.name_any() == n)
     });
     Snapshot {
@@ -208,8 +208,8 @@ fn snapshot(apply: WorkspaceTemplateApply, workspace: Option<TerraformWorkspace>
         template: Some(Arc::new(inline_template("m"))),
         waited_workspaces: vec![],
         applies: vec![],
-        allowed_template_namespaces: BTreeSet::from(["team".to_owned()]),
-        workspace_policy: WorkspacePolicy::default(),
+        allowed_template_namespaces: BTreeSet::from(["team".to_owned()]).into(),
+        workspace_policy: Default::default(),
         poll_interval: Duration::from_secs(5),
     }
 }

@@ -7,7 +7,6 @@ use crate::reconcile::plan::Step;
 use crate::tenancy::APPLY_OWNED_CONDITION;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,7 +75,7 @@ fn snapshot(cc: Arc<CAPTCluster>, cluster: Option<Arc<Cluster>>, apply: Option<V
         workspaces: vec![],
         siblings: vec![],
         deletion: None,
-        allowed_template_namespaces: BTreeSet::new(),
+        allowed_template_namespaces: Default::default(),
         poll_interval: Duration::from_secs(5),
     }
 }
@@ -282,8 +281,7 @@ fn an_allowed_template_namespace_is_not_refused() {
         json!({"spec": {"vpcTemplateRef": {"name": "vpc", "namespace": "capt-templates"}}}),
     );
     let mut seen = snapshot(cc, Some(cluster(true)), None);
-    seen.allowed_template_namespaces
-        .insert("capt-templates".into());
+    seen.allowed_template_namespaces = std::sync::Arc::new(["capt-templates".into()].into());
     let plan = decide(&seen, &Progress::default(), now());
     assert_eq!(steps(&plan), [row(APPLYING, "demo-vpc")]);
 }

@@ -11,7 +11,7 @@ use crate::status::deletion::DeletionFacts;
 use k8s_openapi::ByteString;
 use kube::api::DynamicObject;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 const NOW: &str = "2026-12-07T12:00:00Z";
@@ -147,7 +147,7 @@ fn snapshot(cp: Arc<CAPTControlPlane>, workspace: Option<Arc<TerraformWorkspace>
             workspaces: workspace.into_iter().collect(),
             siblings: vec![],
             deletion: None,
-            allowed_template_namespaces: BTreeSet::new(),
+            allowed_template_namespaces: Default::default(),
             poll_interval: Duration::from_secs(5),
         },
         infrastructure: Some(vpc(true)),

@@ -1,28 +1,45 @@
-//! How a CAPTCluster and a CAPTControlPlane, as owners of one WorkspaceTemplateApply,
-//! observe what their decisions share ([`observe`]: the Cluster they name, their apply and
-//! its Workspaces, the names their Cluster's applies recorded, their deletion's facts), from
-//! the caches. The rules they share are [`super::apply_owner`]'s, and pure.
+//! What the reconcilers read of the objects around the one they reconcile, from the watch
+//! caches, into the snapshots their decisions take: the Cluster an object belongs to, the
+//! Workspace of an apply, and, for a CAPTCluster or CAPTControlPlane as the owner of one
+//! WorkspaceTemplateApply ([`as_owner`]), the Cluster it names, its apply and that apply's
+//! Workspaces, the names its Cluster's applies recorded and its deletion's facts. No request
+//! is made here: what a decision needs live is a step of its plan. Whose each object is, is
+//! [`super::claims`]'s; the rules are the decisions'.
 
-use super::apply_owner::OwnerSnapshot;
+use super::apply_owner::{self, ApplyOwner, OwnerSnapshot};
+use super::claims::{Located, cluster_name, locate, ours_to_remove, workspace_names};
 use super::deletion::Deletion;
-use super::shared::{cluster_name, workspace_names};
-use super::{apply_owner, shared};
-use crate::api::{CAPTCluster, CAPTControlPlane, Cluster};
+use crate::api::{CAPTCluster, CAPTControlPlane, Cluster, WorkspaceTemplateApply};
 use crate::context::Context;
 use crate::names;
 use crate::status::deletion::DeletionFacts;
+use crate::status::workspace::WorkspaceObservation;
 use crate::watches::{cached, cached_beside};
 use jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
-pub use super::apply_owner::ApplyOwner;
+/// The Cluster an object belongs to ([`cluster_name`]), if it exists (as cached).
+pub fn owning_cluster<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+) -> Option<Arc<Cluster>> {
+    let name = cluster_name(obj)?;
+    cached_beside(&ctx.caches.clusters, obj, &name)
+}
+
+/// Finds the Workspace of `apply`, as cached ([`locate`]).
+pub fn locate_workspace(ctx: &Context, apply: &WorkspaceTemplateApply) -> Located {
+    locate(apply, |n| {
+        cached(&ctx.caches.workspaces, None, n).map(|w| (*w).clone())
+    })
+}
 
 /// What an owner's decision reads, from the caches: the owner, the Cluster it names, its
 /// apply, the Workspaces that may be that apply's, the names its Cluster's applies recorded,
 /// and, when it is being deleted, its deletion's facts, with the Cluster `deletion_cluster`
 /// picks of the one it names (facts of one kind only start `false`: [`deletion_of`]).
-pub fn observe<O: ApplyOwner>(
+pub fn as_owner<O: ApplyOwner>(
     ctx: &Context,
     owner: Arc<O>,
     deletion_cluster: impl FnOnce(Option<&Cluster>) -> Option<Cluster>,
@@ -80,7 +97,7 @@ fn recorded_names<O: ApplyOwner>(
     ctx: &Context,
     owner: &O,
 ) -> Option<std::collections::BTreeMap<String, String>> {
-    let apply = shared::get_apply(ctx, owner, &owner.apply_name())?;
+    let apply = cached_beside(&ctx.caches.applies, owner, &owner.apply_name())?;
     apply_owner::recorded_names(owner, &apply)
 }
 
@@ -92,12 +109,15 @@ fn deletion_of<O: ApplyOwner>(
     owner: &O,
     cluster: Option<Cluster>,
 ) -> (Deletion, DeletionFacts) {
-    let shared::ApplyFacts {
-        apply,
-        workspace_present,
-        workspace_problem,
-        refused,
-    } = shared::apply_facts(ctx, owner, &owner.apply_name());
+    let (apply, refused) = deleted_apply(ctx, owner);
+    let workspace = apply
+        .as_ref()
+        .and_then(|a| locate_workspace(ctx, a).own().cloned());
+    let workspace_problem = workspace.as_ref().and_then(|w| {
+        let observed = serde_json::to_value(w).unwrap_or_default();
+        let synced = WorkspaceObservation::from_json(&observed).synced?;
+        (synced.status == "False" && !synced.message.is_empty()).then_some(synced.message)
+    });
     let facts = DeletionFacts {
         endpoint_owned: false,
         control_plane_present: false,
@@ -105,10 +125,10 @@ fn deletion_of<O: ApplyOwner>(
         apply_deleting: apply
             .as_ref()
             .is_some_and(|a| a.meta().deletion_timestamp.is_some()),
-        workspace_present,
+        workspace_present: workspace.is_some(),
         workspace_problem,
         retain: false,
-        started: shared::deletion_started(owner),
+        started: deletion_started(owner),
         now: Timestamp::now(),
         stuck_after: ctx.settings.stuck_deletion_after,
     };
@@ -128,4 +148,40 @@ fn deletion_of<O: ApplyOwner>(
 /// True when the owner still carries our finalizer: its deletion is ours to carry out.
 fn ours_to_delete<O: ApplyOwner>(owner: &O) -> bool {
     owner.finalizers().iter().any(|f| f == O::FINALIZER)
+}
+
+/// The apply a deletion acts on: the owner's apply (as cached), only when it is provably the
+/// owner's ([`ours_to_remove`]); else, when an apply of that name exists, why it is left
+/// alone. The name comes from the owner's spec, which its user writes: an apply of that name
+/// that is not the owner's own is neither deleted nor orphaned nor waited for, and the
+/// deletion goes on as if there were none.
+fn deleted_apply<O: ApplyOwner>(
+    ctx: &Context,
+    owner: &O,
+) -> (Option<WorkspaceTemplateApply>, Option<String>) {
+    let apply_name = owner.apply_name();
+    let Some(found) = cached_beside(&ctx.caches.applies, owner, &apply_name) else {
+        return (None, None);
+    };
+    match ours_to_remove(owner, &found) {
+        Ok(()) => (Some((*found).clone()), None),
+        Err(why) => {
+            let ns = found.namespace().unwrap_or_default();
+            let kind = O::kind(&());
+            let message = format!(
+                "WorkspaceTemplateApply {ns}/{apply_name} is not this {kind}'s ({why}): \
+                 left alone on deletion"
+            );
+            (None, Some(message))
+        }
+    }
+}
+
+/// When the object's deletion was requested.
+fn deletion_started<K: Resource>(obj: &K) -> Timestamp {
+    obj.meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(Timestamp::now)
 }

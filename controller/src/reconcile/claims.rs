@@ -1,20 +1,16 @@
-//! Lookups several reconcilers share: the owning Cluster, the applies they create, the
-//! Workspace of an apply, the connection Secret's endpoint, and what a deletion finds of an
-//! object's apply (read by the owner, carried out by `deletion`).
+//! Whose an object is, proven from what it and the objects it names say: the Cluster an
+//! object belongs to and whether that Cluster names it back, whether an apply is an owner's
+//! to change or delete, and which Workspace is an apply's. Pure: the reconcilers' observations
+//! ([`super::observe`]) and decisions ask these questions of what they hold.
 
 use super::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use crate::api::{
     CAPTCluster, CAPTControlPlane, Cluster, ContractVersionedObjectReference, TerraformWorkspace,
     WorkspaceTemplateApply,
 };
-use crate::context::Context;
 use crate::render::{CLUSTER_NAME_LABEL, legacy_workspace_name, workspace_name};
-use crate::status::workspace::WorkspaceObservation;
 use crate::tenancy::{ApplyClaim, Placement};
-use crate::watches::{cached, cached_beside};
-use jiff::Timestamp;
 use kube::{Resource, ResourceExt};
-use serde_json::Value;
 
 /// Annotation marking an apply the controller adopted rather than created: its spec is the
 /// user's and is left alone. (The user asks for an adoption with
@@ -42,12 +38,6 @@ pub fn cluster_name_in<K: Resource>(obj: &K) -> Option<&str> {
                 .get(CLUSTER_NAME_LABEL)
                 .map(String::as_str)
         })
-}
-
-/// The Cluster an object belongs to, if it exists (as cached).
-pub fn owning_cluster<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) -> Option<Cluster> {
-    let name = cluster_name(obj)?;
-    cached_beside(&ctx.caches.clusters, obj, &name).map(|c| (*c).clone())
 }
 
 /// True when the Cluster's `spec.controlPlaneRef` names `cp`: a CAPTControlPlane (group and
@@ -113,25 +103,6 @@ pub fn ours_to_remove<K: Resource<DynamicType = ()>>(
     }
 }
 
-/// True when every field of `wanted` is in `live` with the same value.
-pub fn contains(live: &Value, wanted: &Value) -> bool {
-    match (live, wanted) {
-        (Value::Object(live), Value::Object(wanted)) => wanted
-            .iter()
-            .all(|(k, v)| live.get(k).is_some_and(|l| contains(l, v))),
-        (live, wanted) => live == wanted,
-    }
-}
-
-/// The apply of `name` in the owner's namespace, if it exists (as cached).
-pub fn get_apply<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    owner: &K,
-    name: &str,
-) -> Option<WorkspaceTemplateApply> {
-    cached_beside(&ctx.caches.applies, owner, name).map(|a| (*a).clone())
-}
-
 /// The Workspace of an apply, as found: which name it uses ([`Placement`]) and the
 /// Workspace under that name, if any (another's included, for the apply to report).
 #[derive(Clone, Debug)]
@@ -150,13 +121,6 @@ impl Located {
             Placement::Taken { .. } => None,
         }
     }
-}
-
-/// Finds the Workspace of `apply`, as cached ([`locate`]).
-pub fn locate_workspace(ctx: &Context, apply: &WorkspaceTemplateApply) -> Located {
-    locate(apply, |n| {
-        cached(&ctx.caches.workspaces, None, n).map(|w| (*w).clone())
-    })
 }
 
 /// The names the Workspace of the apply `namespace`/`name` may have: [`workspace_name`],
@@ -213,74 +177,4 @@ pub fn locate(
         placement,
         workspace,
     }
-}
-
-/// The Workspace an apply renders, observed; `None` when it does not exist, or when the
-/// Workspace under its name is another's (whose state is not the apply's to report).
-pub fn observe_workspace(
-    ctx: &Context,
-    apply: &WorkspaceTemplateApply,
-) -> Option<WorkspaceObservation> {
-    let located = locate_workspace(ctx, apply);
-    located
-        .own()
-        .map(|w| WorkspaceObservation::from_json(&serde_json::to_value(w).unwrap_or_default()))
-}
-
-/// The apply a deletion acts on, as cached.
-pub struct ApplyFacts {
-    /// The apply of `apply_name`, only when it is provably the object's ([`ours_to_remove`]).
-    pub apply: Option<WorkspaceTemplateApply>,
-    /// That apply's Workspace exists.
-    pub workspace_present: bool,
-    /// That Workspace's `Synced=False` message, if any.
-    pub workspace_problem: Option<String>,
-    /// When an apply of that name exists and is not the object's: why. The deletion then
-    /// goes on as if there were none, and leaves it alone.
-    pub refused: Option<String>,
-}
-
-/// The facts every deletion shares: its apply and that apply's Workspace (as cached). The
-/// name comes from the object's spec, which its user writes: an apply of that name that is
-/// not the object's own is neither deleted nor orphaned nor waited for.
-pub fn apply_facts<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    obj: &K,
-    apply_name: &str,
-) -> ApplyFacts {
-    let found = get_apply(ctx, obj, apply_name);
-    let (apply, refused) = match found.map(|a| (ours_to_remove(obj, &a), a)) {
-        Some((Ok(()), a)) => (Some(a), None),
-        Some((Err(why), a)) => {
-            let ns = a.namespace().unwrap_or_default();
-            let kind = K::kind(&());
-            let message = format!(
-                "WorkspaceTemplateApply {ns}/{apply_name} is not this {kind}'s ({why}): \
-                 left alone on deletion"
-            );
-            (None, Some(message))
-        }
-        None => (None, None),
-    };
-    let workspace = apply.as_ref().and_then(|a| observe_workspace(ctx, a));
-    let workspace_problem = workspace
-        .as_ref()
-        .and_then(|w| w.synced.as_ref())
-        .filter(|c| c.status == "False" && !c.message.is_empty())
-        .map(|c| c.message.clone());
-    ApplyFacts {
-        apply,
-        workspace_present: workspace.is_some(),
-        workspace_problem,
-        refused,
-    }
-}
-
-/// When the object's deletion was requested.
-pub fn deletion_started<K: Resource>(obj: &K) -> Timestamp {
-    obj.meta()
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or_else(Timestamp::now)
 }
