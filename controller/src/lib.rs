@@ -6,7 +6,6 @@
 pub mod api;
 pub mod context;
 pub mod fair_share;
-pub mod k8s;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod names;

@@ -339,7 +339,6 @@ const NOT_FOR_A_DECISION: &[&str] = &[
     "metrics",
     "rewake",
     "seen_secrets",
-    "k8s",
     "reconcile::act",
     "run",
 ];

@@ -55,7 +55,7 @@
 //! of the moved objects.
 
 use anyhow::{Context, Result, bail, ensure};
-use capt_controller::k8s::SPEC_MANAGER;
+use capt_controller::reconcile::plan::SPEC_MANAGER;
 use capt_controller::render::APPLY_UID_LABEL;
 use capt_tests::audit_log::{AuditLog, without_noop_polls, workspace_versions_in, writes_over};
 use capt_tests::system::System;

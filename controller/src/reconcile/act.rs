@@ -5,10 +5,9 @@
 //! CAPT: what to write, and in which order, is the plan's. The only reconcile module that
 //! writes.
 
-use super::plan::{Next, Object, Plan, Progress, Sealed, Step};
+use super::plan::{FINALIZER_MANAGER, Next, Object, Plan, Progress, SPEC_MANAGER, Sealed, Step};
 use super::{Error, Result};
 use crate::context::Context;
-use crate::k8s::{FINALIZER_MANAGER, SPEC_MANAGER, gone};
 use crate::write_loops::ObjectId;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -297,4 +296,10 @@ fn api(ctx: &Context, object: &Object) -> Api<DynamicObject> {
         Some(namespace) => Api::namespaced_with(client, namespace, &object.resource),
         None => Api::all_with(client, &object.resource),
     }
+}
+
+/// True when a write failed because its object is gone: not found, or found with another uid
+/// (deleted and created again under its name).
+fn gone(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404 || s.message.contains("uid mismatch"))
 }

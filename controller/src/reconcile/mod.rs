@@ -103,18 +103,6 @@ pub fn subject<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     )
 }
 
-/// Wraps a client error with its subject and action.
-pub fn kube_err<'a, K: Resource<DynamicType = ()>>(
-    obj: &'a K,
-    action: &'static str,
-) -> impl FnOnce(kube::Error) -> Error + 'a {
-    move |source| Error::Kube {
-        subject: subject(obj),
-        action,
-        source,
-    }
-}
-
 /// Logs, counts and retries a failed reconcile.
 pub fn error_policy<K: Resource<DynamicType = ()>>(
     obj: Arc<K>,
@@ -163,13 +151,6 @@ pub fn after(recheck: Option<Duration>) -> Action {
     match recheck {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
-    }
-}
-
-/// Records how long an object's deletion took, when its finalizer comes off.
-pub fn observe_deletion<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K) {
-    if let Some(since) = &obj.meta().deletion_timestamp {
-        deletion_took(ctx, &K::kind(&()), since.0);
     }
 }
 
