@@ -45,8 +45,7 @@ pub fn as_owner<O: ApplyOwner>(
     deletion_cluster: impl FnOnce(Option<&Cluster>) -> Option<Cluster>,
 ) -> OwnerSnapshot<O> {
     let ns = owner.namespace().unwrap_or_default();
-    let named_cluster =
-        cluster_name(&*owner).and_then(|n| cached_beside(&ctx.caches.clusters, &*owner, &n));
+    let named_cluster = owning_cluster(ctx, &*owner);
     let apply_name = owner.apply_name();
     let apply = cached_beside(&ctx.caches.applies, &*owner, &apply_name);
     let workspaces = workspace_names(&ns, &apply_name)
